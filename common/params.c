@@ -1,0 +1,171 @@
+/*
+ * The BAGUA_* parameter registry. This file is the only place that calls getenv().
+ */
+#include "params.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bagua/params.h"
+#include "log.h"
+
+typedef enum { PARAM_INT, PARAM_STR } param_type_t;
+
+typedef struct {
+  const char *env;
+  param_type_t type;
+  int64_t idef, lo, hi;
+  const char *sdef, *choices;
+  const char *help;
+} param_desc_t;
+
+#define P_INT(def, lo, hi) PARAM_INT, (def), (lo), (hi), NULL, NULL
+#define P_STR(def, lo, hi) PARAM_STR, 0, 0, 0, (def), (hi)
+static const param_desc_t g_desc[BAGUA_P__COUNT] = {
+#define BAGUA_PARAM(id, env, type, def, lo, hi, help) {env, P_##type(def, lo, hi), help},
+#include "params.def"
+#undef BAGUA_PARAM
+};
+
+typedef struct {
+  int set;      /* the environment provided a value */
+  int bad;      /* the provided value was rejected; the default is in effect */
+  int64_t ival; /* parsed integer value */
+  const char *sval;
+} param_val_t;
+
+static param_val_t g_val[BAGUA_P__COUNT];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* Validates one value against its descriptor; writes a sentence into err on failure. */
+static int validate(const param_desc_t *d, const char *value, int64_t *out, char *err,
+                    size_t errlen) {
+  if (d->type == PARAM_INT) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0') {
+      snprintf(err, errlen, "%s=\"%s\" is not an integer; accepted: an integer in [%lld, %lld]",
+               d->env, value, (long long)d->lo, (long long)d->hi);
+      return -1;
+    }
+    if (v < d->lo || v > d->hi) {
+      snprintf(err, errlen, "%s=%lld is out of range; accepted: an integer in [%lld, %lld]",
+               d->env, v, (long long)d->lo, (long long)d->hi);
+      return -1;
+    }
+    if (out) *out = v;
+    return 0;
+  }
+  if (d->choices && d->choices[0]) {
+    size_t n = strlen(value);
+    const char *p = d->choices;
+    while (*p) {
+      const char *bar = strchr(p, '|');
+      size_t len = bar ? (size_t)(bar - p) : strlen(p);
+      if (len == n && strncasecmp(p, value, n) == 0) return 0;
+      if (!bar) break;
+      p = bar + 1;
+    }
+    snprintf(err, errlen, "%s=\"%s\" is not accepted; accepted values: %s", d->env, value,
+             d->choices);
+    return -1;
+  }
+  return 0;
+}
+
+static void load(void) {
+  for (int i = 0; i < BAGUA_P__COUNT; i++) {
+    const param_desc_t *d = &g_desc[i];
+    param_val_t *v = &g_val[i];
+    const char *e = getenv(d->env);
+    memset(v, 0, sizeof(*v));
+    v->ival = d->idef;
+    v->sval = d->sdef;
+    if (e == NULL || (e[0] == '\0' && d->type == PARAM_INT)) continue;
+    char err[256];
+    int64_t iv = 0;
+    v->set = 1;
+    if (validate(d, e, &iv, err, sizeof(err)) != 0) {
+      v->bad = 1;
+      continue;
+    }
+    if (d->type == PARAM_INT)
+      v->ival = iv;
+    else
+      v->sval = e;
+  }
+}
+
+static void ensure_loaded(void) { pthread_once(&g_once, load); }
+
+int64_t bagua__param_int(bagua__param_id_t id) {
+  ensure_loaded();
+  return g_val[id].ival;
+}
+
+const char *bagua__param_str(bagua__param_id_t id) {
+  ensure_loaded();
+  return g_val[id].sval;
+}
+
+int bagua__param_is_set(bagua__param_id_t id) {
+  ensure_loaded();
+  return g_val[id].set && !g_val[id].bad;
+}
+
+bagua_status_t bagua__params_check(void) {
+  ensure_loaded();
+  for (int i = 0; i < BAGUA_P__COUNT; i++) {
+    if (!g_val[i].bad) continue;
+    char err[256];
+    validate(&g_desc[i], getenv(g_desc[i].env), NULL, err, sizeof(err));
+    BAGUA_WARN("invalid environment setting: %s", err);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  return BAGUA_OK;
+}
+
+void bagua__params_reload(void) {
+  ensure_loaded();
+  load();
+  bagua__log_reload();
+}
+
+bagua_status_t bagua_param_validate(const char *name, const char *value, char *err,
+                                    size_t errlen) {
+  if (!name || !value) {
+    snprintf(err, errlen, "parameter name and value must not be NULL");
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  for (int i = 0; i < BAGUA_P__COUNT; i++) {
+    if (strcmp(g_desc[i].env, name) != 0) continue;
+    return validate(&g_desc[i], value, NULL, err, errlen) == 0 ? BAGUA_OK
+                                                                : BAGUA_ERR_INVALID_ARG;
+  }
+  snprintf(err, errlen, "unknown parameter %s (bagua-launch --print-params lists them)", name);
+  return BAGUA_ERR_INVALID_ARG;
+}
+
+void bagua_params_print(FILE *out) {
+  ensure_loaded();
+  fprintf(out, "%-26s %-4s %-12s %-24s %-12s %s\n", "NAME", "TYPE", "DEFAULT", "ACCEPTED",
+          "CURRENT", "HELP");
+  for (int i = 0; i < BAGUA_P__COUNT; i++) {
+    const param_desc_t *d = &g_desc[i];
+    char def[32], acc[64], cur[64];
+    if (d->type == PARAM_INT) {
+      snprintf(def, sizeof(def), "%lld", (long long)d->idef);
+      snprintf(acc, sizeof(acc), "[%lld, %lld]", (long long)d->lo, (long long)d->hi);
+      snprintf(cur, sizeof(cur), "%lld", (long long)g_val[i].ival);
+    } else {
+      snprintf(def, sizeof(def), "%s", d->sdef[0] ? d->sdef : "\"\"");
+      snprintf(acc, sizeof(acc), "%s", d->choices[0] ? d->choices : "any string");
+      snprintf(cur, sizeof(cur), "%s", g_val[i].sval[0] ? g_val[i].sval : "\"\"");
+    }
+    fprintf(out, "%-26s %-4s %-12s %-24s %-12s %s\n", d->env, d->type == PARAM_INT ? "int" : "str",
+            def, acc, g_val[i].bad ? "(invalid)" : cur, d->help);
+  }
+}
