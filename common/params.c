@@ -169,3 +169,11 @@ void bagua_params_print(FILE *out) {
             def, acc, g_val[i].bad ? "(invalid)" : cur, d->help);
   }
 }
+
+const char *bagua_param_get(const char *name) {
+  ensure_loaded();
+  for (int i = 0; i < BAGUA_P__COUNT; i++)
+    if (name && strcmp(g_desc[i].env, name) == 0)
+      return g_val[i].set && !g_val[i].bad ? getenv(name) : NULL;
+  return NULL;
+}

@@ -24,6 +24,13 @@ BAGUA_EXTERN void bagua_params_print(FILE *out);
 BAGUA_EXTERN bagua_status_t bagua_param_validate(const char *name, const char *value, char *err,
                                                  size_t errlen);
 
+/*
+ * Current value of registry parameter `name` as the environment set it, or NULL when the
+ * environment does not set it (or set it to an invalid value). The string is owned by the
+ * process environment; copy it if the environment may change.
+ */
+BAGUA_EXTERN const char *bagua_param_get(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,350 @@
+/*
+ * Collectives built on the point-to-point exchange engine. They serve the tcp transport and
+ * any collective a transport does not special-case.
+ *
+ * Large messages use bandwidth-optimal rings (reduce-scatter then allgather, each rank moving
+ * 2(n-1)/n of the data); small ones use latency-optimal recursive doubling and binomial
+ * trees. Every reduction of a given element happens in one place and its result is copied,
+ * so all ranks end with bit-identical values.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+#include "common/check.h"
+#include "kernels/kernels.h"
+
+#define SMALL_BYTES (64 * 1024)
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* Byte offset and length of chunk i when `count` elements are split over n chunks. */
+static void chunk(size_t count, int n, int i, size_t es, size_t *off, size_t *len) {
+  size_t base = count / (size_t)n, extra = count % (size_t)n, ui = (size_t)i;
+  *off = (ui * base + (ui < extra ? ui : extra)) * es;
+  *len = (base + (ui < extra ? 1 : 0)) * es;
+}
+
+static bagua_status_t sendrecv_bytes(bagua_comm_t *c, const void *s, size_t sb, int dst, void *r,
+                                     size_t rb, int src, const void *local, bagua_dtype_t dt,
+                                     bagua_op_t op) {
+  bagua__send_t snd = {dst, s, sb};
+  bagua__recv_t rcv = {src, r, rb, local, dt, op};
+  return bagua__exchange(c, &snd, 1, &rcv, 1);
+}
+
+/*
+ * Ring reduce-scatter over `count` elements cut into n chunks. Rank r ends with chunk r fully
+ * reduced at `final`. Intermediate partial sums go to `work` (full layout) when given, else to
+ * the two chunk-sized ping-pong buffers in pp.
+ */
+static bagua_status_t ring_reduce_scatter(bagua_comm_t *c, const char *sbuf, char *work,
+                                          char *pp[2], char *final, size_t count,
+                                          bagua_dtype_t dt, bagua_op_t op) {
+  int n = c->size, r = c->rank;
+  size_t es = bagua_dtype_size(dt);
+  int next = mod(r + 1, n), prev = mod(r - 1, n);
+  for (int s = 0; s < n - 1; s++) {
+    int si = mod(r - s - 1, n), ri = mod(r - s - 2, n);
+    size_t so, sl, ro, rl;
+    chunk(count, n, si, es, &so, &sl);
+    chunk(count, n, ri, es, &ro, &rl);
+    const char *src = s == 0 ? sbuf + so : (work ? work + so : pp[(s - 1) & 1]);
+    char *dst = s == n - 2 ? final : (work ? work + ro : pp[s & 1]);
+    BAGUA_CHECK(sendrecv_bytes(c, src, sl, next, dst, rl, prev, sbuf + ro, dt, op));
+  }
+  return BAGUA_OK;
+}
+
+/* Ring allgather: rank r holds chunk r of buf; afterwards every rank holds every chunk. */
+static bagua_status_t ring_allgather(bagua_comm_t *c, char *buf, size_t count, size_t es) {
+  int n = c->size, r = c->rank;
+  int next = mod(r + 1, n), prev = mod(r - 1, n);
+  for (int s = 0; s < n - 1; s++) {
+    int si = mod(r - s, n), ri = mod(r - s - 1, n);
+    size_t so, sl, ro, rl;
+    chunk(count, n, si, es, &so, &sl);
+    chunk(count, n, ri, es, &ro, &rl);
+    BAGUA_CHECK(sendrecv_bytes(c, buf + so, sl, next, buf + ro, rl, prev, NULL, 0, 0));
+  }
+  return BAGUA_OK;
+}
+
+/* Recursive doubling with the usual fold of the ranks beyond the largest power of two. */
+static bagua_status_t rd_allreduce(bagua_comm_t *c, char *buf, size_t count, bagua_dtype_t dt,
+                                   bagua_op_t op) {
+  int n = c->size, r = c->rank;
+  size_t bytes = count * bagua_dtype_size(dt);
+  int pof2 = 1;
+  while (pof2 * 2 <= n) pof2 *= 2;
+  int rem = n - pof2, newrank;
+  bagua_status_t st = BAGUA_OK;
+  char *tmp = malloc(bytes ? bytes : 1);
+  if (!tmp) return BAGUA_ERR_NO_MEMORY;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      bagua__send_t s = {r + 1, buf, bytes};
+      BAGUA_CHECK_GOTO(bagua__exchange(c, &s, 1, NULL, 0), st, out);
+      newrank = -1;
+    } else {
+      bagua__recv_t rv = {r - 1, buf, bytes, buf, dt, op};
+      BAGUA_CHECK_GOTO(bagua__exchange(c, NULL, 0, &rv, 1), st, out);
+      newrank = r / 2;
+    }
+  } else {
+    newrank = r - rem;
+  }
+  if (newrank >= 0) {
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+      int pn = newrank ^ mask;
+      int peer = pn < rem ? pn * 2 + 1 : pn + rem;
+      memcpy(tmp, buf, bytes);
+      BAGUA_CHECK_GOTO(sendrecv_bytes(c, tmp, bytes, peer, buf, bytes, peer, buf, dt, op), st,
+                       out);
+    }
+  }
+  if (r < 2 * rem) {
+    if (r % 2) {
+      bagua__send_t s = {r - 1, buf, bytes};
+      BAGUA_CHECK_GOTO(bagua__exchange(c, &s, 1, NULL, 0), st, out);
+    } else {
+      bagua__recv_t rv = {r + 1, buf, bytes, NULL, dt, op};
+      BAGUA_CHECK_GOTO(bagua__exchange(c, NULL, 0, &rv, 1), st, out);
+    }
+  }
+out:
+  free(tmp);
+  return st;
+}
+
+static bagua_status_t g_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                  bagua_dtype_t dt, bagua_op_t op) {
+  size_t es = bagua_dtype_size(dt), bytes = count * es;
+  if (c->size == 1 || bytes < SMALL_BYTES || count < (size_t)c->size) {
+    if (s != r) memcpy(r, s, bytes);
+    if (c->size > 1) BAGUA_CHECK(rd_allreduce(c, r, count, dt, op));
+    if (op == BAGUA_AVG) bagua__div(dt, r, count, c->size);
+    return BAGUA_OK;
+  }
+  size_t off, len;
+  chunk(count, c->size, c->rank, es, &off, &len);
+  BAGUA_CHECK(ring_reduce_scatter(c, s, r, NULL, (char *)r + off, count, dt, op));
+  if (op == BAGUA_AVG) bagua__div(dt, (char *)r + off, len / es, c->size);
+  return ring_allgather(c, r, count, es);
+}
+
+static bagua_status_t g_reduce_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                       bagua_dtype_t dt, bagua_op_t op) {
+  size_t es = bagua_dtype_size(dt), block = count * es;
+  if (c->size == 1) {
+    if (s != r) memmove(r, s, block);
+  } else {
+    char *pp = malloc(2 * block + 1);
+    if (!pp) return BAGUA_ERR_NO_MEMORY;
+    char *two[2] = {pp, pp + block};
+    bagua_status_t st =
+        ring_reduce_scatter(c, s, NULL, two, r, count * (size_t)c->size, dt, op);
+    free(pp);
+    BAGUA_CHECK(st);
+  }
+  if (op == BAGUA_AVG) bagua__div(dt, r, count, c->size);
+  return BAGUA_OK;
+}
+
+static bagua_status_t g_allgather(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                  bagua_dtype_t dt) {
+  size_t es = bagua_dtype_size(dt), block = count * es;
+  char *mine = (char *)r + (size_t)c->rank * block;
+  if (s != mine) memmove(mine, s, block);
+  return ring_allgather(c, r, count * (size_t)c->size, es);
+}
+
+static bagua_status_t g_alltoall(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                 bagua_dtype_t dt) {
+  int n = c->size;
+  size_t block = count * bagua_dtype_size(dt);
+  bagua_status_t st = BAGUA_OK;
+  char *copy = NULL;
+  if (s == r && n > 1) {
+    copy = malloc(block * (size_t)n);
+    if (!copy) return BAGUA_ERR_NO_MEMORY;
+    memcpy(copy, s, block * (size_t)n);
+    s = copy;
+  }
+  bagua__send_t *sends = calloc((size_t)n, sizeof(*sends));
+  bagua__recv_t *recvs = calloc((size_t)n, sizeof(*recvs));
+  if (!sends || !recvs) {
+    st = BAGUA_ERR_NO_MEMORY;
+    goto out;
+  }
+  int k = 0;
+  for (int p = 0; p < n; p++) {
+    if (p == c->rank) continue;
+    sends[k] = (bagua__send_t){p, (const char *)s + (size_t)p * block, block};
+    recvs[k++] = (bagua__recv_t){p, (char *)r + (size_t)p * block, block, NULL, 0, 0};
+  }
+  memmove((char *)r + (size_t)c->rank * block, (const char *)s + (size_t)c->rank * block, block);
+  st = bagua__exchange(c, sends, k, recvs, k);
+out:
+  free(sends);
+  free(recvs);
+  free(copy);
+  return st;
+}
+
+/* Binomial-tree broadcast in ranks relative to the root. */
+static bagua_status_t tree_bcast(bagua_comm_t *c, void *buf, size_t bytes, int root) {
+  int n = c->size, vr = mod(c->rank - root, n);
+  int mask = 1;
+  while (mask < n) {
+    if (vr & mask) {
+      bagua__recv_t rv = {mod(vr - mask + root, n), buf, bytes, NULL, 0, 0};
+      BAGUA_CHECK(bagua__exchange(c, NULL, 0, &rv, 1));
+      break;
+    }
+    mask <<= 1;
+  }
+  bagua__send_t sends[32];
+  int k = 0;
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (vr + mask < n) sends[k++] = (bagua__send_t){mod(vr + mask + root, n), buf, bytes};
+  return k ? bagua__exchange(c, sends, k, NULL, 0) : BAGUA_OK;
+}
+
+static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                  bagua_dtype_t dt, int root) {
+  size_t es = bagua_dtype_size(dt), bytes = count * es;
+  int n = c->size;
+  if (c->rank == root && s != r) memcpy(r, s, bytes);
+  if (n == 1) return BAGUA_OK;
+  if (bytes < 4 * SMALL_BYTES || count < (size_t)n) return tree_bcast(c, r, bytes, root);
+  /* Scatter from the root, then ring allgather: the root sends each byte once. */
+  if (c->rank == root) {
+    bagua__send_t *sends = calloc((size_t)n, sizeof(*sends));
+    if (!sends) return BAGUA_ERR_NO_MEMORY;
+    int k = 0;
+    for (int p = 0; p < n; p++) {
+      if (p == root) continue;
+      size_t off, len;
+      chunk(count, n, p, es, &off, &len);
+      sends[k++] = (bagua__send_t){p, (char *)r + off, len};
+    }
+    bagua_status_t st = bagua__exchange(c, sends, k, NULL, 0);
+    free(sends);
+    BAGUA_CHECK(st);
+  } else {
+    size_t off, len;
+    chunk(count, n, c->rank, es, &off, &len);
+    bagua__recv_t rv = {root, (char *)r + off, len, NULL, 0, 0};
+    BAGUA_CHECK(bagua__exchange(c, NULL, 0, &rv, 1));
+  }
+  return ring_allgather(c, r, count, es);
+}
+
+static bagua_status_t g_reduce(bagua_comm_t *c, const void *s, void *r, size_t count,
+                               bagua_dtype_t dt, bagua_op_t op, int root) {
+  size_t es = bagua_dtype_size(dt), bytes = count * es;
+  int n = c->size, vr = mod(c->rank - root, n);
+  bagua_status_t st = BAGUA_OK;
+  char *acc = malloc(bytes + 1);
+  if (!acc) return BAGUA_ERR_NO_MEMORY;
+  memcpy(acc, s, bytes);
+  if (bytes < 4 * SMALL_BYTES || count < (size_t)n) {
+    /* Binomial tree: children fold into parents; the root ends with the total. */
+    for (int mask = 1; mask < n; mask <<= 1) {
+      if (vr & mask) {
+        bagua__send_t sd = {mod(vr - mask + root, n), acc, bytes};
+        BAGUA_CHECK_GOTO(bagua__exchange(c, &sd, 1, NULL, 0), st, out);
+        break;
+      }
+      if (vr + mask < n) {
+        bagua__recv_t rv = {mod(vr + mask + root, n), acc, bytes, acc, dt, op};
+        BAGUA_CHECK_GOTO(bagua__exchange(c, NULL, 0, &rv, 1), st, out);
+      }
+    }
+    if (c->rank == root) memcpy(r, acc, bytes);
+  } else {
+    /* Ring reduce-scatter into acc, then every rank sends its reduced chunk to the root. */
+    size_t off, len;
+    chunk(count, n, c->rank, es, &off, &len);
+    BAGUA_CHECK_GOTO(ring_reduce_scatter(c, s, acc, NULL, acc + off, count, dt, op), st, out);
+    if (c->rank == root) {
+      bagua__recv_t *rv = calloc((size_t)n, sizeof(*rv));
+      if (!rv) {
+        st = BAGUA_ERR_NO_MEMORY;
+        goto out;
+      }
+      int k = 0;
+      for (int p = 0; p < n; p++) {
+        size_t po, pl;
+        chunk(count, n, p, es, &po, &pl);
+        if (p == root)
+          memcpy((char *)r + po, acc + po, pl);
+        else
+          rv[k++] = (bagua__recv_t){p, (char *)r + po, pl, NULL, 0, 0};
+      }
+      st = bagua__exchange(c, NULL, 0, rv, k);
+      free(rv);
+      if (st != BAGUA_OK) goto out;
+    } else {
+      bagua__send_t sd = {root, acc + off, len};
+      BAGUA_CHECK_GOTO(bagua__exchange(c, &sd, 1, NULL, 0), st, out);
+    }
+  }
+  if (c->rank == root && op == BAGUA_AVG) bagua__div(dt, r, count, n);
+out:
+  free(acc);
+  return st;
+}
+
+static bagua_status_t g_gather(bagua_comm_t *c, const void *s, void *r, size_t count,
+                               bagua_dtype_t dt, int root) {
+  size_t block = count * bagua_dtype_size(dt);
+  int n = c->size;
+  if (c->rank != root) {
+    bagua__send_t sd = {root, s, block};
+    return bagua__exchange(c, &sd, 1, NULL, 0);
+  }
+  memmove((char *)r + (size_t)root * block, s, block);
+  bagua__recv_t *rv = calloc((size_t)n, sizeof(*rv));
+  if (!rv) return BAGUA_ERR_NO_MEMORY;
+  int k = 0;
+  for (int p = 0; p < n; p++)
+    if (p != root) rv[k++] = (bagua__recv_t){p, (char *)r + (size_t)p * block, block, NULL, 0, 0};
+  bagua_status_t st = bagua__exchange(c, NULL, 0, rv, k);
+  free(rv);
+  return st;
+}
+
+static bagua_status_t g_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                bagua_dtype_t dt, int root) {
+  size_t block = count * bagua_dtype_size(dt);
+  int n = c->size;
+  if (c->rank != root) {
+    bagua__recv_t rv = {root, r, block, NULL, 0, 0};
+    return bagua__exchange(c, NULL, 0, &rv, 1);
+  }
+  bagua__send_t *sd = calloc((size_t)n, sizeof(*sd));
+  if (!sd) return BAGUA_ERR_NO_MEMORY;
+  int k = 0;
+  for (int p = 0; p < n; p++)
+    if (p != root) sd[k++] = (bagua__send_t){p, (const char *)s + (size_t)p * block, block};
+  bagua_status_t st = bagua__exchange(c, sd, k, NULL, 0);
+  free(sd);
+  memmove(r, (const char *)s + (size_t)root * block, block);
+  return st;
+}
+
+/* Dissemination barrier: ceil(log2 n) rounds of empty messages. */
+bagua_status_t bagua__generic_barrier(bagua_comm_t *c) {
+  int n = c->size;
+  for (int k = 1; k < n; k <<= 1)
+    BAGUA_CHECK(sendrecv_bytes(c, NULL, 0, mod(c->rank + k, n), NULL, 0, mod(c->rank - k, n),
+                               NULL, 0, 0));
+  return BAGUA_OK;
+}
+
+const bagua__coll_ops_t bagua__generic_ops = {
+    "tcp",         g_allreduce, g_reduce_scatter, g_allgather, g_alltoall,
+    g_broadcast,   g_reduce,    g_gather,         g_scatter,   bagua__generic_barrier,
+};

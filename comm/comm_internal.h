@@ -1,0 +1,115 @@
+/*
+ * Internal definition of the communicator shared by comm/ files. Not installed.
+ */
+#ifndef BAGUA_COMM_INTERNAL_H
+#define BAGUA_COMM_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bagua/comm.h"
+#include "wire.h"
+
+typedef struct bagua__shm bagua__shm_t;
+
+/* Connection to one peer: `nstreams` TCP sockets; stream 0 also serves as control channel. */
+typedef struct {
+  int *fds;
+  uint32_t *send_seq; /* per stream */
+  uint32_t *recv_seq; /* per stream */
+} bagua__peer_t;
+
+/*
+ * A transport implements the collectives it can do better than the generic algorithms over
+ * point-to-point exchange; a NULL entry falls back to the generic algorithm.
+ */
+typedef struct {
+  const char *name;
+  bagua_status_t (*allreduce)(bagua_comm_t *c, const void *s, void *r, size_t n, bagua_dtype_t dt,
+                              bagua_op_t op);
+  bagua_status_t (*reduce_scatter)(bagua_comm_t *c, const void *s, void *r, size_t n,
+                                   bagua_dtype_t dt, bagua_op_t op);
+  bagua_status_t (*allgather)(bagua_comm_t *c, const void *s, void *r, size_t n, bagua_dtype_t dt);
+  bagua_status_t (*alltoall)(bagua_comm_t *c, const void *s, void *r, size_t n, bagua_dtype_t dt);
+  bagua_status_t (*broadcast)(bagua_comm_t *c, const void *s, void *r, size_t n, bagua_dtype_t dt,
+                              int root);
+  bagua_status_t (*reduce)(bagua_comm_t *c, const void *s, void *r, size_t n, bagua_dtype_t dt,
+                           bagua_op_t op, int root);
+  bagua_status_t (*gather)(bagua_comm_t *c, const void *s, void *r, size_t n, bagua_dtype_t dt,
+                           int root);
+  bagua_status_t (*scatter)(bagua_comm_t *c, const void *s, void *r, size_t n, bagua_dtype_t dt,
+                            int root);
+  bagua_status_t (*barrier)(bagua_comm_t *c);
+} bagua__coll_ops_t;
+
+struct bagua_comm_s {
+  int rank, size;
+  int local_rank, local_size, node_count, node_index;
+  int nstreams;
+  int requested_transport; /* bagua_transport_kind_t asked for; inherited by splits */
+  uint32_t split_seq;      /* splits performed on this communicator, for child ids */
+  int timeout_ms;
+  int connect_timeout_ms;
+  uint64_t job_hash, comm_id;
+  bagua__endpoint_t *eps; /* one per rank, from the bootstrap */
+  bagua__peer_t *peers;   /* one per rank; peers[rank] unused */
+  const bagua__coll_ops_t *ops;
+  const char *transport_name;
+  bagua__shm_t *shm; /* shared-memory arena when the shm transport is in use */
+  /* Hierarchical mode: node-local communicator and leaders' communicator (NULL if none). */
+  bagua_comm_t *intra, *inter;
+  size_t segment_bytes;
+  void *scratch; /* reduce staging for the TCP engine */
+  size_t scratch_bytes;
+  volatile int abort_flag;
+  _Atomic int async_error;
+  _Atomic uint64_t bytes_sent;
+};
+
+/* Marks the communicator failed with `st` and shuts its connections down so every peer fails
+ * promptly instead of waiting for its own timeout. Returns `st` for convenience. */
+bagua_status_t bagua__comm_poison(bagua_comm_t *c, bagua_status_t st);
+
+/* ---- point-to-point exchange engine over the TCP streams (comm/tcp/exchange.c) ---- */
+typedef struct {
+  int peer;
+  const void *buf;
+  size_t bytes;
+} bagua__send_t;
+
+typedef struct {
+  int peer;
+  void *buf;         /* destination */
+  size_t bytes;      /* expected bytes; a different size from the peer is a protocol error */
+  const void *local; /* reduce mode: buf = local (op) incoming; NULL means plain copy */
+  bagua_dtype_t dt;
+  bagua_op_t op;
+} bagua__recv_t;
+
+/* Progresses all sends and receives concurrently until all complete. At most one send and one
+ * receive per peer. Does not poison on error; callers do. */
+bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int nsends,
+                               const bagua__recv_t *recvs, int nrecvs);
+
+/* Generic collectives over bagua__exchange (comm/coll_generic.c). */
+extern const bagua__coll_ops_t bagua__generic_ops;
+/* Shared-memory collectives (comm/shm/shm.c). */
+extern const bagua__coll_ops_t bagua__shm_ops;
+bagua_status_t bagua__shm_setup(bagua_comm_t *c);
+void bagua__shm_abort(bagua__shm_t *s);
+void bagua__shm_destroy(bagua__shm_t *s);
+/* Hierarchical composition of shm within nodes and tcp across them (comm/hier.c). */
+extern const bagua__coll_ops_t bagua__hier_ops;
+bagua_status_t bagua__hier_setup(bagua_comm_t *c);
+
+/* Connects the full mesh of TCP streams given c->eps and the listening socket, then picks and
+ * sets up the transport. Used by every way of creating a communicator. Takes ownership of
+ * lfd. On failure the caller destroys the half-built communicator. */
+bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd);
+/* Allocates a communicator with the fields every creation path needs. */
+bagua_status_t bagua__comm_alloc(int rank, int size, bagua_comm_t **out);
+
+/* Generic algorithm entry points, also used by transports for cases they do not special-case. */
+bagua_status_t bagua__generic_barrier(bagua_comm_t *c);
+
+#endif

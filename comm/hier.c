@@ -1,0 +1,62 @@
+/*
+ * Hierarchical collectives for communicators that span several nodes with several ranks on
+ * some of them: shared memory within each node, TCP among one leader per node. Collectives
+ * without a hierarchical version use the generic algorithms over the full TCP mesh.
+ */
+#include <string.h>
+
+#include "comm_internal.h"
+#include "common/check.h"
+#include "kernels/kernels.h"
+
+bagua_status_t bagua__hier_setup(bagua_comm_t *c) {
+  return bagua_comm_split_node(c, &c->intra, &c->inter);
+}
+
+static bagua_status_t h_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                  bagua_dtype_t dt, bagua_op_t op) {
+  /* AVG must divide by the global size once, so the stages sum and the leader divides. */
+  bagua_op_t stage_op = op == BAGUA_AVG ? BAGUA_SUM : op;
+  BAGUA_CHECK(bagua_reduce(c->intra, s, r, count, dt, stage_op, 0));
+  if (c->inter) {
+    BAGUA_CHECK(bagua_allreduce(c->inter, r, r, count, dt, stage_op));
+    if (op == BAGUA_AVG) bagua__div(dt, r, count, c->size);
+  }
+  return bagua_broadcast(c->intra, r, r, count, dt, 0);
+}
+
+/* Node index (order of first appearance, as in compute_topology) and local rank of `rank`. */
+static int is_first(const bagua_comm_t *c, int r) {
+  for (int q = 0; q < r; q++)
+    if (c->eps[q].node_hash == c->eps[r].node_hash) return 0;
+  return 1;
+}
+
+static void locate(const bagua_comm_t *c, int rank, int *node, int *local) {
+  int first = 0;
+  while (c->eps[first].node_hash != c->eps[rank].node_hash) first++;
+  *node = *local = 0;
+  for (int r = 0; r < first; r++) *node += is_first(c, r);
+  for (int r = 0; r < rank; r++) *local += c->eps[r].node_hash == c->eps[rank].node_hash;
+}
+
+static bagua_status_t h_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                  bagua_dtype_t dt, int root) {
+  int rnode, rlocal;
+  locate(c, root, &rnode, &rlocal);
+  if (c->rank == root && s != r) memcpy(r, s, count * bagua_dtype_size(dt));
+  if (c->node_index == rnode) BAGUA_CHECK(bagua_broadcast(c->intra, r, r, count, dt, rlocal));
+  if (c->inter) BAGUA_CHECK(bagua_broadcast(c->inter, r, r, count, dt, rnode));
+  if (c->node_index != rnode) BAGUA_CHECK(bagua_broadcast(c->intra, r, r, count, dt, 0));
+  return BAGUA_OK;
+}
+
+static bagua_status_t h_barrier(bagua_comm_t *c) {
+  BAGUA_CHECK(bagua_barrier(c->intra));
+  if (c->inter) BAGUA_CHECK(bagua_barrier(c->inter));
+  return bagua_barrier(c->intra);
+}
+
+const bagua__coll_ops_t bagua__hier_ops = {
+    "hier(shm+tcp)", h_allreduce, NULL, NULL, NULL, h_broadcast, NULL, NULL, NULL, h_barrier,
+};

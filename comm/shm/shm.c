@@ -1,0 +1,413 @@
+/*
+ * Shared-memory transport for ranks on one node.
+ *
+ * Each rank owns two staging slots in one POSIX shared-memory arena. A collective is a series
+ * of rounds: in round k every rank writes its contribution into its slot k%2, publishes k,
+ * waits until the ranks it needs have published k, reads what it needs from their slots, and
+ * marks k consumed. A slot is rewritten in round k+2 only after everyone consumed round k, so
+ * two rounds are in flight and slow and fast ranks overlap. Slots are small (1 MiB by
+ * default) so the data crosses between cores through the caches instead of DRAM, and every
+ * rank reduces only its 1/n share of each block.
+ *
+ * Failure handling: waits spin briefly, then yield the core (ranks may outnumber cores), and
+ * poll the abort flags, the timeout and the TCP control stream of every peer: a dead peer's
+ * socket is closed by its kernel, so death is noticed within milliseconds even though shared
+ * memory itself gives no signal.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <immintrin.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../comm_internal.h"
+#include "common/check.h"
+#include "common/log.h"
+#include "common/params.h"
+#include "common/sock.h"
+#include "kernels/kernels.h"
+
+#define ARENA_MAGIC 0x42534d41u /* "BSMA" */
+#define HEADER_BYTES 4096
+
+typedef struct {
+  _Atomic uint64_t pub;
+  char pad1[56];
+  _Atomic uint64_t con;
+  char pad2[56];
+} ctrl_t;
+
+_Static_assert(sizeof(ctrl_t) == 128, "one control block per pair of cache lines");
+
+typedef struct {
+  uint32_t magic;
+  int32_t nranks;
+  uint64_t slot_bytes;
+  _Atomic int abort; /* set by a rank whose communicator failed */
+} arena_hdr_t;
+
+struct bagua__shm {
+  bagua_comm_t *c;
+  char *base;
+  size_t map_bytes;
+  arena_hdr_t *hdr;
+  ctrl_t *ctrl;
+  char *data;
+  size_t slot;
+  int n, me, spin;
+  uint64_t round;
+  int64_t next_liveness_ns;
+  struct pollfd *pfd;
+};
+
+static char *slot_of(bagua__shm_t *s, int rank, uint64_t k) {
+  return s->data + ((size_t)rank * 2 + (k & 1)) * s->slot;
+}
+
+/* Peer death shows up as a hang-up on its control stream. */
+static bagua_status_t check_liveness(bagua__shm_t *s) {
+  int n = 0;
+  for (int r = 0; r < s->n; r++) {
+    if (r == s->me) continue;
+    s->pfd[n].fd = s->c->peers[r].fds[0];
+    s->pfd[n].events = POLLRDHUP;
+    s->pfd[n++].revents = 0;
+  }
+  if (poll(s->pfd, (nfds_t)n, 0) > 0) {
+    for (int i = 0; i < n; i++)
+      if (s->pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+        BAGUA_WARN("a rank on this node closed its control connection (peer died or failed)");
+        return BAGUA_ERR_REMOTE;
+      }
+  }
+  return BAGUA_OK;
+}
+
+/* Waits until *ctr >= v. `who` names the rank waited on, for the timeout message. */
+static bagua_status_t wait_ge(bagua__shm_t *s, _Atomic uint64_t *ctr, uint64_t v, int who) {
+  if (atomic_load_explicit(ctr, memory_order_acquire) >= v) return BAGUA_OK;
+  int64_t start = 0;
+  for (;;) {
+    for (int i = 0; i < s->spin; i++) {
+      _mm_pause();
+      if (atomic_load_explicit(ctr, memory_order_acquire) >= v) return BAGUA_OK;
+    }
+    sched_yield();
+    if (atomic_load_explicit(ctr, memory_order_acquire) >= v) return BAGUA_OK;
+    if (s->c->abort_flag) return BAGUA_ERR_ABORTED;
+    if (atomic_load_explicit(&s->hdr->abort, memory_order_relaxed)) {
+      BAGUA_WARN("a rank on this node failed; aborting the shared-memory collective");
+      return BAGUA_ERR_REMOTE;
+    }
+    int64_t now = bagua__now_ns();
+    if (start == 0) start = now;
+    if (now >= s->next_liveness_ns) {
+      s->next_liveness_ns = now + 2000000;
+      BAGUA_CHECK(check_liveness(s));
+    }
+    if (now - start > (int64_t)s->c->timeout_ms * 1000000) {
+      BAGUA_WARN("no progress for %d ms waiting for rank %d (stalled?); see BAGUA_COMM_TIMEOUT_MS",
+                 s->c->timeout_ms, who);
+      return BAGUA_ERR_TIMEOUT;
+    }
+  }
+}
+
+/* Starts round k: waits until every rank has consumed round k-2, which used the same slot. */
+static bagua_status_t round_begin(bagua__shm_t *s, uint64_t *k) {
+  *k = ++s->round;
+  if (*k <= 2) return BAGUA_OK;
+  for (int r = 0; r < s->n; r++)
+    if (r != s->me) BAGUA_CHECK(wait_ge(s, &s->ctrl[r].con, *k - 2, r));
+  return BAGUA_OK;
+}
+
+static void publish(bagua__shm_t *s, uint64_t k) {
+  atomic_store_explicit(&s->ctrl[s->me].pub, k, memory_order_release);
+}
+
+static void consumed(bagua__shm_t *s, uint64_t k) {
+  atomic_store_explicit(&s->ctrl[s->me].con, k, memory_order_release);
+}
+
+static bagua_status_t wait_all(bagua__shm_t *s, uint64_t k) {
+  for (int r = 0; r < s->n; r++)
+    if (r != s->me) BAGUA_CHECK(wait_ge(s, &s->ctrl[r].pub, k, r));
+  return BAGUA_OK;
+}
+
+static void count_sent(bagua__shm_t *s, size_t bytes) {
+  atomic_fetch_add_explicit(&s->c->bytes_sent, bytes, memory_order_relaxed);
+}
+
+static void split(size_t count, int n, int i, size_t *off, size_t *len) {
+  size_t base = count / (size_t)n, extra = count % (size_t)n, ui = (size_t)i;
+  *off = ui * base + (ui < extra ? ui : extra);
+  *len = base + (ui < extra ? 1 : 0);
+}
+
+/* Reduces element range [off, off+len) of round k's slots (each at byte offset `at`) into dst. */
+static void reduce_slots(bagua__shm_t *s, uint64_t k, size_t at, size_t len, char *dst,
+                         bagua_dtype_t dt, bagua_op_t op) {
+  if (len == 0) return;
+  bagua__reduce_out(dt, op, dst, slot_of(s, 0, k) + at, slot_of(s, 1, k) + at, len);
+  for (int r = 2; r < s->n; r++) bagua__reduce(dt, op, dst, slot_of(s, r, k) + at, len);
+  if (op == BAGUA_AVG) bagua__div(dt, dst, len, s->n);
+}
+
+/* Allreduce (root < 0) or reduce to root: two rounds per block of slot-sized input. */
+static bagua_status_t shm_reduce_common(bagua_comm_t *c, const void *sv, void *rv, size_t count,
+                                        bagua_dtype_t dt, bagua_op_t op, int root) {
+  bagua__shm_t *s = c->shm;
+  size_t es = bagua_dtype_size(dt), per = s->slot / es;
+  const char *src = sv;
+  char *dst = rv;
+  for (size_t off = 0; off < count; off += per) {
+    size_t m = count - off < per ? count - off : per;
+    uint64_t k, k2;
+    BAGUA_CHECK(round_begin(s, &k));
+    memcpy(slot_of(s, s->me, k), src + off * es, m * es);
+    count_sent(s, m * es);
+    publish(s, k);
+    BAGUA_CHECK(wait_all(s, k));
+    size_t co, cl;
+    split(m, s->n, s->me, &co, &cl);
+    BAGUA_CHECK(round_begin(s, &k2));
+    reduce_slots(s, k, co * es, cl, slot_of(s, s->me, k2) + co * es, dt, op);
+    consumed(s, k);
+    publish(s, k2);
+    if (root < 0 || root == s->me) {
+      BAGUA_CHECK(wait_all(s, k2));
+      for (int r = 0; r < s->n; r++) {
+        size_t ro, rl;
+        split(m, s->n, r, &ro, &rl);
+        memcpy(dst + (off + ro) * es, slot_of(s, r, k2) + ro * es, rl * es);
+      }
+    }
+    consumed(s, k2);
+  }
+  return BAGUA_OK;
+}
+
+static bagua_status_t shm_allreduce(bagua_comm_t *c, const void *sv, void *rv, size_t count,
+                                    bagua_dtype_t dt, bagua_op_t op) {
+  return shm_reduce_common(c, sv, rv, count, dt, op, -1);
+}
+
+static bagua_status_t shm_reduce(bagua_comm_t *c, const void *sv, void *rv, size_t count,
+                                 bagua_dtype_t dt, bagua_op_t op, int root) {
+  return shm_reduce_common(c, sv, rv, count, dt, op, root);
+}
+
+static bagua_status_t shm_broadcast(bagua_comm_t *c, const void *sv, void *rv, size_t count,
+                                    bagua_dtype_t dt, int root) {
+  bagua__shm_t *s = c->shm;
+  size_t bytes = count * bagua_dtype_size(dt);
+  if (s->me == root && sv != rv) memcpy(rv, sv, bytes);
+  for (size_t off = 0; off < bytes; off += s->slot) {
+    size_t m = bytes - off < s->slot ? bytes - off : s->slot;
+    uint64_t k;
+    BAGUA_CHECK(round_begin(s, &k));
+    if (s->me == root) {
+      memcpy(slot_of(s, root, k), (const char *)sv + off, m);
+      count_sent(s, m);
+    }
+    publish(s, k);
+    if (s->me != root) {
+      BAGUA_CHECK(wait_ge(s, &s->ctrl[root].pub, k, root));
+      memcpy((char *)rv + off, slot_of(s, root, k), m);
+    }
+    consumed(s, k);
+  }
+  return BAGUA_OK;
+}
+
+/*
+ * Block-wise personalised exchange shared by reduce_scatter, alltoall, gather and scatter:
+ * each round carries m elements of each of the n blocks of a rank's input.
+ */
+typedef enum { X_REDUCE_SCATTER, X_ALLTOALL, X_ALLGATHER, X_GATHER, X_SCATTER } xkind_t;
+
+static bagua_status_t shm_blocks(bagua_comm_t *c, xkind_t kind, const void *sv, void *rv,
+                                 size_t count, bagua_dtype_t dt, bagua_op_t op, int root) {
+  bagua__shm_t *s = c->shm;
+  int n = s->n, me = s->me;
+  size_t es = bagua_dtype_size(dt);
+  /* Kinds where a rank contributes one block stage m elements; the others stage n blocks. */
+  int one_block = kind == X_ALLGATHER || kind == X_GATHER;
+  size_t per = s->slot / es / (one_block ? 1 : (size_t)n);
+  const char *src = sv;
+  char *dst = rv;
+  for (size_t off = 0; off < count; off += per) {
+    size_t m = count - off < per ? count - off : per, mb = m * es;
+    uint64_t k;
+    BAGUA_CHECK(round_begin(s, &k));
+    char *mine = slot_of(s, me, k);
+    int writer = kind != X_SCATTER || me == root;
+    if (writer) {
+      if (one_block) {
+        memcpy(mine, src + off * es, mb);
+      } else {
+        for (int j = 0; j < n; j++) memcpy(mine + (size_t)j * mb, src + ((size_t)j * count + off) * es, mb);
+      }
+      count_sent(s, one_block ? mb : mb * (size_t)n);
+    }
+    publish(s, k);
+    switch (kind) {
+      case X_REDUCE_SCATTER:
+        BAGUA_CHECK(wait_all(s, k));
+        reduce_slots(s, k, (size_t)me * mb, m, dst + off * es, dt, op);
+        break;
+      case X_ALLTOALL:
+        BAGUA_CHECK(wait_all(s, k));
+        for (int j = 0; j < n; j++)
+          memcpy(dst + ((size_t)j * count + off) * es, slot_of(s, j, k) + (size_t)me * mb, mb);
+        break;
+      case X_ALLGATHER:
+      case X_GATHER:
+        if (kind == X_GATHER && me != root) break;
+        BAGUA_CHECK(wait_all(s, k));
+        for (int j = 0; j < n; j++) memcpy(dst + ((size_t)j * count + off) * es, slot_of(s, j, k), mb);
+        break;
+      case X_SCATTER:
+        BAGUA_CHECK(wait_ge(s, &s->ctrl[root].pub, k, root));
+        memcpy(dst + off * es, slot_of(s, root, k) + (size_t)me * mb, mb);
+        break;
+    }
+    consumed(s, k);
+  }
+  return BAGUA_OK;
+}
+
+static bagua_status_t shm_reduce_scatter(bagua_comm_t *c, const void *sv, void *rv, size_t count,
+                                         bagua_dtype_t dt, bagua_op_t op) {
+  return shm_blocks(c, X_REDUCE_SCATTER, sv, rv, count, dt, op, -1);
+}
+static bagua_status_t shm_alltoall(bagua_comm_t *c, const void *sv, void *rv, size_t count,
+                                   bagua_dtype_t dt) {
+  return shm_blocks(c, X_ALLTOALL, sv, rv, count, dt, BAGUA_SUM, -1);
+}
+static bagua_status_t shm_allgather(bagua_comm_t *c, const void *sv, void *rv, size_t count,
+                                    bagua_dtype_t dt) {
+  return shm_blocks(c, X_ALLGATHER, sv, rv, count, dt, BAGUA_SUM, -1);
+}
+static bagua_status_t shm_gather(bagua_comm_t *c, const void *sv, void *rv, size_t count,
+                                 bagua_dtype_t dt, int root) {
+  return shm_blocks(c, X_GATHER, sv, rv, count, dt, BAGUA_SUM, root);
+}
+static bagua_status_t shm_scatter(bagua_comm_t *c, const void *sv, void *rv, size_t count,
+                                  bagua_dtype_t dt, int root) {
+  return shm_blocks(c, X_SCATTER, sv, rv, count, dt, BAGUA_SUM, root);
+}
+
+static bagua_status_t shm_barrier(bagua_comm_t *c) {
+  bagua__shm_t *s = c->shm;
+  uint64_t k;
+  BAGUA_CHECK(round_begin(s, &k));
+  publish(s, k);
+  BAGUA_CHECK(wait_all(s, k));
+  consumed(s, k);
+  return BAGUA_OK;
+}
+
+const bagua__coll_ops_t bagua__shm_ops = {
+    "shm",         shm_allreduce, shm_reduce_scatter, shm_allgather, shm_alltoall,
+    shm_broadcast, shm_reduce,    shm_gather,         shm_scatter,   shm_barrier,
+};
+
+bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
+  bagua_status_t st = BAGUA_OK;
+  bagua__shm_t *s = NULL;
+  int fd = -1;
+  char name[96];
+  BAGUA_CALLOC(s, 1);
+  s->c = c;
+  s->n = c->size;
+  s->me = c->rank;
+  s->slot = ((size_t)bagua__param_int(BAGUA_P_SHM_SLOT_BYTES) + 4095) & ~(size_t)4095;
+  s->spin = (int)bagua__param_int(BAGUA_P_SHM_SPIN);
+  s->map_bytes = HEADER_BYTES + sizeof(ctrl_t) * (size_t)s->n;
+  s->map_bytes = (s->map_bytes + 4095) & ~(size_t)4095;
+  size_t ctrl_end = s->map_bytes;
+  s->map_bytes += (size_t)s->n * 2 * s->slot;
+  s->pfd = calloc((size_t)s->n, sizeof(*s->pfd));
+  if (!s->pfd) {
+    free(s);
+    return BAGUA_ERR_NO_MEMORY;
+  }
+  c->shm = s;
+  snprintf(name, sizeof(name), "/bagua-%016llx-%d", (unsigned long long)c->comm_id,
+           (int)c->eps[0].pid);
+  if (c->rank == 0) {
+    shm_unlink(name); /* a stale arena of a crashed run with the same id */
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)s->map_bytes) != 0) {
+      BAGUA_WARN("cannot create shared memory %s of %zu bytes: %s (is /dev/shm large enough? "
+                 "BAGUA_SHM_SLOT_BYTES sets the per-rank size)",
+                 name, s->map_bytes, strerror(errno));
+      st = BAGUA_ERR_SYSTEM;
+    }
+  }
+  /* Creation must be complete before the others open it; the barrier also shares failure. */
+  bagua_status_t bst = bagua__generic_barrier(c);
+  if (st == BAGUA_OK) st = bst;
+  if (st != BAGUA_OK) goto fail;
+  if (c->rank != 0) {
+    fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0) {
+      BAGUA_WARN("cannot open shared memory %s: %s", name, strerror(errno));
+      st = BAGUA_ERR_SYSTEM;
+    }
+  }
+  if (fd >= 0) {
+    s->base = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+      s->base = NULL;
+      BAGUA_WARN("cannot map shared memory %s: %s", name, strerror(errno));
+      st = BAGUA_ERR_SYSTEM;
+    }
+    close(fd);
+  }
+  if (st == BAGUA_OK) {
+    s->hdr = (arena_hdr_t *)s->base;
+    s->ctrl = (ctrl_t *)(s->base + HEADER_BYTES);
+    s->data = s->base + ctrl_end;
+    if (c->rank == 0) {
+      s->hdr->magic = ARENA_MAGIC;
+      s->hdr->nranks = s->n;
+      s->hdr->slot_bytes = s->slot;
+    }
+  }
+  /* After this barrier everyone has mapped the arena, so its name can go: nothing leaks in
+   * /dev/shm even if every rank is killed later. */
+  bst = bagua__generic_barrier(c);
+  if (st == BAGUA_OK) st = bst;
+  if (c->rank == 0) shm_unlink(name);
+  if (st != BAGUA_OK) goto fail;
+  if (s->hdr->magic != ARENA_MAGIC || s->hdr->nranks != s->n || s->hdr->slot_bytes != s->slot) {
+    BAGUA_WARN("shared memory arena layout differs between ranks (BAGUA_SHM_SLOT_BYTES must be "
+               "the same on every rank)");
+    st = BAGUA_ERR_INVALID_ARG;
+    goto fail;
+  }
+  BAGUA_INFO(BAGUA_SUBSYS_INIT, "shm arena %s: %d ranks, %zu-byte slots", name, s->n, s->slot);
+  return BAGUA_OK;
+fail:
+  return st; /* the caller destroys the communicator, which frees s */
+}
+
+void bagua__shm_abort(bagua__shm_t *s) {
+  if (s && s->hdr) atomic_store(&s->hdr->abort, 1);
+}
+
+void bagua__shm_destroy(bagua__shm_t *s) {
+  if (!s) return;
+  if (s->base) munmap(s->base, s->map_bytes);
+  free(s->pfd);
+  free(s);
+}

@@ -1,0 +1,79 @@
+/*
+ * Wire formats shared by the bootstrap and the TCP transport. Every offset is pinned with a
+ * static assertion so that a change to the layout is a compile error, not a silent protocol
+ * break between builds.
+ */
+#ifndef BAGUA_COMM_WIRE_H
+#define BAGUA_COMM_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BAGUA_WIRE_MAGIC 0x42414755u /* "BAGU" */
+#define BAGUA_WIRE_VERSION 1u
+
+enum {
+  BAGUA_MSG_BOOT_HELLO = 1, /* rank -> bootstrap root: my endpoint record */
+  BAGUA_MSG_BOOT_TABLE = 2, /* root -> rank: all records */
+  BAGUA_MSG_BOOT_NACK = 3,  /* root -> rank: refused, `arg` holds the reason */
+  BAGUA_MSG_CONNECT = 4,    /* rank -> rank: opening a data stream */
+  BAGUA_MSG_ACCEPT = 5,     /* reply to CONNECT */
+  BAGUA_MSG_REFUSE = 6      /* reply to CONNECT: refused, `arg` holds the reason */
+};
+
+/* Reasons carried in `arg` of NACK/REFUSE messages. */
+enum {
+  BAGUA_REFUSE_JOB = 1,     /* job id hash differs */
+  BAGUA_REFUSE_VERSION = 2, /* protocol version differs */
+  BAGUA_REFUSE_SIZE = 3,    /* world size differs */
+  BAGUA_REFUSE_RANK = 4,    /* rank out of range or already taken */
+  BAGUA_REFUSE_COMM = 5     /* communicator id differs */
+};
+
+/* Handshake header: the first bytes of every bootstrap and stream connection. */
+typedef struct {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t type;
+  uint32_t arg;      /* stream index, refuse reason, ... */
+  uint64_t job_hash; /* hash of the job id */
+  uint64_t comm_id;  /* identity of the communicator being built */
+  int32_t rank;
+  int32_t size;
+} bagua__wire_hdr_t;
+
+_Static_assert(offsetof(bagua__wire_hdr_t, magic) == 0, "wire layout");
+_Static_assert(offsetof(bagua__wire_hdr_t, type) == 8, "wire layout");
+_Static_assert(offsetof(bagua__wire_hdr_t, job_hash) == 16, "wire layout");
+_Static_assert(offsetof(bagua__wire_hdr_t, comm_id) == 24, "wire layout");
+_Static_assert(offsetof(bagua__wire_hdr_t, rank) == 32, "wire layout");
+_Static_assert(sizeof(bagua__wire_hdr_t) == 40, "wire layout");
+
+/* One rank's endpoint, exchanged by every bootstrap. */
+typedef struct {
+  uint32_t addr; /* IPv4, network order */
+  uint16_t port; /* host order */
+  uint16_t pad;
+  uint64_t node_hash; /* ranks with equal hashes share a node (shared memory possible) */
+  int32_t pid;
+  int32_t color; /* used by split */
+  int32_t key;   /* used by split */
+  int32_t rank;  /* rank in the communicator the record was gathered over */
+} bagua__endpoint_t;
+
+_Static_assert(offsetof(bagua__endpoint_t, node_hash) == 8, "wire layout");
+_Static_assert(offsetof(bagua__endpoint_t, pid) == 16, "wire layout");
+_Static_assert(sizeof(bagua__endpoint_t) == 32, "wire layout");
+
+/* Data-stream message header preceding each part of a message on one TCP stream. */
+typedef struct {
+  uint32_t magic;
+  uint32_t seq; /* per stream and direction; catches lost or mismatched messages */
+  uint64_t bytes;
+} bagua__msg_hdr_t;
+
+_Static_assert(sizeof(bagua__msg_hdr_t) == 16, "wire layout");
+
+uint64_t bagua__hash64(const void *data, size_t len, uint64_t seed);
+
+#endif

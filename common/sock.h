@@ -1,0 +1,46 @@
+/*
+ * Internal TCP socket helpers (IPv4). All blocking helpers take an absolute deadline in
+ * monotonic milliseconds and an optional abort flag, so no caller can block forever.
+ */
+#ifndef BAGUA_COMMON_SOCK_H
+#define BAGUA_COMMON_SOCK_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bagua/error.h"
+
+/* Monotonic clock in milliseconds and nanoseconds. */
+int64_t bagua__now_ms(void);
+int64_t bagua__now_ns(void);
+
+/* Resolves "host" (name or dotted quad) to an IPv4 address in network order. */
+bagua_status_t bagua__resolve_ipv4(const char *host, uint32_t *addr);
+
+/* Listens on addr:port (port 0 picks a free one); returns the fd and the bound port. */
+bagua_status_t bagua__listen(uint32_t addr, uint16_t port, int *fd, uint16_t *bound_port);
+
+/* Connects to addr:port, retrying refused connections until the deadline. */
+bagua_status_t bagua__connect(uint32_t addr, uint16_t port, int64_t deadline_ms,
+                              const volatile int *abort_flag, int *fd);
+
+/* Accepts one connection before the deadline (BAGUA_ERR_TIMEOUT otherwise). */
+bagua_status_t bagua__accept(int lfd, int64_t deadline_ms, const volatile int *abort_flag,
+                             int *fd);
+
+/* Sends/receives exactly len bytes before the deadline; EOF is BAGUA_ERR_REMOTE. */
+bagua_status_t bagua__send_all(int fd, const void *buf, size_t len, int64_t deadline_ms,
+                               const volatile int *abort_flag);
+bagua_status_t bagua__recv_all(int fd, void *buf, size_t len, int64_t deadline_ms,
+                               const volatile int *abort_flag);
+
+/* Non-blocking mode, TCP_NODELAY and the socket buffer sizes used for data streams. */
+void bagua__sock_tune(int fd);
+int bagua__sock_set_nonblock(int fd, int on);
+/* Local address of a connected socket (network order). */
+uint32_t bagua__sock_local_addr(int fd);
+/* Writes "a.b.c.d" for an address in network order. */
+void bagua__ipv4_str(uint32_t addr, char *out, size_t len);
+
+#endif

@@ -1,0 +1,17 @@
+/*
+ * Bagua-C umbrella header: include this to use the library.
+ */
+#ifndef BAGUA_BAGUA_H
+#define BAGUA_BAGUA_H
+
+#include "bagua/comm.h"
+#include "bagua/error.h"
+#include "bagua/params.h"
+#include "bagua/types.h"
+
+#define BAGUA_VERSION_MAJOR 0
+#define BAGUA_VERSION_MINOR 1
+#define BAGUA_VERSION_PATCH 0
+#define BAGUA_VERSION_STRING "0.1.0"
+
+#endif

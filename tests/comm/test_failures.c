@@ -1,0 +1,282 @@
+/*
+ * Failure semantics: a rank killed or stopped mid-allreduce, abort from another thread,
+ * malformed and foreign handshakes, bad arguments and bad environment values.
+ * Usage: test_failures kill|stall|abort tcp|shm ; test_failures handshake|badargs|badenv
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../test.h"
+#include "comm/wire.h"
+#include "common/params.h"
+#include "common/sock.h"
+#include "mp.h"
+
+typedef struct {
+  volatile int iters[8];
+  volatile double err_time[8];
+  volatile int err_status[8];
+  volatile double kill_time;
+} shared_t;
+
+static shared_t *g_sh;
+
+static int loop_body(bagua_comm_t *c, void *arg) {
+  (void)arg;
+  int me = bagua_comm_rank(c);
+  size_t n = 1 << 20;
+  float *buf = calloc(n, sizeof(float));
+  for (int it = 0; it < 100000; it++) {
+    bagua_status_t st = bagua_allreduce(c, buf, buf, n, BAGUA_F32, BAGUA_SUM);
+    if (st != BAGUA_OK) {
+      g_sh->err_time[me] = mp_now();
+      g_sh->err_status[me] = (int)st;
+      free(buf);
+      return 0;
+    }
+    g_sh->iters[me] = it + 1;
+  }
+  free(buf);
+  return 1; /* never saw the failure */
+}
+
+/* Kills (SIGKILL) or stops (SIGSTOP) rank 2 of 4 once it is inside the allreduce loop. */
+static int fault_test(int transport, int sig) {
+  mp_opts_t o = {.nranks = 4, .transport = transport, .timeout_ms = 1000, .deadline_s = 60};
+  int port = mp_free_port();
+  pid_t pids[4];
+  for (int r = 0; r < 4; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      bagua_comm_config_t cfg;
+      mp_config(&o, port, r, &cfg);
+      bagua_comm_t *c = NULL;
+      if (bagua_comm_init(&cfg, &c) != BAGUA_OK) _exit(3);
+      int rc = loop_body(c, NULL);
+      bagua_comm_destroy(c);
+      _exit(rc);
+    }
+  }
+  double until = mp_now() + 30;
+  while (g_sh->iters[2] < 3 && mp_now() < until) usleep(1000);
+  ASSERT_GE(g_sh->iters[2], 3);
+  g_sh->kill_time = mp_now();
+  kill(pids[2], sig);
+  int failed = 0;
+  for (int r = 0; r < 4; r++) {
+    if (r == 2) continue;
+    int status;
+    double dl = mp_now() + 20;
+    while (waitpid(pids[r], &status, WNOHANG) == 0 && mp_now() < dl) usleep(1000);
+    if (mp_now() >= dl) {
+      fprintf(stderr, "rank %d hung after the fault\n", r);
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], &status, 0);
+      failed = 1;
+      continue;
+    }
+    double lat = (g_sh->err_time[r] - g_sh->kill_time) * 1e3;
+    printf("rank %d returned %s %.1f ms after the %s\n", r,
+           bagua_err_name((bagua_status_t)g_sh->err_status[r]), lat,
+           sig == SIGKILL ? "kill" : "stop");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+    int st = g_sh->err_status[r];
+    if (st != BAGUA_ERR_REMOTE && st != BAGUA_ERR_TIMEOUT) failed = 1;
+    /* The bound: peer death is seen through closed sockets at once; a stall takes the
+     * configured 1000 ms timeout. Both get generous slack for a loaded 2-core machine. */
+    if (lat > (sig == SIGKILL ? 3000 : 1000 + 3000)) failed = 1;
+  }
+  kill(pids[2], SIGKILL);
+  waitpid(pids[2], NULL, 0);
+  return failed;
+}
+
+typedef struct {
+  bagua_comm_t *c;
+} abort_arg_t;
+
+static void *abort_thread(void *p) {
+  usleep(200000);
+  bagua_comm_abort(((abort_arg_t *)p)->c);
+  return NULL;
+}
+
+static int abort_body(bagua_comm_t *c, void *arg) {
+  (void)arg;
+  float buf[1024] = {0};
+  if (bagua_comm_rank(c) == 1) {
+    usleep(1500000); /* late: rank 0 is blocked in the allreduce meanwhile */
+    /* Rank 0 may have pushed its whole contribution into the socket before it aborted, so
+     * this first call can legitimately complete; the next one must fail, not hang. */
+    bagua_status_t st = bagua_allreduce(c, buf, buf, 1024, BAGUA_F32, BAGUA_SUM);
+    if (st == BAGUA_OK) st = bagua_barrier(c);
+    ASSERT_TRUE(st == BAGUA_ERR_REMOTE || st == BAGUA_ERR_TIMEOUT);
+    return 0;
+  }
+  abort_arg_t a = {c};
+  pthread_t t;
+  pthread_create(&t, NULL, abort_thread, &a);
+  double t0 = mp_now();
+  bagua_status_t st = bagua_allreduce(c, buf, buf, 1024, BAGUA_F32, BAGUA_SUM);
+  double ms = (mp_now() - t0) * 1e3;
+  pthread_join(t, NULL);
+  printf("abort: blocked allreduce returned %s after %.0f ms\n", bagua_err_name(st), ms);
+  ASSERT_STATUS(st, BAGUA_ERR_ABORTED);
+  ASSERT_LT(ms, 1200);
+  ASSERT_STATUS(bagua_barrier(c), BAGUA_ERR_ABORTED);
+  return 0;
+}
+
+/* Sends `len` bytes to the bootstrap port and returns the refusal reason (0 = none read). */
+static uint32_t poke(int port, const void *msg, size_t len) {
+  uint32_t addr;
+  bagua__resolve_ipv4("127.0.0.1", &addr);
+  int fd;
+  ASSERT_OK(bagua__connect(addr, (uint16_t)port, bagua__now_ms() + 5000, NULL, &fd));
+  if (len) bagua__send_all(fd, msg, len, bagua__now_ms() + 2000, NULL);
+  bagua__wire_hdr_t h = {0};
+  uint32_t reason = 0;
+  if (bagua__recv_all(fd, &h, sizeof(h), bagua__now_ms() + 3000, NULL) == BAGUA_OK &&
+      h.type == BAGUA_MSG_BOOT_NACK)
+    reason = h.arg;
+  close(fd);
+  return reason;
+}
+
+static int handshake_test(void) {
+  mp_opts_t o = {.nranks = 2, .transport = BAGUA_TRANSPORT_TCP};
+  int port = mp_free_port();
+  pid_t p0 = fork();
+  if (p0 == 0) {
+    bagua_comm_config_t cfg;
+    mp_config(&o, port, 0, &cfg);
+    bagua_comm_t *c = NULL;
+    if (bagua_comm_init(&cfg, &c) != BAGUA_OK) _exit(3);
+    int32_t v = 5;
+    if (bagua_allreduce(c, &v, &v, 1, BAGUA_I32, BAGUA_SUM) != BAGUA_OK || v != 12) _exit(4);
+    bagua_comm_destroy(c);
+    _exit(0);
+  }
+  /* 1: garbage, 2: right magic but another job, 3: another protocol version, 4: silence,
+   * 5: a duplicate of rank 0. Each is refused; rank 0 keeps waiting for the real rank 1. */
+  char junk[40];
+  memset(junk, 0x5a, sizeof(junk));
+  ASSERT_EQ(poke(port, junk, sizeof(junk)), 0);
+  uint64_t job = bagua__hash64("test-job", 8, 0);
+  bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC, BAGUA_WIRE_VERSION, BAGUA_MSG_BOOT_HELLO, 0,
+                         job ^ 1, bagua__hash64("world", 5, job), 1, 2};
+  ASSERT_EQ(poke(port, &h, sizeof(h)), BAGUA_REFUSE_JOB);
+  h.job_hash = job;
+  h.version = 99;
+  ASSERT_EQ(poke(port, &h, sizeof(h)), BAGUA_REFUSE_VERSION);
+  ASSERT_EQ(poke(port, NULL, 0), 0);
+  h.version = BAGUA_WIRE_VERSION;
+  h.rank = 0;
+  ASSERT_EQ(poke(port, &h, sizeof(h)), BAGUA_REFUSE_RANK);
+  /* A real rank of another job is refused with a clear protocol error. */
+  bagua_comm_config_t cfg;
+  mp_config(&o, port, 1, &cfg);
+  cfg.job_id = "another-job";
+  bagua_comm_t *c = NULL;
+  ASSERT_STATUS(bagua_comm_init(&cfg, &c), BAGUA_ERR_PROTOCOL);
+  printf("foreign rank refused: %s\n", bagua_last_error());
+  ASSERT_TRUE(strstr(bagua_last_error(), "job") != NULL);
+  /* The real rank 1 still forms the communicator with rank 0. */
+  mp_config(&o, port, 1, &cfg);
+  ASSERT_OK(bagua_comm_init(&cfg, &c));
+  int32_t v = 7;
+  ASSERT_OK(bagua_allreduce(c, &v, &v, 1, BAGUA_I32, BAGUA_SUM));
+  ASSERT_EQ(v, 12);
+  bagua_comm_destroy(c);
+  int status;
+  waitpid(p0, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return 0;
+}
+
+static int badargs_body(bagua_comm_t *c, void *arg) {
+  (void)arg;
+  int me = bagua_comm_rank(c);
+  float f[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  ASSERT_STATUS(bagua_allreduce(c, f, f, 8, (bagua_dtype_t)42, BAGUA_SUM), BAGUA_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(bagua_last_error(), "dtype") != NULL);
+  ASSERT_STATUS(bagua_allreduce(c, f, f, 8, BAGUA_F32, (bagua_op_t)9), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_broadcast(c, f, f, 8, BAGUA_F32, 5), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_allreduce(c, NULL, f, 8, BAGUA_F32, BAGUA_SUM), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_send(c, f, 1, BAGUA_F32, me), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_comm_get_async_error(c), BAGUA_OK);
+  /* Still usable after refused arguments. */
+  ASSERT_OK(bagua_allreduce(c, f, f, 8, BAGUA_F32, BAGUA_SUM));
+  ASSERT_EQ((int)f[7], 2);
+  /* A count mismatch between sender and receiver is a protocol error, not corruption. */
+  if (me == 0) bagua_send(c, f, 4, BAGUA_F32, 1);
+  if (me == 1) {
+    ASSERT_STATUS(bagua_recv(c, f, 3, BAGUA_F32, 0), BAGUA_ERR_PROTOCOL);
+    ASSERT_TRUE(strstr(bagua_last_error(), "expected") != NULL);
+    /* The failed communicator refuses further calls with its first error. */
+    ASSERT_STATUS(bagua_barrier(c), BAGUA_ERR_PROTOCOL);
+  }
+  return 0;
+}
+
+static int badenv_test(void) {
+  setenv("BAGUA_NET_NSTREAMS", "abc", 1);
+  bagua__params_reload();
+  bagua_comm_config_t cfg = BAGUA_COMM_CONFIG_INIT;
+  cfg.rank = 0;
+  cfg.size = 1;
+  bagua_comm_t *c = NULL;
+  ASSERT_STATUS(bagua_comm_init(&cfg, &c), BAGUA_ERR_INVALID_ARG);
+  printf("bad env: %s\n", bagua_last_error());
+  ASSERT_TRUE(strstr(bagua_last_error(), "BAGUA_NET_NSTREAMS") != NULL);
+  ASSERT_TRUE(strstr(bagua_last_error(), "[1, 16]") != NULL);
+  setenv("BAGUA_NET_NSTREAMS", "2", 1);
+  setenv("BAGUA_TRANSPORT", "carrier-pigeon", 1);
+  bagua__params_reload();
+  ASSERT_STATUS(bagua_comm_init(&cfg, &c), BAGUA_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(bagua_last_error(), "auto|tcp|shm") != NULL);
+  unsetenv("BAGUA_TRANSPORT");
+  bagua__params_reload();
+  cfg.rank = 3;
+  ASSERT_STATUS(bagua_comm_init(&cfg, &c), BAGUA_ERR_INVALID_ARG);
+  cfg.rank = 0;
+  ASSERT_OK(bagua_comm_init(&cfg, &c)); /* size 1 needs no peers */
+  float f = 3;
+  ASSERT_OK(bagua_allreduce(c, &f, &f, 1, BAGUA_F32, BAGUA_AVG));
+  ASSERT_EQ((int)f, 3);
+  bagua_comm_destroy(c);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  g_sh = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  memset((void *)g_sh, 0, sizeof(*g_sh));
+  int transport = argc > 2 && strcmp(argv[2], "shm") == 0 ? BAGUA_TRANSPORT_SHM : BAGUA_TRANSPORT_TCP;
+  int rc;
+  if (strcmp(argv[1], "kill") == 0) {
+    rc = fault_test(transport, SIGKILL);
+  } else if (strcmp(argv[1], "stall") == 0) {
+    rc = fault_test(transport, SIGSTOP);
+  } else if (strcmp(argv[1], "abort") == 0) {
+    mp_opts_t o = {.nranks = 2, .transport = transport, .timeout_ms = 5000, .deadline_s = 30};
+    rc = mp_run(&o, abort_body, NULL);
+  } else if (strcmp(argv[1], "handshake") == 0) {
+    rc = handshake_test();
+  } else if (strcmp(argv[1], "badargs") == 0) {
+    mp_opts_t o = {.nranks = 2, .transport = BAGUA_TRANSPORT_TCP, .deadline_s = 30};
+    rc = mp_run(&o, badargs_body, NULL);
+  } else if (strcmp(argv[1], "badenv") == 0) {
+    rc = badenv_test();
+  } else {
+    return 2;
+  }
+  printf("%s %s\n", rc ? "FAILED" : "passed", argv[1]);
+  return rc;
+}
