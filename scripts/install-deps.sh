@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Bagua-C needs to build and test. Idempotent; needs root (or sudo).
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+PKGS=(build-essential cmake ninja-build pkg-config git
+      libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev
+      etcd-server etcd-client iproute2 dataset-fashion-mnist)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
