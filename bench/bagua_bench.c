@@ -22,10 +22,18 @@
 #include "bagua/bagua.h"
 #include "kernels/kernels.h"
 
-typedef enum { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_ALLTOALL, C_BROADCAST, C_REDUCE,
-               C_BARRIER, C__COUNT } coll_t;
+typedef enum {
+  C_ALLREDUCE,
+  C_REDUCE_SCATTER,
+  C_ALLGATHER,
+  C_ALLTOALL,
+  C_BROADCAST,
+  C_REDUCE,
+  C_BARRIER,
+  C__COUNT
+} coll_t;
 static const char *k_coll[C__COUNT] = {"allreduce", "reduce_scatter", "allgather", "alltoall",
-                                       "broadcast", "reduce", "barrier"};
+                                       "broadcast", "reduce",         "barrier"};
 
 typedef struct {
   coll_t coll;
@@ -52,9 +60,12 @@ static int parse_size(const char *s, size_t *out) {
   double v = strtod(s, &end);
   if (errno || end == s || v < 0) return -1;
   double mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1024, end++;
-  else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, end++;
-  else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, end++;
+  if (*end == 'K' || *end == 'k')
+    mult = 1024, end++;
+  else if (*end == 'M' || *end == 'm')
+    mult = 1024.0 * 1024, end++;
+  else if (*end == 'G' || *end == 'g')
+    mult = 1024.0 * 1024 * 1024, end++;
   if (*end == 'B' || *end == 'b') end++;
   if (*end) return -1;
   *out = (size_t)(v * mult);
@@ -70,8 +81,8 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 static int parse(int argc, char **argv, opts_t *o) {
-  *o = (opts_t){C_ALLREDUCE, 2, BAGUA_TRANSPORT_AUTO, 20, 5, 0, BAGUA_F32, BAGUA_SUM, 8,
-                256u << 20};
+  *o =
+      (opts_t){C_ALLREDUCE, 2, BAGUA_TRANSPORT_AUTO, 20, 5, 0, BAGUA_F32, BAGUA_SUM, 8, 256u << 20};
   int c = -1;
   for (int i = 0; i < C__COUNT; i++)
     if (strcmp(argv[1], k_coll[i]) == 0) c = i;
@@ -92,18 +103,29 @@ static int parse(int argc, char **argv, opts_t *o) {
       fprintf(stderr, "bagua-bench: %s needs a value\n", a);
       return -1;
     }
-    if (strcmp(a, "--nranks") == 0) bad = parse_int(v, 1, 64, &o->nranks);
-    else if (strcmp(a, "--iters") == 0) bad = parse_int(v, 1, 1000000, &o->iters);
-    else if (strcmp(a, "--warmup") == 0) bad = parse_int(v, 0, 1000000, &o->warmup);
-    else if (strcmp(a, "--min-bytes") == 0) bad = parse_size(v, &o->min_bytes);
-    else if (strcmp(a, "--max-bytes") == 0) bad = parse_size(v, &o->max_bytes);
-    else if (strcmp(a, "--dtype") == 0) bad = (int)(o->dt = (bagua_dtype_t)bagua_dtype_parse(v)) < 0;
-    else if (strcmp(a, "--op") == 0) bad = (int)(o->op = (bagua_op_t)bagua_op_parse(v)) < 0;
+    if (strcmp(a, "--nranks") == 0)
+      bad = parse_int(v, 1, 64, &o->nranks);
+    else if (strcmp(a, "--iters") == 0)
+      bad = parse_int(v, 1, 1000000, &o->iters);
+    else if (strcmp(a, "--warmup") == 0)
+      bad = parse_int(v, 0, 1000000, &o->warmup);
+    else if (strcmp(a, "--min-bytes") == 0)
+      bad = parse_size(v, &o->min_bytes);
+    else if (strcmp(a, "--max-bytes") == 0)
+      bad = parse_size(v, &o->max_bytes);
+    else if (strcmp(a, "--dtype") == 0)
+      bad = (int)(o->dt = (bagua_dtype_t)bagua_dtype_parse(v)) < 0;
+    else if (strcmp(a, "--op") == 0)
+      bad = (int)(o->op = (bagua_op_t)bagua_op_parse(v)) < 0;
     else if (strcmp(a, "--transport") == 0) {
-      if (strcmp(v, "auto") == 0) o->transport = BAGUA_TRANSPORT_AUTO;
-      else if (strcmp(v, "tcp") == 0) o->transport = BAGUA_TRANSPORT_TCP;
-      else if (strcmp(v, "shm") == 0) o->transport = BAGUA_TRANSPORT_SHM;
-      else bad = 1;
+      if (strcmp(v, "auto") == 0)
+        o->transport = BAGUA_TRANSPORT_AUTO;
+      else if (strcmp(v, "tcp") == 0)
+        o->transport = BAGUA_TRANSPORT_TCP;
+      else if (strcmp(v, "shm") == 0)
+        o->transport = BAGUA_TRANSPORT_SHM;
+      else
+        bad = 1;
     } else {
       fprintf(stderr, "bagua-bench: unknown option %s\n", a);
       usage(stderr);
@@ -123,31 +145,56 @@ static int parse(int argc, char **argv, opts_t *o) {
 }
 
 /* Test values whose sums over up to 8 ranks are exact in every dtype, u8 and bf16 included. */
-static double val(int rank, size_t i) { return (double)((rank % 3) + 1) * (double)((i % 5) + 1); }
+static double val(int rank, size_t i) {
+  return (double)((rank % 3) + 1) * (double)((i % 5) + 1);
+}
 
 static void store(bagua_dtype_t dt, void *b, size_t i, double v) {
   switch (dt) {
-    case BAGUA_F32: ((float *)b)[i] = (float)v; break;
-    case BAGUA_F64: ((double *)b)[i] = v; break;
-    case BAGUA_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-    case BAGUA_I64: ((int64_t *)b)[i] = (int64_t)v; break;
-    case BAGUA_U8: ((uint8_t *)b)[i] = (uint8_t)v; break;
-    case BAGUA_F16: ((uint16_t *)b)[i] = bagua__f32_to_f16((float)v); break;
-    case BAGUA_BF16: ((uint16_t *)b)[i] = bagua__f32_to_bf16((float)v); break;
-    default: break;
+    case BAGUA_F32:
+      ((float *)b)[i] = (float)v;
+      break;
+    case BAGUA_F64:
+      ((double *)b)[i] = v;
+      break;
+    case BAGUA_I32:
+      ((int32_t *)b)[i] = (int32_t)v;
+      break;
+    case BAGUA_I64:
+      ((int64_t *)b)[i] = (int64_t)v;
+      break;
+    case BAGUA_U8:
+      ((uint8_t *)b)[i] = (uint8_t)v;
+      break;
+    case BAGUA_F16:
+      ((uint16_t *)b)[i] = bagua__f32_to_f16((float)v);
+      break;
+    case BAGUA_BF16:
+      ((uint16_t *)b)[i] = bagua__f32_to_bf16((float)v);
+      break;
+    default:
+      break;
   }
 }
 
 static double load(bagua_dtype_t dt, const void *b, size_t i) {
   switch (dt) {
-    case BAGUA_F32: return ((const float *)b)[i];
-    case BAGUA_F64: return ((const double *)b)[i];
-    case BAGUA_I32: return ((const int32_t *)b)[i];
-    case BAGUA_I64: return (double)((const int64_t *)b)[i];
-    case BAGUA_U8: return ((const uint8_t *)b)[i];
-    case BAGUA_F16: return bagua__f16_to_f32(((const uint16_t *)b)[i]);
-    case BAGUA_BF16: return bagua__bf16_to_f32(((const uint16_t *)b)[i]);
-    default: return 0;
+    case BAGUA_F32:
+      return ((const float *)b)[i];
+    case BAGUA_F64:
+      return ((const double *)b)[i];
+    case BAGUA_I32:
+      return ((const int32_t *)b)[i];
+    case BAGUA_I64:
+      return (double)((const int64_t *)b)[i];
+    case BAGUA_U8:
+      return ((const uint8_t *)b)[i];
+    case BAGUA_F16:
+      return bagua__f16_to_f32(((const uint16_t *)b)[i]);
+    case BAGUA_BF16:
+      return bagua__bf16_to_f32(((const uint16_t *)b)[i]);
+    default:
+      return 0;
   }
 }
 
@@ -179,22 +226,30 @@ static double now_s(void) {
 static bagua_status_t run_once(const opts_t *o, bagua_comm_t *c, void *s, void *r, size_t count) {
   int n = bagua_comm_size(c);
   switch (o->coll) {
-    case C_ALLREDUCE: return bagua_allreduce(c, s, r, count, o->dt, o->op);
-    case C_REDUCE_SCATTER: return bagua_reduce_scatter(c, s, r, count / n, o->dt, o->op);
-    case C_ALLGATHER: return bagua_allgather(c, s, r, count / n, o->dt);
-    case C_ALLTOALL: return bagua_alltoall(c, s, r, count / n, o->dt);
-    case C_BROADCAST: return bagua_broadcast(c, s, r, count, o->dt, 0);
-    case C_REDUCE: return bagua_reduce(c, s, r, count, o->dt, o->op, 0);
-    case C_BARRIER: return bagua_barrier(c);
-    default: return BAGUA_ERR_INVALID_ARG;
+    case C_ALLREDUCE:
+      return bagua_allreduce(c, s, r, count, o->dt, o->op);
+    case C_REDUCE_SCATTER:
+      return bagua_reduce_scatter(c, s, r, count / n, o->dt, o->op);
+    case C_ALLGATHER:
+      return bagua_allgather(c, s, r, count / n, o->dt);
+    case C_ALLTOALL:
+      return bagua_alltoall(c, s, r, count / n, o->dt);
+    case C_BROADCAST:
+      return bagua_broadcast(c, s, r, count, o->dt, 0);
+    case C_REDUCE:
+      return bagua_reduce(c, s, r, count, o->dt, o->op, 0);
+    case C_BARRIER:
+      return bagua_barrier(c);
+    default:
+      return BAGUA_ERR_INVALID_ARG;
   }
 }
 
 static void fill(const opts_t *o, int rank, int n, void *s, size_t count) {
   for (size_t i = 0; i < count; i++) {
     /* alltoall: block p of rank r carries r's values offset by the destination p. */
-    double v = o->coll == C_ALLTOALL ? val(rank, i % (count / n) + (i / (count / n)) * 7)
-                                     : val(rank, i);
+    double v =
+        o->coll == C_ALLTOALL ? val(rank, i % (count / n) + (i / (count / n)) * 7) : val(rank, i);
     store(o->dt, s, i, v);
   }
 }
@@ -210,7 +265,8 @@ static size_t count_wrong(const opts_t *o, int rank, int n, const void *r, size_
       break;
     case C_REDUCE_SCATTER:
       for (size_t i = 0; i < blk; i++)
-        wrong += !close_enough(o->dt, load(o->dt, r, i), expect_reduced(o, n, (size_t)rank * blk + i));
+        wrong +=
+            !close_enough(o->dt, load(o->dt, r, i), expect_reduced(o, n, (size_t)rank * blk + i));
       break;
     case C_ALLGATHER:
       for (size_t i = 0; i < blk * (size_t)n; i++)
@@ -218,10 +274,12 @@ static size_t count_wrong(const opts_t *o, int rank, int n, const void *r, size_
       break;
     case C_ALLTOALL:
       for (size_t i = 0; i < blk * (size_t)n; i++)
-        wrong += !close_enough(o->dt, load(o->dt, r, i), val((int)(i / blk), i % blk + (size_t)rank * 7));
+        wrong += !close_enough(o->dt, load(o->dt, r, i),
+                               val((int)(i / blk), i % blk + (size_t)rank * 7));
       break;
     case C_BROADCAST:
-      for (size_t i = 0; i < count; i++) wrong += !close_enough(o->dt, load(o->dt, r, i), val(0, i));
+      for (size_t i = 0; i < count; i++)
+        wrong += !close_enough(o->dt, load(o->dt, r, i), val(0, i));
       break;
     default:
       break;
@@ -231,11 +289,14 @@ static size_t count_wrong(const opts_t *o, int rank, int n, const void *r, size_
 
 static double busbw_factor(coll_t c, int n) {
   switch (c) {
-    case C_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case C_ALLREDUCE:
+      return 2.0 * (n - 1) / n;
     case C_REDUCE_SCATTER:
     case C_ALLGATHER:
-    case C_ALLTOALL: return (double)(n - 1) / n;
-    default: return 1.0;
+    case C_ALLTOALL:
+      return (double)(n - 1) / n;
+    default:
+      return 1.0;
   }
 }
 

@@ -55,18 +55,24 @@ int bagua__wire_check(const bagua__wire_hdr_t *h, uint32_t type, uint64_t job_ha
 
 static const char *refuse_text(uint32_t r) {
   switch (r) {
-    case BAGUA_REFUSE_JOB: return "job id differs from the other ranks' (BAGUA_JOB_ID)";
-    case BAGUA_REFUSE_VERSION: return "protocol version differs (mixed Bagua-C builds)";
-    case BAGUA_REFUSE_SIZE: return "world size differs from the other ranks' (WORLD_SIZE)";
-    case BAGUA_REFUSE_RANK: return "rank out of range or already taken by another process";
-    case BAGUA_REFUSE_COMM: return "connection meant for another communicator";
-    default: return "unknown reason";
+    case BAGUA_REFUSE_JOB:
+      return "job id differs from the other ranks' (BAGUA_JOB_ID)";
+    case BAGUA_REFUSE_VERSION:
+      return "protocol version differs (mixed Bagua-C builds)";
+    case BAGUA_REFUSE_SIZE:
+      return "world size differs from the other ranks' (WORLD_SIZE)";
+    case BAGUA_REFUSE_RANK:
+      return "rank out of range or already taken by another process";
+    case BAGUA_REFUSE_COMM:
+      return "connection meant for another communicator";
+    default:
+      return "unknown reason";
   }
 }
 
 static bagua__wire_hdr_t make_hdr(const bagua__boot_ctx_t *ctx, uint32_t type, uint32_t arg) {
-  bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC, BAGUA_WIRE_VERSION, type, arg, ctx->job_hash,
-                         ctx->comm_id, ctx->rank, ctx->size};
+  bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC, BAGUA_WIRE_VERSION, type,      arg,
+                         ctx->job_hash,    ctx->comm_id,       ctx->rank, ctx->size};
   return h;
 }
 
@@ -163,14 +169,13 @@ bagua_status_t bagua__bootstrap_tcp(void *arg, const bagua__boot_ctx_t *ctx,
   int fd = -1;
   char ip[32];
   bagua__ipv4_str(cfg->master_addr, ip, sizeof(ip));
-  BAGUA_CHECK(bagua__connect(cfg->master_addr, cfg->master_port, ctx->deadline_ms,
-                             ctx->abort_flag, &fd));
+  BAGUA_CHECK(
+      bagua__connect(cfg->master_addr, cfg->master_port, ctx->deadline_ms, ctx->abort_flag, &fd));
   if (mine->addr == 0) mine->addr = bagua__sock_local_addr(fd);
   bagua__wire_hdr_t h = make_hdr(ctx, BAGUA_MSG_BOOT_HELLO, 0);
-  BAGUA_CHECK_GOTO(bagua__send_all(fd, &h, sizeof(h), ctx->deadline_ms, ctx->abort_flag), st,
+  BAGUA_CHECK_GOTO(bagua__send_all(fd, &h, sizeof(h), ctx->deadline_ms, ctx->abort_flag), st, fail);
+  BAGUA_CHECK_GOTO(bagua__send_all(fd, mine, sizeof(*mine), ctx->deadline_ms, ctx->abort_flag), st,
                    fail);
-  BAGUA_CHECK_GOTO(bagua__send_all(fd, mine, sizeof(*mine), ctx->deadline_ms, ctx->abort_flag),
-                   st, fail);
   st = bagua__recv_all(fd, &h, sizeof(h), ctx->deadline_ms, ctx->abort_flag);
   if (st != BAGUA_OK) {
     BAGUA_WARN("bootstrap: no answer from rank 0 at %s:%u (%s)", ip, (unsigned)cfg->master_port,
@@ -188,9 +193,9 @@ bagua_status_t bagua__bootstrap_tcp(void *arg, const bagua__boot_ctx_t *ctx,
     st = BAGUA_ERR_PROTOCOL;
     goto fail;
   }
-  BAGUA_CHECK_GOTO(bagua__recv_all(fd, all, sizeof(*all) * (size_t)ctx->size, ctx->deadline_ms,
-                                   ctx->abort_flag),
-                   st, fail);
+  BAGUA_CHECK_GOTO(
+      bagua__recv_all(fd, all, sizeof(*all) * (size_t)ctx->size, ctx->deadline_ms, ctx->abort_flag),
+      st, fail);
 fail:
   close(fd);
   return st;

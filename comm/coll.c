@@ -41,12 +41,12 @@ static bagua_status_t check_args(bagua_comm_t *c, const char *fn, bagua_dtype_t 
   return BAGUA_OK;
 }
 
-#define NEED_BUF(p, fn, name)                                                      \
-  do {                                                                             \
-    if ((p) == NULL) {                                                             \
-      BAGUA_WARN("%s: %s is NULL but the count is not zero", fn, name);            \
-      return BAGUA_ERR_INVALID_ARG;                                                \
-    }                                                                              \
+#define NEED_BUF(p, fn, name)                                           \
+  do {                                                                  \
+    if ((p) == NULL) {                                                  \
+      BAGUA_WARN("%s: %s is NULL but the count is not zero", fn, name); \
+      return BAGUA_ERR_INVALID_ARG;                                     \
+    }                                                                   \
   } while (0)
 
 static bagua_status_t finish(bagua_comm_t *c, bagua_status_t st) {
@@ -100,8 +100,8 @@ bagua_status_t bagua_broadcast(bagua_comm_t *c, const void *s, void *r, size_t c
   return finish(c, OPS(c, broadcast)(c, c->rank == root ? s : r, r, count, dt, root));
 }
 
-bagua_status_t bagua_reduce(bagua_comm_t *c, const void *s, void *r, size_t count,
-                            bagua_dtype_t dt, bagua_op_t op, int root) {
+bagua_status_t bagua_reduce(bagua_comm_t *c, const void *s, void *r, size_t count, bagua_dtype_t dt,
+                            bagua_op_t op, int root) {
   BAGUA_CHECK(check_args(c, "bagua_reduce", dt, (int)op, root, count, 1));
   if (count == 0) return BAGUA_OK;
   NEED_BUF(s, "bagua_reduce", "sendbuf");
@@ -109,8 +109,8 @@ bagua_status_t bagua_reduce(bagua_comm_t *c, const void *s, void *r, size_t coun
   return finish(c, OPS(c, reduce)(c, s, r, count, dt, op, root));
 }
 
-bagua_status_t bagua_gather(bagua_comm_t *c, const void *s, void *r, size_t count,
-                            bagua_dtype_t dt, int root) {
+bagua_status_t bagua_gather(bagua_comm_t *c, const void *s, void *r, size_t count, bagua_dtype_t dt,
+                            int root) {
   BAGUA_CHECK(check_args(c, "bagua_gather", dt, -1, root, count, (size_t)c->size));
   if (count == 0) return BAGUA_OK;
   NEED_BUF(s, "bagua_gather", "sendbuf");
@@ -158,8 +158,8 @@ bagua_status_t bagua_recv(bagua_comm_t *c, void *buf, size_t count, bagua_dtype_
   return finish(c, bagua__exchange(c, NULL, 0, &r, 1));
 }
 
-bagua_status_t bagua_sendrecv(bagua_comm_t *c, const void *sbuf, size_t scount, int dst,
-                              void *rbuf, size_t rcount, int src, bagua_dtype_t dt) {
+bagua_status_t bagua_sendrecv(bagua_comm_t *c, const void *sbuf, size_t scount, int dst, void *rbuf,
+                              size_t rcount, int src, bagua_dtype_t dt) {
   BAGUA_CHECK(check_args(c, "bagua_sendrecv", dt, -1, -1, scount > rcount ? scount : rcount, 1));
   BAGUA_CHECK(check_peer(c, "bagua_sendrecv", dst, 1));
   BAGUA_CHECK(check_peer(c, "bagua_sendrecv", src, 1));

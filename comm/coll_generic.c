@@ -16,7 +16,9 @@
 
 #define SMALL_BYTES (64 * 1024)
 
-static int mod(int a, int n) { return ((a % n) + n) % n; }
+static int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
 
 /* Byte offset and length of chunk i when `count` elements are split over n chunks. */
 static void chunk(size_t count, int n, int i, size_t es, size_t *off, size_t *len) {
@@ -39,8 +41,8 @@ static bagua_status_t sendrecv_bytes(bagua_comm_t *c, const void *s, size_t sb, 
  * the two chunk-sized ping-pong buffers in pp.
  */
 static bagua_status_t ring_reduce_scatter(bagua_comm_t *c, const char *sbuf, char *work,
-                                          char *pp[2], char *final, size_t count,
-                                          bagua_dtype_t dt, bagua_op_t op) {
+                                          char *pp[2], char *final, size_t count, bagua_dtype_t dt,
+                                          bagua_op_t op) {
   int n = c->size, r = c->rank;
   size_t es = bagua_dtype_size(dt);
   int next = mod(r + 1, n), prev = mod(r - 1, n);
@@ -99,8 +101,7 @@ static bagua_status_t rd_allreduce(bagua_comm_t *c, char *buf, size_t count, bag
       int pn = newrank ^ mask;
       int peer = pn < rem ? pn * 2 + 1 : pn + rem;
       memcpy(tmp, buf, bytes);
-      BAGUA_CHECK_GOTO(sendrecv_bytes(c, tmp, bytes, peer, buf, bytes, peer, buf, dt, op), st,
-                       out);
+      BAGUA_CHECK_GOTO(sendrecv_bytes(c, tmp, bytes, peer, buf, bytes, peer, buf, dt, op), st, out);
     }
   }
   if (r < 2 * rem) {
@@ -142,8 +143,7 @@ static bagua_status_t g_reduce_scatter(bagua_comm_t *c, const void *s, void *r, 
     char *pp = malloc(2 * block + 1);
     if (!pp) return BAGUA_ERR_NO_MEMORY;
     char *two[2] = {pp, pp + block};
-    bagua_status_t st =
-        ring_reduce_scatter(c, s, NULL, two, r, count * (size_t)c->size, dt, op);
+    bagua_status_t st = ring_reduce_scatter(c, s, NULL, two, r, count * (size_t)c->size, dt, op);
     free(pp);
     BAGUA_CHECK(st);
   }
@@ -339,12 +339,12 @@ static bagua_status_t g_scatter(bagua_comm_t *c, const void *s, void *r, size_t 
 bagua_status_t bagua__generic_barrier(bagua_comm_t *c) {
   int n = c->size;
   for (int k = 1; k < n; k <<= 1)
-    BAGUA_CHECK(sendrecv_bytes(c, NULL, 0, mod(c->rank + k, n), NULL, 0, mod(c->rank - k, n),
-                               NULL, 0, 0));
+    BAGUA_CHECK(
+        sendrecv_bytes(c, NULL, 0, mod(c->rank + k, n), NULL, 0, mod(c->rank - k, n), NULL, 0, 0));
   return BAGUA_OK;
 }
 
 const bagua__coll_ops_t bagua__generic_ops = {
-    "tcp",         g_allreduce, g_reduce_scatter, g_allgather, g_alltoall,
-    g_broadcast,   g_reduce,    g_gather,         g_scatter,   bagua__generic_barrier,
+    "tcp",       g_allreduce, g_reduce_scatter, g_allgather, g_alltoall,
+    g_broadcast, g_reduce,    g_gather,         g_scatter,   bagua__generic_barrier,
 };

@@ -94,11 +94,21 @@ void bagua_comm_destroy(bagua_comm_t *c) {
   free(c);
 }
 
-int bagua_comm_rank(const bagua_comm_t *c) { return c ? c->rank : -1; }
-int bagua_comm_size(const bagua_comm_t *c) { return c ? c->size : -1; }
-int bagua_comm_local_rank(const bagua_comm_t *c) { return c ? c->local_rank : -1; }
-int bagua_comm_local_size(const bagua_comm_t *c) { return c ? c->local_size : -1; }
-int bagua_comm_node_count(const bagua_comm_t *c) { return c ? c->node_count : -1; }
+int bagua_comm_rank(const bagua_comm_t *c) {
+  return c ? c->rank : -1;
+}
+int bagua_comm_size(const bagua_comm_t *c) {
+  return c ? c->size : -1;
+}
+int bagua_comm_local_rank(const bagua_comm_t *c) {
+  return c ? c->local_rank : -1;
+}
+int bagua_comm_local_size(const bagua_comm_t *c) {
+  return c ? c->local_size : -1;
+}
+int bagua_comm_node_count(const bagua_comm_t *c) {
+  return c ? c->node_count : -1;
+}
 const char *bagua_comm_transport_name(const bagua_comm_t *c) {
   return c ? c->transport_name : "none";
 }
@@ -131,8 +141,8 @@ static void compute_topology(bagua_comm_t *c) {
 }
 
 static bagua__wire_hdr_t stream_hdr(const bagua_comm_t *c, uint32_t type, uint32_t arg) {
-  bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC, BAGUA_WIRE_VERSION, type, arg, c->job_hash,
-                         c->comm_id,       c->rank,            c->size};
+  bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC, BAGUA_WIRE_VERSION, type,    arg,
+                         c->job_hash,      c->comm_id,         c->rank, c->size};
   return h;
 }
 
@@ -160,8 +170,8 @@ static bagua_status_t accept_streams(bagua_comm_t *c, int lfd, int64_t deadline)
     char why[160];
     int bad = bagua__wire_check(&h, BAGUA_MSG_CONNECT, c->job_hash, c->comm_id, c->size, &reason,
                                 why, sizeof(why));
-    if (!bad && (h.rank <= c->rank || h.arg >= (uint32_t)c->nstreams ||
-                 c->peers[h.rank].fds[h.arg] >= 0)) {
+    if (!bad &&
+        (h.rank <= c->rank || h.arg >= (uint32_t)c->nstreams || c->peers[h.rank].fds[h.arg] >= 0)) {
       bad = 1;
       reason = BAGUA_REFUSE_RANK;
       snprintf(why, sizeof(why), "unexpected stream %u from rank %d", h.arg, h.rank);
@@ -191,9 +201,10 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
   int64_t deadline = bagua__now_ms() + c->connect_timeout_ms;
   compute_topology(c);
   if (c->requested_transport == BAGUA_TRANSPORT_SHM && c->node_count > 1) {
-    BAGUA_WARN("BAGUA_TRANSPORT=shm needs every rank on one node, but the ranks span %d nodes; "
-               "use auto or tcp",
-               c->node_count);
+    BAGUA_WARN(
+        "BAGUA_TRANSPORT=shm needs every rank on one node, but the ranks span %d nodes; "
+        "use auto or tcp",
+        c->node_count);
     st = BAGUA_ERR_INVALID_ARG;
     goto done;
   }
@@ -217,9 +228,8 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
   for (int r = 0; r < c->rank; r++) {
     for (int s = 0; s < c->nstreams; s++) {
       int fd = -1;
-      BAGUA_CHECK_GOTO(bagua__connect(c->eps[r].addr, c->eps[r].port, deadline, &c->abort_flag,
-                                      &fd),
-                       st, done);
+      BAGUA_CHECK_GOTO(
+          bagua__connect(c->eps[r].addr, c->eps[r].port, deadline, &c->abort_flag, &fd), st, done);
       c->peers[r].fds[s] = fd;
       bagua__wire_hdr_t h = stream_hdr(c, BAGUA_MSG_CONNECT, (uint32_t)s);
       BAGUA_CHECK_GOTO(bagua__send_all(fd, &h, sizeof(h), deadline, &c->abort_flag), st, done);
@@ -229,13 +239,13 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
   for (int r = 0; r < c->rank; r++) {
     for (int s = 0; s < c->nstreams; s++) {
       bagua__wire_hdr_t h;
-      BAGUA_CHECK_GOTO(bagua__recv_all(c->peers[r].fds[s], &h, sizeof(h), deadline,
-                                       &c->abort_flag),
+      BAGUA_CHECK_GOTO(bagua__recv_all(c->peers[r].fds[s], &h, sizeof(h), deadline, &c->abort_flag),
                        st, done);
       if (h.magic != BAGUA_WIRE_MAGIC || h.type != BAGUA_MSG_ACCEPT) {
-        BAGUA_WARN("rank %d refused our connection (reason %u): check BAGUA_JOB_ID and that all "
-                   "ranks run the same Bagua-C build",
-                   r, h.arg);
+        BAGUA_WARN(
+            "rank %d refused our connection (reason %u): check BAGUA_JOB_ID and that all "
+            "ranks run the same Bagua-C build",
+            r, h.arg);
         st = BAGUA_ERR_PROTOCOL;
         goto done;
       }
@@ -287,18 +297,20 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
   *out = NULL;
   if (!cfg) cfg = &def;
   if (cfg->struct_size < sizeof(bagua_comm_config_t)) {
-    BAGUA_WARN("bagua_comm_init: config struct_size %zu is smaller than this library's %zu; "
-               "initialise it with BAGUA_COMM_CONFIG_INIT",
-               cfg->struct_size, sizeof(bagua_comm_config_t));
+    BAGUA_WARN(
+        "bagua_comm_init: config struct_size %zu is smaller than this library's %zu; "
+        "initialise it with BAGUA_COMM_CONFIG_INIT",
+        cfg->struct_size, sizeof(bagua_comm_config_t));
     return BAGUA_ERR_INVALID_ARG;
   }
   BAGUA_CHECK(bagua__params_check());
   int rank = cfg->rank >= 0 ? cfg->rank : (int)bagua__param_int(BAGUA_P_RANK);
   int size = cfg->size >= 0 ? cfg->size : (int)bagua__param_int(BAGUA_P_WORLD_SIZE);
   if (size < 1 || rank < 0 || rank >= size) {
-    BAGUA_WARN("bagua_comm_init: rank %d / world size %d is invalid; set RANK in [0, WORLD_SIZE) "
-               "and WORLD_SIZE >= 1 (or the config fields)",
-               rank, size);
+    BAGUA_WARN(
+        "bagua_comm_init: rank %d / world size %d is invalid; set RANK in [0, WORLD_SIZE) "
+        "and WORLD_SIZE >= 1 (or the config fields)",
+        rank, size);
     return BAGUA_ERR_INVALID_ARG;
   }
   const char *boot = cfg->bootstrap ? cfg->bootstrap : bagua__param_str(BAGUA_P_BOOTSTRAP);
@@ -319,9 +331,10 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
     BAGUA_CHECK(bagua__resolve_ipv4(host, &tcp.master_addr));
     tcp.master_port = (uint16_t)port;
   } else {
-    BAGUA_WARN("bootstrap \"%s\" is not supported by bagua_comm_init; accepted: env://, "
-               "tcp://HOST:PORT",
-               boot);
+    BAGUA_WARN(
+        "bootstrap \"%s\" is not supported by bagua_comm_init; accepted: env://, "
+        "tcp://HOST:PORT",
+        boot);
     return BAGUA_ERR_INVALID_ARG;
   }
   int transport = cfg->transport;
@@ -361,8 +374,8 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
   mine.node_hash = node_hash(cfg->node_id ? cfg->node_id : bagua__param_str(BAGUA_P_NODE_ID));
   mine.pid = (int32_t)getpid();
   mine.rank = rank;
-  bagua__boot_ctx_t ctx = {rank, size, c->job_hash, c->comm_id,
-                           bagua__now_ms() + c->connect_timeout_ms, &c->abort_flag};
+  bagua__boot_ctx_t ctx = {
+      rank, size, c->job_hash, c->comm_id, bagua__now_ms() + c->connect_timeout_ms, &c->abort_flag};
   st = bagua__bootstrap_tcp(&tcp, &ctx, &mine, c->eps);
   if (st != BAGUA_OK) {
     close(lfd);

@@ -98,7 +98,9 @@ void bagua__log_reload(void) {
   pthread_mutex_unlock(&g_lock);
 }
 
-void bagua__log_set_rank(int rank) { g_rank = rank; }
+void bagua__log_set_rank(int rank) {
+  g_rank = rank;
+}
 
 static const char *subsys_name(unsigned subsys) {
   if (subsys == BAGUA_SUBSYS_ALL) return "WARN";
@@ -127,4 +129,6 @@ void bagua__log(int level, unsigned subsys, const char *file, int line, const ch
   pthread_mutex_unlock(&g_lock);
 }
 
-const char *bagua_last_error(void) { return t_last_error; }
+const char *bagua_last_error(void) {
+  return t_last_error;
+}

@@ -23,7 +23,7 @@ typedef enum {
   BAGUA_SUBSYS_ALL = 0x1ff
 } bagua__subsys_t;
 
-extern int bagua__log_level;    /* -1 until initialised */
+extern int bagua__log_level;     /* -1 until initialised */
 extern unsigned bagua__log_mask; /* enabled subsystems for INFO/TRACE */
 
 void bagua__log_init(void);
@@ -38,17 +38,18 @@ static inline int bagua__log_enabled(int level, unsigned subsys) {
   return level <= bagua__log_level && (subsys & bagua__log_mask);
 }
 
-#define BAGUA_WARN(...) bagua__log(BAGUA_LOG_WARN, BAGUA_SUBSYS_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define BAGUA_INFO(sub, ...)                                                     \
-  do {                                                                           \
-    if (bagua__log_enabled(BAGUA_LOG_INFO, (sub)))                               \
-      bagua__log(BAGUA_LOG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__);        \
+#define BAGUA_WARN(...) \
+  bagua__log(BAGUA_LOG_WARN, BAGUA_SUBSYS_ALL, __FILE__, __LINE__, __VA_ARGS__)
+#define BAGUA_INFO(sub, ...)                                              \
+  do {                                                                    \
+    if (bagua__log_enabled(BAGUA_LOG_INFO, (sub)))                        \
+      bagua__log(BAGUA_LOG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #ifdef BAGUA_ENABLE_TRACE
-#define BAGUA_TRACE(sub, ...)                                                    \
-  do {                                                                           \
-    if (bagua__log_enabled(BAGUA_LOG_TRACE, (sub)))                              \
-      bagua__log(BAGUA_LOG_TRACE, (sub), __FILE__, __LINE__, __VA_ARGS__);       \
+#define BAGUA_TRACE(sub, ...)                                              \
+  do {                                                                     \
+    if (bagua__log_enabled(BAGUA_LOG_TRACE, (sub)))                        \
+      bagua__log(BAGUA_LOG_TRACE, (sub), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #else
 #define BAGUA_TRACE(sub, ...) \

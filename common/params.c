@@ -52,8 +52,8 @@ static int validate(const param_desc_t *d, const char *value, int64_t *out, char
       return -1;
     }
     if (v < d->lo || v > d->hi) {
-      snprintf(err, errlen, "%s=%lld is out of range; accepted: an integer in [%lld, %lld]",
-               d->env, v, (long long)d->lo, (long long)d->hi);
+      snprintf(err, errlen, "%s=%lld is out of range; accepted: an integer in [%lld, %lld]", d->env,
+               v, (long long)d->lo, (long long)d->hi);
       return -1;
     }
     if (out) *out = v;
@@ -99,7 +99,9 @@ static void load(void) {
   }
 }
 
-static void ensure_loaded(void) { pthread_once(&g_once, load); }
+static void ensure_loaded(void) {
+  pthread_once(&g_once, load);
+}
 
 int64_t bagua__param_int(bagua__param_id_t id) {
   ensure_loaded();
@@ -134,16 +136,14 @@ void bagua__params_reload(void) {
   bagua__log_reload();
 }
 
-bagua_status_t bagua_param_validate(const char *name, const char *value, char *err,
-                                    size_t errlen) {
+bagua_status_t bagua_param_validate(const char *name, const char *value, char *err, size_t errlen) {
   if (!name || !value) {
     snprintf(err, errlen, "parameter name and value must not be NULL");
     return BAGUA_ERR_INVALID_ARG;
   }
   for (int i = 0; i < BAGUA_P__COUNT; i++) {
     if (strcmp(g_desc[i].env, name) != 0) continue;
-    return validate(&g_desc[i], value, NULL, err, errlen) == 0 ? BAGUA_OK
-                                                                : BAGUA_ERR_INVALID_ARG;
+    return validate(&g_desc[i], value, NULL, err, errlen) == 0 ? BAGUA_OK : BAGUA_ERR_INVALID_ARG;
   }
   snprintf(err, errlen, "unknown parameter %s (bagua-launch --print-params lists them)", name);
   return BAGUA_ERR_INVALID_ARG;

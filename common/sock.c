@@ -21,7 +21,9 @@ int64_t bagua__now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-int64_t bagua__now_ms(void) { return bagua__now_ns() / 1000000; }
+int64_t bagua__now_ms(void) {
+  return bagua__now_ns() / 1000000;
+}
 
 void bagua__ipv4_str(uint32_t addr, char *out, size_t len) {
   struct in_addr a = {.s_addr = addr};
@@ -111,7 +113,8 @@ bagua_status_t bagua__connect(uint32_t addr, uint16_t port, int64_t deadline_ms,
   for (;;) {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0) return BAGUA_ERR_SYSTEM;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = addr};
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = addr};
     int rc = connect(s, (struct sockaddr *)&sa, sizeof(sa));
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {

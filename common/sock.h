@@ -26,8 +26,7 @@ bagua_status_t bagua__connect(uint32_t addr, uint16_t port, int64_t deadline_ms,
                               const volatile int *abort_flag, int *fd);
 
 /* Accepts one connection before the deadline (BAGUA_ERR_TIMEOUT otherwise). */
-bagua_status_t bagua__accept(int lfd, int64_t deadline_ms, const volatile int *abort_flag,
-                             int *fd);
+bagua_status_t bagua__accept(int lfd, int64_t deadline_ms, const volatile int *abort_flag, int *fd);
 
 /* Sends/receives exactly len bytes before the deadline; EOF is BAGUA_ERR_REMOTE. */
 bagua_status_t bagua__send_all(int fd, const void *buf, size_t len, int64_t deadline_ms,

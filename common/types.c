@@ -8,9 +8,9 @@ static const struct {
   const char *name, *alias;
   size_t size;
 } k_dtypes[BAGUA_DTYPE__COUNT] = {
-    [BAGUA_F32] = {"f32", "float32", 4}, [BAGUA_F16] = {"f16", "float16", 2},
+    [BAGUA_F32] = {"f32", "float32", 4},    [BAGUA_F16] = {"f16", "float16", 2},
     [BAGUA_BF16] = {"bf16", "bfloat16", 2}, [BAGUA_F64] = {"f64", "float64", 8},
-    [BAGUA_I32] = {"i32", "int32", 4},   [BAGUA_I64] = {"i64", "int64", 8},
+    [BAGUA_I32] = {"i32", "int32", 4},      [BAGUA_I64] = {"i64", "int64", 8},
     [BAGUA_U8] = {"u8", "uint8", 1},
 };
 

@@ -11,23 +11,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TEST_FAIL(...)                                          \
-  do {                                                          \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);        \
-    fprintf(stderr, __VA_ARGS__);                               \
-    fprintf(stderr, "\n");                                      \
-    exit(1);                                                    \
-  } while (0)
-
-#define ASSERT_TRUE(c)                                   \
+#define TEST_FAIL(...)                                   \
   do {                                                   \
-    if (!(c)) TEST_FAIL("expected true: %s", #c);       \
+    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+    fprintf(stderr, __VA_ARGS__);                        \
+    fprintf(stderr, "\n");                               \
+    exit(1);                                             \
   } while (0)
 
-#define ASSERT_INT_OP(a, op, b)                                                          \
-  do {                                                                                   \
-    long long ta_ = (long long)(a), tb_ = (long long)(b);                                \
-    if (!(ta_ op tb_)) TEST_FAIL("%s %s %s: %lld vs %lld", #a, #op, #b, ta_, tb_);       \
+#define ASSERT_TRUE(c)                            \
+  do {                                            \
+    if (!(c)) TEST_FAIL("expected true: %s", #c); \
+  } while (0)
+
+#define ASSERT_INT_OP(a, op, b)                                                    \
+  do {                                                                             \
+    long long ta_ = (long long)(a), tb_ = (long long)(b);                          \
+    if (!(ta_ op tb_)) TEST_FAIL("%s %s %s: %lld vs %lld", #a, #op, #b, ta_, tb_); \
   } while (0)
 #define ASSERT_EQ(a, b) ASSERT_INT_OP(a, ==, b)
 #define ASSERT_NE(a, b) ASSERT_INT_OP(a, !=, b)
@@ -35,36 +35,36 @@
 #define ASSERT_LE(a, b) ASSERT_INT_OP(a, <=, b)
 #define ASSERT_GT(a, b) ASSERT_INT_OP(a, >, b)
 #define ASSERT_GE(a, b) ASSERT_INT_OP(a, >=, b)
-#define ASSERT_OK(st)                                                                   \
-  do {                                                                                  \
-    int ts_ = (int)(st);                                                                \
+#define ASSERT_OK(st)                                                                    \
+  do {                                                                                   \
+    int ts_ = (int)(st);                                                                 \
     if (ts_ != 0) TEST_FAIL("%s returned %s", #st, bagua_err_name((bagua_status_t)ts_)); \
   } while (0)
-#define ASSERT_STATUS(st, want)                                                    \
-  do {                                                                             \
-    int ts_ = (int)(st), tw_ = (int)(want);                                        \
-    if (ts_ != tw_)                                                                \
+#define ASSERT_STATUS(st, want)                                                          \
+  do {                                                                                   \
+    int ts_ = (int)(st), tw_ = (int)(want);                                              \
+    if (ts_ != tw_)                                                                      \
       TEST_FAIL("%s returned %s, expected %s", #st, bagua_err_name((bagua_status_t)ts_), \
-                bagua_err_name((bagua_status_t)tw_));                              \
+                bagua_err_name((bagua_status_t)tw_));                                    \
   } while (0)
-#define ASSERT_STREQ(a, b)                                                          \
-  do {                                                                              \
-    const char *ta_ = (a), *tb_ = (b);                                              \
+#define ASSERT_STREQ(a, b)                                                                \
+  do {                                                                                    \
+    const char *ta_ = (a), *tb_ = (b);                                                    \
     if (strcmp(ta_, tb_) != 0) TEST_FAIL("%s == %s: \"%s\" vs \"%s\"", #a, #b, ta_, tb_); \
   } while (0)
-#define ASSERT_NEAR(a, b, tol)                                                        \
-  do {                                                                                \
-    double ta_ = (double)(a), tb_ = (double)(b);                                      \
-    if (!(ta_ - tb_ <= (tol) && tb_ - ta_ <= (tol)))                                  \
+#define ASSERT_NEAR(a, b, tol)                                                       \
+  do {                                                                               \
+    double ta_ = (double)(a), tb_ = (double)(b);                                     \
+    if (!(ta_ - tb_ <= (tol) && tb_ - ta_ <= (tol)))                                 \
       TEST_FAIL("%s ~= %s: %.9g vs %.9g (tol %g)", #a, #b, ta_, tb_, (double)(tol)); \
   } while (0)
 
-#define TEST_SKIP(...)              \
-  do {                              \
-    printf("SKIP: ");               \
-    printf(__VA_ARGS__);            \
-    printf("\n");                   \
-    exit(77);                       \
+#define TEST_SKIP(...)   \
+  do {                   \
+    printf("SKIP: ");    \
+    printf(__VA_ARGS__); \
+    printf("\n");        \
+    exit(77);            \
   } while (0)
 
 #endif

@@ -72,7 +72,7 @@ static void flush_stage(part_t *p, int final) {
   p->local += n;
   p->staged -= n;
   if (p->staged) memmove(p->stage, p->stage + n, p->staged);
-  (void)final;
+  (void) final;
 }
 
 /* One non-blocking step of a send part. Returns 1 on progress, 0 if it would block. */
@@ -129,12 +129,12 @@ static int step_recv(bagua_comm_t *c, part_t *p, bagua_status_t *st) {
     p->hdr_done += (size_t)r;
     if (p->hdr_done < sizeof(p->hdr)) return 1;
     uint32_t want_seq = c->peers[p->peer].recv_seq[p->stream]++;
-    if (p->hdr.magic != BAGUA_WIRE_MAGIC || p->hdr.seq != want_seq ||
-        p->hdr.bytes != p->left) {
-      BAGUA_WARN("protocol error from rank %d stream %d: got magic 0x%08x seq %u length %llu, "
-                 "expected seq %u length %zu (mismatched collective calls or counts?)",
-                 p->peer, p->stream, p->hdr.magic, p->hdr.seq, (unsigned long long)p->hdr.bytes,
-                 want_seq, p->left);
+    if (p->hdr.magic != BAGUA_WIRE_MAGIC || p->hdr.seq != want_seq || p->hdr.bytes != p->left) {
+      BAGUA_WARN(
+          "protocol error from rank %d stream %d: got magic 0x%08x seq %u length %llu, "
+          "expected seq %u length %zu (mismatched collective calls or counts?)",
+          p->peer, p->stream, p->hdr.magic, p->hdr.seq, (unsigned long long)p->hdr.bytes, want_seq,
+          p->left);
       *st = BAGUA_ERR_PROTOCOL;
       return 0;
     }
@@ -177,7 +177,9 @@ static int step_recv(bagua_comm_t *c, part_t *p, bagua_status_t *st) {
   return 1;
 }
 
-static int part_done(const part_t *p) { return p->hdr_done == sizeof(p->hdr) && p->left == 0; }
+static int part_done(const part_t *p) {
+  return p->hdr_done == sizeof(p->hdr) && p->left == 0;
+}
 
 bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int nsends,
                                const bagua__recv_t *recvs, int nrecvs) {

@@ -45,9 +45,9 @@ typedef enum {
  * built-in default (bagua-launch --print-params lists them).
  */
 typedef struct {
-  size_t struct_size; /* sizeof(bagua_comm_config_t), for ABI growth */
-  int rank;           /* -1: RANK */
-  int size;           /* -1: WORLD_SIZE */
+  size_t struct_size;     /* sizeof(bagua_comm_config_t), for ABI growth */
+  int rank;               /* -1: RANK */
+  int size;               /* -1: WORLD_SIZE */
   const char *bootstrap;  /* NULL: BAGUA_BOOTSTRAP; "env://" or "tcp://HOST:PORT" */
   int transport;          /* -1: BAGUA_TRANSPORT; else a bagua_transport_kind_t */
   const char *job_id;     /* NULL: BAGUA_JOB_ID */
@@ -102,25 +102,22 @@ BAGUA_EXTERN bagua_status_t bagua_comm_get_async_error(const bagua_comm_t *comm)
 BAGUA_EXTERN void bagua_comm_destroy(bagua_comm_t *comm);
 
 /* ---- collectives ---- */
-BAGUA_EXTERN bagua_status_t bagua_allreduce(bagua_comm_t *comm, const void *sendbuf,
-                                            void *recvbuf, size_t count, bagua_dtype_t dtype,
-                                            bagua_op_t op);
+BAGUA_EXTERN bagua_status_t bagua_allreduce(bagua_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                            size_t count, bagua_dtype_t dtype, bagua_op_t op);
 /* sendbuf holds size*recvcount elements; rank r receives the reduction of block r. */
 BAGUA_EXTERN bagua_status_t bagua_reduce_scatter(bagua_comm_t *comm, const void *sendbuf,
                                                  void *recvbuf, size_t recvcount,
                                                  bagua_dtype_t dtype, bagua_op_t op);
 /* recvbuf holds size*sendcount elements, block r from rank r. */
-BAGUA_EXTERN bagua_status_t bagua_allgather(bagua_comm_t *comm, const void *sendbuf,
-                                            void *recvbuf, size_t sendcount,
-                                            bagua_dtype_t dtype);
+BAGUA_EXTERN bagua_status_t bagua_allgather(bagua_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                            size_t sendcount, bagua_dtype_t dtype);
 /* Both buffers hold size*count elements; block j of rank i's sendbuf lands in block i of
  * rank j's recvbuf. In-place (sendbuf == recvbuf) is supported. */
-BAGUA_EXTERN bagua_status_t bagua_alltoall(bagua_comm_t *comm, const void *sendbuf,
-                                           void *recvbuf, size_t count, bagua_dtype_t dtype);
+BAGUA_EXTERN bagua_status_t bagua_alltoall(bagua_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           size_t count, bagua_dtype_t dtype);
 /* On the root sendbuf is read; on every rank recvbuf is written (it may equal sendbuf). */
-BAGUA_EXTERN bagua_status_t bagua_broadcast(bagua_comm_t *comm, const void *sendbuf,
-                                            void *recvbuf, size_t count, bagua_dtype_t dtype,
-                                            int root);
+BAGUA_EXTERN bagua_status_t bagua_broadcast(bagua_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                            size_t count, bagua_dtype_t dtype, int root);
 /* recvbuf is written on the root only (may be NULL elsewhere). */
 BAGUA_EXTERN bagua_status_t bagua_reduce(bagua_comm_t *comm, const void *sendbuf, void *recvbuf,
                                          size_t count, bagua_dtype_t dtype, bagua_op_t op,
@@ -129,9 +126,8 @@ BAGUA_EXTERN bagua_status_t bagua_reduce(bagua_comm_t *comm, const void *sendbuf
 BAGUA_EXTERN bagua_status_t bagua_gather(bagua_comm_t *comm, const void *sendbuf, void *recvbuf,
                                          size_t sendcount, bagua_dtype_t dtype, int root);
 /* sendbuf (size*recvcount elements) is read on the root only. */
-BAGUA_EXTERN bagua_status_t bagua_scatter(bagua_comm_t *comm, const void *sendbuf,
-                                          void *recvbuf, size_t recvcount, bagua_dtype_t dtype,
-                                          int root);
+BAGUA_EXTERN bagua_status_t bagua_scatter(bagua_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                          size_t recvcount, bagua_dtype_t dtype, int root);
 /* Point-to-point, matched in call order per pair of ranks. Both sides must agree on count;
  * a mismatch returns BAGUA_ERR_PROTOCOL. A rank may send to itself only through sendrecv. */
 BAGUA_EXTERN bagua_status_t bagua_send(bagua_comm_t *comm, const void *buf, size_t count,

@@ -21,22 +21,22 @@ extern "C" {
 #endif
 
 /* XX(NAME, value, text). The text says what happened and where to look next. */
-#define BAGUA_ERROR_MAP(XX)                                                                   \
-  XX(OK, 0, "success")                                                                        \
-  XX(SYSTEM, 1, "system call failed (run with BAGUA_DEBUG=INFO for details)")                 \
-  XX(NO_MEMORY, 2, "out of memory")                                                           \
-  XX(INVALID_ARG, 3, "invalid argument (the warning log names the argument)")                 \
-  XX(INVALID_USAGE, 4, "invalid usage of the API (the warning log says which call)")          \
-  XX(REMOTE, 5, "a remote peer failed or closed its connection")                              \
-  XX(TIMEOUT, 6, "operation timed out (see BAGUA_COMM_TIMEOUT_MS)")                           \
-  XX(ABORTED, 7, "operation aborted (communicator aborted by another thread or an error)")    \
-  XX(PROTOCOL, 8, "protocol error: bad magic, version, job id or header from a peer")         \
-  XX(IN_PROGRESS, 9, "operation still in progress")                                           \
-  XX(CUDA, 10, "CUDA error (run with BAGUA_DEBUG=INFO for details)")                          \
-  XX(NCCL, 11, "NCCL error (run with BAGUA_DEBUG=INFO and NCCL_DEBUG=INFO for details)")      \
-  XX(CURL, 12, "HTTP client error talking to etcd")                                           \
-  XX(ETCD, 13, "etcd returned an error or unexpected content")                                \
-  XX(NOT_SUPPORTED, 14, "operation not supported by this build or transport")                 \
+#define BAGUA_ERROR_MAP(XX)                                                                \
+  XX(OK, 0, "success")                                                                     \
+  XX(SYSTEM, 1, "system call failed (run with BAGUA_DEBUG=INFO for details)")              \
+  XX(NO_MEMORY, 2, "out of memory")                                                        \
+  XX(INVALID_ARG, 3, "invalid argument (the warning log names the argument)")              \
+  XX(INVALID_USAGE, 4, "invalid usage of the API (the warning log says which call)")       \
+  XX(REMOTE, 5, "a remote peer failed or closed its connection")                           \
+  XX(TIMEOUT, 6, "operation timed out (see BAGUA_COMM_TIMEOUT_MS)")                        \
+  XX(ABORTED, 7, "operation aborted (communicator aborted by another thread or an error)") \
+  XX(PROTOCOL, 8, "protocol error: bad magic, version, job id or header from a peer")      \
+  XX(IN_PROGRESS, 9, "operation still in progress")                                        \
+  XX(CUDA, 10, "CUDA error (run with BAGUA_DEBUG=INFO for details)")                       \
+  XX(NCCL, 11, "NCCL error (run with BAGUA_DEBUG=INFO and NCCL_DEBUG=INFO for details)")   \
+  XX(CURL, 12, "HTTP client error talking to etcd")                                        \
+  XX(ETCD, 13, "etcd returned an error or unexpected content")                             \
+  XX(NOT_SUPPORTED, 14, "operation not supported by this build or transport")              \
   XX(INTERNAL, 15, "internal error (a bug: please report it with BAGUA_DEBUG=TRACE output)")
 
 typedef enum {

@@ -30,29 +30,64 @@ static void store(bagua_dtype_t dt, void *b, size_t i, double v) {
   uint8_t u8 = (uint8_t)v;
   uint16_t h;
   switch (dt) {
-    case BAGUA_F32: memcpy(p, &f, 4); break;
-    case BAGUA_F64: memcpy(p, &v, 8); break;
-    case BAGUA_I32: memcpy(p, &i32, 4); break;
-    case BAGUA_I64: memcpy(p, &i64, 8); break;
-    case BAGUA_U8: memcpy(p, &u8, 1); break;
-    case BAGUA_F16: h = bagua__f32_to_f16(f); memcpy(p, &h, 2); break;
-    case BAGUA_BF16: h = bagua__f32_to_bf16(f); memcpy(p, &h, 2); break;
-    default: break;
+    case BAGUA_F32:
+      memcpy(p, &f, 4);
+      break;
+    case BAGUA_F64:
+      memcpy(p, &v, 8);
+      break;
+    case BAGUA_I32:
+      memcpy(p, &i32, 4);
+      break;
+    case BAGUA_I64:
+      memcpy(p, &i64, 8);
+      break;
+    case BAGUA_U8:
+      memcpy(p, &u8, 1);
+      break;
+    case BAGUA_F16:
+      h = bagua__f32_to_f16(f);
+      memcpy(p, &h, 2);
+      break;
+    case BAGUA_BF16:
+      h = bagua__f32_to_bf16(f);
+      memcpy(p, &h, 2);
+      break;
+    default:
+      break;
   }
 }
 
 static double load(bagua_dtype_t dt, const void *b, size_t i) {
   const char *p = (const char *)b + i * bagua_dtype_size(dt);
-  float f; double d; int32_t i32; int64_t i64; uint16_t h;
+  float f;
+  double d;
+  int32_t i32;
+  int64_t i64;
+  uint16_t h;
   switch (dt) {
-    case BAGUA_F32: memcpy(&f, p, 4); return f;
-    case BAGUA_F64: memcpy(&d, p, 8); return d;
-    case BAGUA_I32: memcpy(&i32, p, 4); return i32;
-    case BAGUA_I64: memcpy(&i64, p, 8); return (double)i64;
-    case BAGUA_U8: return (double)*(const uint8_t *)p;
-    case BAGUA_F16: memcpy(&h, p, 2); return bagua__f16_to_f32(h);
-    case BAGUA_BF16: memcpy(&h, p, 2); return bagua__bf16_to_f32(h);
-    default: return 0;
+    case BAGUA_F32:
+      memcpy(&f, p, 4);
+      return f;
+    case BAGUA_F64:
+      memcpy(&d, p, 8);
+      return d;
+    case BAGUA_I32:
+      memcpy(&i32, p, 4);
+      return i32;
+    case BAGUA_I64:
+      memcpy(&i64, p, 8);
+      return (double)i64;
+    case BAGUA_U8:
+      return (double)*(const uint8_t *)p;
+    case BAGUA_F16:
+      memcpy(&h, p, 2);
+      return bagua__f16_to_f32(h);
+    case BAGUA_BF16:
+      memcpy(&h, p, 2);
+      return bagua__bf16_to_f32(h);
+    default:
+      return 0;
   }
 }
 
@@ -95,7 +130,8 @@ static int body(bagua_comm_t *c, void *arg) {
     for (size_t ci = 0; ci < NCOUNTS; ci++) {
       size_t count = k_counts[ci], skew = ci % 4, total = count * (size_t)n;
       char *sb, *rb;
-      char *s = alloc_unaligned(total * es, skew, &sb), *r = alloc_unaligned(total * es, 3 - skew, &rb);
+      char *s = alloc_unaligned(total * es, skew, &sb),
+           *r = alloc_unaligned(total * es, 3 - skew, &rb);
       for (int opi = 0; opi < BAGUA_OP__COUNT; opi++) {
         bagua_op_t op = (bagua_op_t)opi;
         int salt = dti * 31 + opi;
@@ -148,7 +184,8 @@ static int body(bagua_comm_t *c, void *arg) {
       }
       /* broadcast from every root, in place on the root */
       for (int root = 0; root < n; root++) {
-        for (size_t i = 0; i < count; i++) store(dt, r, i, me == root ? val(dt, root, i, salt) : 99);
+        for (size_t i = 0; i < count; i++)
+          store(dt, r, i, me == root ? val(dt, root, i, salt) : 99);
         ASSERT_OK(bagua_broadcast(c, r, r, count, dt, root));
         for (size_t i = 0; i < count; i++)
           expect("broadcast", dt, BAGUA_SUM, count, i, load(dt, r, i), val(dt, root, i, salt));

@@ -169,8 +169,14 @@ static int handshake_test(void) {
   memset(junk, 0x5a, sizeof(junk));
   ASSERT_EQ(poke(port, junk, sizeof(junk)), 0);
   uint64_t job = bagua__hash64("test-job", 8, 0);
-  bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC, BAGUA_WIRE_VERSION, BAGUA_MSG_BOOT_HELLO, 0,
-                         job ^ 1, bagua__hash64("world", 5, job), 1, 2};
+  bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC,
+                         BAGUA_WIRE_VERSION,
+                         BAGUA_MSG_BOOT_HELLO,
+                         0,
+                         job ^ 1,
+                         bagua__hash64("world", 5, job),
+                         1,
+                         2};
   ASSERT_EQ(poke(port, &h, sizeof(h)), BAGUA_REFUSE_JOB);
   h.job_hash = job;
   h.version = 99;
@@ -258,7 +264,8 @@ int main(int argc, char **argv) {
   if (argc < 2) return 2;
   g_sh = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   memset((void *)g_sh, 0, sizeof(*g_sh));
-  int transport = argc > 2 && strcmp(argv[2], "shm") == 0 ? BAGUA_TRANSPORT_SHM : BAGUA_TRANSPORT_TCP;
+  int transport =
+      argc > 2 && strcmp(argv[2], "shm") == 0 ? BAGUA_TRANSPORT_SHM : BAGUA_TRANSPORT_TCP;
   int rc;
   if (strcmp(argv[1], "kill") == 0) {
     rc = fault_test(transport, SIGKILL);
