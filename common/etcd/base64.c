@@ -15,9 +15,13 @@ static int sextet(unsigned char c) {
   return -1;
 }
 
-size_t bagua__base64_encoded_len(size_t n) { return (n + 2) / 3 * 4; }
+size_t bagua__base64_encoded_len(size_t n) {
+  return (n + 2) / 3 * 4;
+}
 
-size_t bagua__base64_decoded_max(size_t n) { return n / 4 * 3; }
+size_t bagua__base64_decoded_max(size_t n) {
+  return n / 4 * 3;
+}
 
 size_t bagua__base64_encode(const void *src, size_t n, char *dst) {
   const unsigned char *s = src;

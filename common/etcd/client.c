@@ -15,7 +15,9 @@ static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
 static CURLcode g_curl_init_rc;
 
 /* curl_global_init is not thread-safe and must run once before any other libcurl call. */
-static void curl_init_once(void) { g_curl_init_rc = curl_global_init(CURL_GLOBAL_ALL); }
+static void curl_init_once(void) {
+  g_curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
+}
 
 int64_t bagua__etcd_now_ms(void) {
   struct timespec ts;
@@ -253,9 +255,13 @@ const char *bagua__etcd_endpoint(const bagua__etcd_t *c) {
   return c->endpoints[__atomic_load_n(&c->cur, __ATOMIC_RELAXED)];
 }
 
-int bagua__etcd_timeout_ms(const bagua__etcd_t *c) { return c->timeout_ms; }
+int bagua__etcd_timeout_ms(const bagua__etcd_t *c) {
+  return c->timeout_ms;
+}
 
-void bagua__etcd_abort(bagua__etcd_t *c, int on) { bagua__etcd_conn_interrupt(&c->conn, on); }
+void bagua__etcd_abort(bagua__etcd_t *c, int on) {
+  bagua__etcd_conn_interrupt(&c->conn, on);
+}
 
 /* ---- Requests ---- */
 
@@ -315,12 +321,15 @@ bagua_status_t bagua__etcd_call(bagua__etcd_t *c, const char *path, const cJSON 
     BAGUA_WARN("out of memory encoding an etcd request for %s", path);
     return BAGUA_ERR_NO_MEMORY;
   }
-  pthread_mutex_lock(&c->lock);
+  /* The deadline starts before the lock, so time spent queued behind another thread's call
+   * counts too and no call outlives its timeout by more than that call's own remainder. */
   int64_t deadline = bagua__etcd_now_ms() + c->timeout_ms;
-  int start = __atomic_load_n(&c->cur, __ATOMIC_RELAXED), idx = start;
+  pthread_mutex_lock(&c->lock);
+  int start = __atomic_load_n(&c->cur, __ATOMIC_RELAXED), idx = start, tried = 0;
   CURLcode res = CURLE_OK;
   for (int i = 0; i < c->n_endpoints; i++) {
     idx = (start + i) % c->n_endpoints;
+    tried = i + 1;
     int64_t left = deadline - bagua__etcd_now_ms();
     if (left <= 0) {
       res = CURLE_OPERATION_TIMEDOUT;
@@ -330,6 +339,7 @@ bagua_status_t bagua__etcd_call(bagua__etcd_t *c, const char *path, const cJSON 
     free(url);
     url = malloc(strlen(c->endpoints[idx]) + strlen(path) + 1);
     if (!url) {
+      BAGUA_WARN("out of memory building an etcd URL");
       st = BAGUA_ERR_NO_MEMORY;
       goto out;
     }
@@ -357,8 +367,8 @@ bagua_status_t bagua__etcd_call(bagua__etcd_t *c, const char *path, const cJSON 
       BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd %s%s: %s (timeout %d ms)", c->endpoints[idx], path, why,
                  c->timeout_ms);
     else
-      BAGUA_WARN("etcd %s%s: %s (timeout %d ms%s)", c->endpoints[idx], path, why, c->timeout_ms,
-                 c->n_endpoints > 1 ? ", every endpoint tried" : "");
+      BAGUA_WARN("etcd %s%s: %s (timeout %d ms, %d of %d endpoint(s) tried)", c->endpoints[idx],
+                 path, why, c->timeout_ms, tried, c->n_endpoints);
     goto out;
   }
   __atomic_store_n(&c->cur, idx, __ATOMIC_RELAXED);

@@ -10,14 +10,15 @@
  *    with a warning naming the endpoint and path. An error reported by etcd, or a reply that
  *    is not the JSON we expect, is BAGUA_ERR_ETCD with etcd's message in the warning. A call
  *    cancelled by bagua__etcd_abort() is BAGUA_ERR_ABORTED.
- *  - Every call is bounded: a unary request never takes longer than the client's timeout, and
- *    the background threads (lease keeper, watch) stop promptly when asked.
+ *  - Every call is bounded: a unary request returns within the client's timeout (counted
+ *    from the call, including time queued behind another thread's call on the same client),
+ *    and the background threads (lease keeper, watch) stop promptly when asked.
  *  - Keys are NUL-terminated strings. Values are byte strings with an explicit length; values
  *    handed back are additionally NUL-terminated one byte past their length, so text values
  *    can be used as C strings.
  *  - Revisions and lease ids are int64_t. A lease id of 0 means "no lease".
- *  - Output structures are written only on BAGUA_OK, except that they are always left in a
- *    state their free function accepts.
+ *  - On failure, output structures are zeroed and output pointers NULL, so freeing them is
+ *    always safe; other outputs (revisions, flags) are meaningful only on BAGUA_OK.
  *
  * Thread safety: one client may be shared by threads; its calls are serialised by an internal
  * mutex (one HTTP connection per client). Use one client per thread for parallel requests.
@@ -36,14 +37,14 @@ typedef struct bagua__etcd bagua__etcd_t;
 
 /* One key-value pair. Strings are malloc'ed and owned by the structure. */
 typedef struct {
-  char *key;                /* NUL-terminated */
-  size_t key_len;           /* bytes before the NUL (keys with embedded NULs are kept whole) */
-  char *value;              /* NUL-terminated one byte past value_len; "" for an empty value */
+  char *key;      /* NUL-terminated */
+  size_t key_len; /* bytes before the NUL (keys with embedded NULs are kept whole) */
+  char *value;    /* NUL-terminated one byte past value_len; "" for an empty value */
   size_t value_len;
-  int64_t create_revision;  /* revision that created the key (0: the key does not exist) */
-  int64_t mod_revision;     /* revision of the last modification */
-  int64_t version;          /* modifications since creation */
-  int64_t lease;            /* attached lease, 0 for none */
+  int64_t create_revision; /* revision that created the key (0: the key does not exist) */
+  int64_t mod_revision;    /* revision of the last modification */
+  int64_t version;         /* modifications since creation */
+  int64_t lease;           /* attached lease, 0 for none */
 } bagua__etcd_kv_t;
 
 /* Frees the strings of `kv` and zeroes it; NULL and zeroed structures are accepted. */
@@ -95,8 +96,8 @@ bagua_status_t bagua__etcd_put(bagua__etcd_t *c, const char *key, const void *va
  * is 0, `kv` is zeroed and the call still returns BAGUA_OK. `revision` (optional) gets the store
  * revision the read was served at, so a watch from revision + 1 misses nothing.
  */
-bagua_status_t bagua__etcd_get(bagua__etcd_t *c, const char *key, bagua__etcd_kv_t *kv,
-                               int *found, int64_t *revision);
+bagua_status_t bagua__etcd_get(bagua__etcd_t *c, const char *key, bagua__etcd_kv_t *kv, int *found,
+                               int64_t *revision);
 
 /*
  * Reads every key that starts with `prefix` ("" reads the whole key space), sorted by key.
@@ -164,8 +165,9 @@ bagua_status_t bagua__etcd_lease_keepalive_once(bagua__etcd_t *c, int64_t id, in
 bagua_status_t bagua__etcd_lease_revoke(bagua__etcd_t *c, int64_t id);
 
 /*
- * Background keep-alive: a thread with its own connection renews the lease every ttl/3 (at
- * least every 200 ms), and retries sooner after a failed attempt. It never revokes the lease.
+ * Background keep-alive: a thread with its own connection renews the lease every ttl/3 (but
+ * not more often than every 200 ms), each renewal bounded by that period, and retries sooner
+ * after a failed attempt. It never revokes the lease.
  */
 typedef struct bagua__etcd_keeper bagua__etcd_keeper_t;
 
@@ -203,28 +205,31 @@ typedef struct {
   size_t key_len;
   const char *value; /* NUL-terminated; "" for DELETE */
   size_t value_len;
-  int64_t mod_revision;    /* for DELETE: the revision of the deletion */
+  int64_t mod_revision;    /* DELETE: the deletion's revision; FAILED: the resume revision */
   int64_t create_revision; /* 0 for DELETE */
   int64_t version;         /* 0 for DELETE */
   int64_t lease;
   /* FAILED only: why the watch ended (BAGUA_ERR_ETCD when the start revision was compacted,
    * then compact_revision is the oldest revision still available; BAGUA_ERR_TIMEOUT when
-   * etcd stayed unreachable longer than max_outage_ms). */
+   * etcd stayed unreachable longer than max_outage_ms, or BAGUA_ERR_ETCD when it kept sending
+   * content we cannot parse for that long). */
   bagua_status_t status;
   int64_t compact_revision;
 } bagua__etcd_event_t;
 
 /*
  * Called on the watch thread, one event at a time, in revision order. Return 0 to continue or
- * non-zero to end the watch (no FAILED event follows). It must not call
- * bagua__etcd_watch_stop on its own watch.
+ * non-zero to end the watch (no FAILED event follows). It should return quickly (hand work to
+ * another thread): while it runs the stream is not read, and bagua__etcd_watch_stop waits for
+ * it. It must not call bagua__etcd_watch_stop on its own watch.
  */
 typedef int (*bagua__etcd_watch_cb)(void *arg, const bagua__etcd_event_t *ev);
 
 typedef struct {
   int prefix;             /* 1: watch every key starting with `key` */
   int64_t start_revision; /* first revision to report (inclusive); 0: changes after the start */
-  int max_outage_ms;      /* end with FAILED after this long without etcd; 0: retry until stopped */
+  int max_outage_ms;      /* end with FAILED after this long without a working stream;
+                             0: retry until stopped */
 } bagua__etcd_watch_opts_t;
 
 typedef struct bagua__etcd_watch bagua__etcd_watch_t;
@@ -237,6 +242,10 @@ typedef struct bagua__etcd_watch bagua__etcd_watch_t;
  * Fails with BAGUA_ERR_CURL/TIMEOUT when etcd cannot be reached within the client timeout.
  * `opts` may be NULL (exact key, from now, retry forever). `c` is only used to copy endpoints
  * and the timeout; it may be destroyed while the watch runs.
+ *
+ * A dropped or refused connection is noticed at once, and a vanished peer host through TCP
+ * keep-alive (about 25 s). An etcd that is frozen but keeps its connections open is not
+ * noticed by the watch; lease renewals (bagua__etcd_keeper_lost) detect that case.
  */
 bagua_status_t bagua__etcd_watch_start(bagua__etcd_t *c, const char *key,
                                        const bagua__etcd_watch_opts_t *opts,

@@ -95,8 +95,8 @@ out:
   return st;
 }
 
-bagua_status_t bagua__etcd_get(bagua__etcd_t *c, const char *key, bagua__etcd_kv_t *kv,
-                               int *found, int64_t *revision) {
+bagua_status_t bagua__etcd_get(bagua__etcd_t *c, const char *key, bagua__etcd_kv_t *kv, int *found,
+                               int64_t *revision) {
   bagua_status_t st = BAGUA_OK;
   cJSON *reply = NULL;
   bagua__etcd_kv_t *kvs = NULL;

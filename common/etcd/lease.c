@@ -111,8 +111,7 @@ bagua_status_t bagua__etcd_lease_revoke(bagua__etcd_t *c, int64_t id) {
   bagua_status_t st =
       bagua__etcd_call(c, "/v3/lease/revoke", req, &reply, ETCD_CALL_QUIET_NOT_FOUND, &code);
   if (st == BAGUA_ERR_ETCD && code == ETCD_GRPC_NOT_FOUND) st = BAGUA_OK;
-  if (st == BAGUA_OK)
-    BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd lease %lld revoked", (long long)id);
+  if (st == BAGUA_OK) BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd lease %lld revoked", (long long)id);
   cJSON_Delete(req);
   cJSON_Delete(reply);
   return st;
@@ -125,9 +124,9 @@ struct bagua__etcd_keeper {
   int64_t id, ttl_ms, interval_ms;
   pthread_t thread;
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* on CLOCK_MONOTONIC; signalled by stop */
-  int stop;          /* under mu */
-  int gone;          /* atomic: etcd said the lease expired or is unknown */
+  pthread_cond_t cv;  /* on CLOCK_MONOTONIC; signalled by stop */
+  int stop;           /* under mu */
+  int gone;           /* atomic: etcd said the lease expired or is unknown */
   int64_t last_ok_ms; /* atomic; the start time until the first renewal */
 };
 

@@ -20,6 +20,15 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 1000
 
+/* The first problem of an outage is a warning; the same problem on every retry is not. */
+#define WATCH_WARN(w, ...)                        \
+  do {                                            \
+    if ((w)->in_outage)                           \
+      BAGUA_INFO(BAGUA_SUBSYS_ETCD, __VA_ARGS__); \
+    else                                          \
+      BAGUA_WARN(__VA_ARGS__);                    \
+  } while (0)
+
 struct bagua__etcd_watch {
   bagua__etcd_t *c; /* private client: its connection carries the stream */
   char *key;
@@ -35,6 +44,7 @@ struct bagua__etcd_watch {
   bagua_status_t start_status;
   int64_t next_rev; /* atomic: first revision not yet delivered; 0 means "from now" */
   int ep;           /* endpoint index the thread connects to */
+  int in_outage;    /* watch thread only: repeated problems are logged at INFO, not WARN */
 
   /* Per-connection state, touched only by the watch thread (inside the write callback). */
   etcd_buf_t line;
@@ -86,7 +96,7 @@ static int deliver_events(bagua__etcd_watch_t *w, const cJSON *events) {
     } else if (cJSON_IsString(type) && strcmp(type->valuestring, "DELETE") == 0) {
       ev.type = BAGUA__ETCD_EVENT_DELETE;
     } else {
-      BAGUA_WARN("etcd watch on %s: event of unknown type", w->key);
+      WATCH_WARN(w, "etcd watch on %s: event of unknown type", w->key);
       w->stream_st = BAGUA_ERR_ETCD;
       return -1;
     }
@@ -107,8 +117,9 @@ static int deliver_events(bagua__etcd_watch_t *w, const cJSON *events) {
     ev.create_revision = kv.create_revision;
     ev.version = kv.version;
     ev.lease = kv.lease;
-    int rc = w->cb(w->arg, &ev);
+    /* Advanced first, so the callback (and any thread it signals) sees the resume point. */
     advance(w, kv.mod_revision + 1);
+    int rc = w->cb(w->arg, &ev);
     bagua__etcd_kv_clear(&kv);
     if (rc != 0) {
       BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd watch on %s ended by its callback", w->key);
@@ -129,14 +140,14 @@ static int handle_line(bagua__etcd_watch_t *w, const char *p, size_t n) {
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "result");
   if (err) {
     const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
-    BAGUA_WARN("etcd watch on %s: stream error from %s: %s", w->key, bagua__etcd_endpoint(w->c),
+    WATCH_WARN(w, "etcd watch on %s: stream error from %s: %s", w->key, bagua__etcd_endpoint(w->c),
                cJSON_IsString(msg) ? msg->valuestring : "(no message)");
     w->stream_st = BAGUA_ERR_ETCD;
     goto out;
   }
   if (!cJSON_IsObject(res)) {
-    BAGUA_WARN("etcd watch on %s: malformed message from %s: \"%.80s\"", w->key,
-               bagua__etcd_endpoint(w->c), p);
+    WATCH_WARN(w, "etcd watch on %s: malformed message from %s: \"%.*s\"", w->key,
+               bagua__etcd_endpoint(w->c), (int)(n < 80 ? n : 80), p);
     w->stream_st = BAGUA_ERR_ETCD;
     goto out;
   }
@@ -144,10 +155,11 @@ static int handle_line(bagua__etcd_watch_t *w, const char *p, size_t n) {
     const cJSON *why = cJSON_GetObjectItemCaseSensitive(res, "cancel_reason");
     bagua__etcd_json_i64(res, "compact_revision", &w->compact_rev);
     if (w->compact_rev > 0)
-      BAGUA_WARN("etcd watch on %s: revision %lld has been compacted (oldest available %lld); "
-                 "read the keys again and watch from the revision of that read",
-                 w->key, (long long)__atomic_load_n(&w->next_rev, __ATOMIC_RELAXED),
-                 (long long)w->compact_rev);
+      BAGUA_WARN(
+          "etcd watch on %s: revision %lld has been compacted (oldest available %lld); "
+          "read the keys again and watch from the revision of that read",
+          w->key, (long long)__atomic_load_n(&w->next_rev, __ATOMIC_RELAXED),
+          (long long)w->compact_rev);
     else
       BAGUA_WARN("etcd watch on %s cancelled by etcd: %s", w->key,
                  cJSON_IsString(why) ? why->valuestring : "no reason given");
@@ -156,11 +168,11 @@ static int handle_line(bagua__etcd_watch_t *w, const char *p, size_t n) {
     goto out;
   }
   int64_t rev = 0;
-  int has_rev = bagua__etcd_json_i64(cJSON_GetObjectItemCaseSensitive(res, "header"), "revision",
-                                     &rev) == 1;
+  int has_rev =
+      bagua__etcd_json_i64(cJSON_GetObjectItemCaseSensitive(res, "header"), "revision", &rev) == 1;
   if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "created"))) {
     if (!has_rev) {
-      BAGUA_WARN("etcd watch on %s: creation reply lacks header.revision", w->key);
+      WATCH_WARN(w, "etcd watch on %s: creation reply lacks header.revision", w->key);
       w->stream_st = BAGUA_ERR_ETCD;
       goto out;
     }
@@ -173,7 +185,7 @@ static int handle_line(bagua__etcd_watch_t *w, const char *p, size_t n) {
   }
   const cJSON *events = cJSON_GetObjectItemCaseSensitive(res, "events");
   if (events && !cJSON_IsArray(events)) {
-    BAGUA_WARN("etcd watch on %s: \"events\" is not an array", w->key);
+    WATCH_WARN(w, "etcd watch on %s: \"events\" is not an array", w->key);
     w->stream_st = BAGUA_ERR_ETCD;
     goto out;
   }
@@ -275,8 +287,7 @@ static bagua_status_t run_stream(bagua__etcd_watch_t *w, char *why, size_t whyle
     snprintf(why, whylen, "HTTP %ld: %.80s", http, w->line.data ? w->line.data : "");
   } else if (res != CURLE_OK) {
     st = res == CURLE_OPERATION_TIMEDOUT ? BAGUA_ERR_TIMEOUT : BAGUA_ERR_CURL;
-    snprintf(why, whylen, "%s",
-             w->c->conn.errbuf[0] ? w->c->conn.errbuf : curl_easy_strerror(res));
+    snprintf(why, whylen, "%s", w->c->conn.errbuf[0] ? w->c->conn.errbuf : curl_easy_strerror(res));
   } else {
     st = BAGUA_ERR_REMOTE;
     snprintf(why, whylen, "etcd closed the stream");
@@ -306,25 +317,31 @@ static void *watch_main(void *arg) {
       w->ep = (w->ep + 1) % w->c->n_endpoints;
       continue;
     }
-    if (w->created) {
-      /* This connection worked, so this is a new outage: restart its clock and back-off. */
+    if (w->created && w->stream_st == BAGUA_OK) {
+      /*
+       * This connection worked, so this is a new outage: restart its clock and back-off. A
+       * stream that carried bad content does not count as working, so a server that keeps
+       * sending garbage is retried with growing back-off and hits max_outage_ms.
+       */
       outage_since = 0;
       backoff = BACKOFF_MIN_MS;
+      w->in_outage = 0;
     }
     int64_t now = bagua__etcd_now_ms();
     long long next = (long long)__atomic_load_n(&w->next_rev, __ATOMIC_RELAXED);
     if (outage_since == 0) {
       outage_since = now;
+      w->in_outage = 1;
       BAGUA_WARN("etcd watch on %s: lost the stream from %s (%s); resuming at revision %lld",
                  w->key, ep, why, next);
     } else {
       BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd watch on %s: %s still failing (%s)", w->key, ep, why);
     }
     if (w->max_outage_ms > 0 && now - outage_since >= w->max_outage_ms) {
-      BAGUA_WARN("etcd watch on %s: no etcd for %lld ms (limit %d ms); giving up", w->key,
+      BAGUA_WARN("etcd watch on %s: no working stream for %lld ms (limit %d ms); giving up", w->key,
                  (long long)(now - outage_since), w->max_outage_ms);
       w->ended = 1;
-      w->fail_st = BAGUA_ERR_TIMEOUT;
+      w->fail_st = w->stream_st != BAGUA_OK ? w->stream_st : BAGUA_ERR_TIMEOUT;
       break;
     }
     /* Rotate endpoints only when this one failed outright; a dropped stream retries here. */
@@ -378,8 +395,9 @@ bagua_status_t bagua__etcd_watch_start(bagua__etcd_t *c, const char *key,
   if (!opts) opts = &def;
   if (!key || !cb || (key[0] == '\0' && !opts->prefix) || opts->start_revision < 0 ||
       opts->max_outage_ms < 0) {
-    BAGUA_WARN("etcd watch needs a key (non-empty unless watching a prefix), a callback, and "
-               "a non-negative start revision and outage limit");
+    BAGUA_WARN(
+        "etcd watch needs a key (non-empty unless watching a prefix), a callback, and "
+        "a non-negative start revision and outage limit");
     return BAGUA_ERR_INVALID_ARG;
   }
   bagua__etcd_watch_t *w;
@@ -427,7 +445,7 @@ bagua_status_t bagua__etcd_watch_start(bagua__etcd_t *c, const char *key,
   if (started != 1) {
     if (started == 0) {
       BAGUA_WARN("etcd watch on %s: %s did not confirm the watch within %d ms", key,
-                 c->endpoints[w->ep], c->timeout_ms);
+                 bagua__etcd_endpoint(c), c->timeout_ms);
       st = BAGUA_ERR_TIMEOUT;
     }
     watch_join(w);
