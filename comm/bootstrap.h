@@ -34,6 +34,17 @@ typedef struct {
 bagua_status_t bagua__bootstrap_tcp(void *arg, const bagua__boot_ctx_t *ctx,
                                     bagua__endpoint_t *mine, bagua__endpoint_t *all);
 
+/* etcd bootstrap (bagua-agent rounds): records under /bagua/<job>/rounds/<round>/bootstrap/. */
+typedef struct {
+  const char *endpoint; /* etcd endpoint(s), "HOST:PORT[,HOST:PORT]" */
+  const char *job_id;
+  int64_t round;
+  int etcd_timeout_ms;
+} bagua__boot_etcd_t;
+
+bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
+                                     bagua__endpoint_t *mine, bagua__endpoint_t *all);
+
 /* Validates a received handshake header; fills a sentence into why on refusal. */
 int bagua__wire_check(const bagua__wire_hdr_t *h, uint32_t type, uint64_t job_hash,
                       uint64_t comm_id, int size, uint32_t *reason, char *why, size_t whylen);

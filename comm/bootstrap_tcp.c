@@ -22,6 +22,10 @@ uint64_t bagua__hash64(const void *data, size_t len, uint64_t seed) {
   return h;
 }
 
+uint64_t bagua__world_comm_id(uint64_t job_hash, int64_t round) {
+  return bagua__hash64(&round, sizeof(round), bagua__hash64("world", 5, job_hash));
+}
+
 int bagua__wire_check(const bagua__wire_hdr_t *h, uint32_t type, uint64_t job_hash,
                       uint64_t comm_id, int size, uint32_t *reason, char *why, size_t whylen) {
   *reason = 0;

@@ -314,8 +314,23 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
     return BAGUA_ERR_INVALID_ARG;
   }
   const char *boot = cfg->bootstrap ? cfg->bootstrap : bagua__param_str(BAGUA_P_BOOTSTRAP);
+  const char *job = cfg->job_id ? cfg->job_id : bagua__param_str(BAGUA_P_JOB_ID);
   bagua__boot_tcp_t tcp = {0, 0};
-  if (strcmp(boot, "env://") == 0) {
+  bagua__boot_etcd_t etcd = {boot + 7, job, bagua__param_int(BAGUA_P_ROUND),
+                             (int)bagua__param_int(BAGUA_P_ETCD_TIMEOUT_MS)};
+  bagua__bootstrap_fn boot_fn = bagua__bootstrap_tcp;
+  void *boot_arg = &tcp;
+  if (strncmp(boot, "etcd://", 7) == 0) {
+    if (etcd.round < 0 || boot[7] == '\0') {
+      BAGUA_WARN(
+          "bootstrap \"%s\" needs an endpoint and BAGUA_ROUND (bagua-agent sets both); "
+          "accepted: etcd://HOST:PORT[,HOST:PORT] with BAGUA_ROUND >= 0",
+          boot);
+      return BAGUA_ERR_INVALID_ARG;
+    }
+    boot_fn = bagua__bootstrap_etcd;
+    boot_arg = &etcd;
+  } else if (strcmp(boot, "env://") == 0) {
     BAGUA_CHECK(bagua__resolve_ipv4(bagua__param_str(BAGUA_P_MASTER_ADDR), &tcp.master_addr));
     tcp.master_port = (uint16_t)bagua__param_int(BAGUA_P_MASTER_PORT);
   } else if (strncmp(boot, "tcp://", 6) == 0) {
@@ -356,9 +371,10 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
   bagua__log_set_rank(rank);
   bagua_comm_t *c = NULL;
   BAGUA_CHECK(bagua__comm_alloc(rank, size, &c));
-  const char *job = cfg->job_id ? cfg->job_id : bagua__param_str(BAGUA_P_JOB_ID);
   c->job_hash = bagua__hash64(job, strlen(job), 0);
-  c->comm_id = bagua__hash64("world", 5, c->job_hash);
+  /* Each rendezvous round builds a distinct communicator, so stale peers cannot join it. */
+  int64_t round = boot_fn == bagua__bootstrap_etcd ? etcd.round : 0;
+  c->comm_id = bagua__world_comm_id(c->job_hash, round);
   c->nstreams = nstreams;
   c->requested_transport = transport;
   c->timeout_ms =
@@ -376,7 +392,10 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
   mine.rank = rank;
   bagua__boot_ctx_t ctx = {
       rank, size, c->job_hash, c->comm_id, bagua__now_ms() + c->connect_timeout_ms, &c->abort_flag};
-  st = bagua__bootstrap_tcp(&tcp, &ctx, &mine, c->eps);
+  if (bagua__param_str(BAGUA_P_NODE_ADDR)[0])
+    BAGUA_CHECK_GOTO(bagua__resolve_ipv4(bagua__param_str(BAGUA_P_NODE_ADDR), &mine.addr), st,
+                     fail);
+  st = boot_fn(boot_arg, &ctx, &mine, c->eps);
   if (st != BAGUA_OK) {
     close(lfd);
     goto fail;

@@ -75,5 +75,7 @@ typedef struct {
 _Static_assert(sizeof(bagua__msg_hdr_t) == 16, "wire layout");
 
 uint64_t bagua__hash64(const void *data, size_t len, uint64_t seed);
+/* Identity of the world communicator of a job's rendezvous round (0 outside bagua-agent). */
+uint64_t bagua__world_comm_id(uint64_t job_hash, int64_t round);
 
 #endif

@@ -174,7 +174,7 @@ static int handshake_test(void) {
                          BAGUA_MSG_BOOT_HELLO,
                          0,
                          job ^ 1,
-                         bagua__hash64("world", 5, job),
+                         bagua__world_comm_id(job, 0),
                          1,
                          2};
   ASSERT_EQ(poke(port, &h, sizeof(h)), BAGUA_REFUSE_JOB);

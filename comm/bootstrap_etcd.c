@@ -1,0 +1,113 @@
+/*
+ * etcd bootstrap: the workers of rendezvous round N publish their endpoint records under
+ * /bagua/<job>/rounds/<N>/bootstrap/<rank> and poll the prefix until all WORLD_SIZE records
+ * are there. bagua-agent starts workers with BAGUA_BOOTSTRAP=etcd://HOST:PORT and BAGUA_ROUND,
+ * so communicators form without MASTER_ADDR and without any rank acting as a server.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "common/check.h"
+#include "common/etcd/etcd.h"
+#include "common/log.h"
+#include "common/sock.h"
+
+/* The local address of the route to host:port: the address peers on that network can use. */
+static uint32_t route_addr(const char *endpoint) {
+  char host[256];
+  const char *p = strstr(endpoint, "://");
+  snprintf(host, sizeof(host), "%s", p ? p + 3 : endpoint);
+  char *comma = strchr(host, ',');
+  if (comma) *comma = '\0';
+  char *colon = strrchr(host, ':');
+  int port = colon ? atoi(colon + 1) : 2379;
+  if (colon) *colon = '\0';
+  uint32_t addr;
+  if (bagua__resolve_ipv4(host, &addr) != BAGUA_OK) return 0;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in sa = {
+      .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
+  uint32_t local = 0;
+  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) local = bagua__sock_local_addr(fd);
+  close(fd);
+  return local;
+}
+
+bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
+                                     bagua__endpoint_t *mine, bagua__endpoint_t *all) {
+  const bagua__boot_etcd_t *cfg = arg;
+  bagua__etcd_t *etcd = NULL;
+  bagua__etcd_kv_t *kvs = NULL;
+  size_t nkv = 0;
+  bagua_status_t st = BAGUA_OK;
+  char prefix[512], key[600];
+  int *seen = calloc((size_t)ctx->size, sizeof(int));
+  if (!seen) return BAGUA_ERR_NO_MEMORY;
+  if (mine->addr == 0) mine->addr = route_addr(cfg->endpoint);
+  if (mine->addr == 0) {
+    BAGUA_WARN(
+        "etcd bootstrap: cannot determine this node's address towards %s; set "
+        "BAGUA_NODE_ADDR",
+        cfg->endpoint);
+    st = BAGUA_ERR_INVALID_ARG;
+    goto out;
+  }
+  snprintf(prefix, sizeof(prefix), "/bagua/%s/rounds/%lld/bootstrap/", cfg->job_id,
+           (long long)cfg->round);
+  snprintf(key, sizeof(key), "%s%d", prefix, ctx->rank);
+  BAGUA_CHECK_GOTO(bagua__etcd_create(cfg->endpoint, cfg->etcd_timeout_ms, &etcd), st, out);
+  BAGUA_CHECK_GOTO(bagua__etcd_put(etcd, key, mine, sizeof(*mine), 0, NULL, NULL), st, out);
+  int have = 0, delay_ms = 2;
+  while (have < ctx->size) {
+    if (ctx->abort_flag && *ctx->abort_flag) {
+      st = BAGUA_ERR_ABORTED;
+      goto out;
+    }
+    BAGUA_CHECK_GOTO(bagua__etcd_range_prefix(etcd, prefix, &kvs, &nkv, NULL), st, out);
+    for (size_t i = 0; i < nkv; i++) {
+      const char *tail = kvs[i].key + strlen(prefix);
+      char *end;
+      long r = strtol(tail, &end, 10);
+      if (end == tail || *end || r < 0 || r >= ctx->size) continue; /* not a rank key */
+      if (kvs[i].value_len != sizeof(bagua__endpoint_t)) {
+        BAGUA_WARN(
+            "etcd bootstrap: key %s holds %zu bytes, expected an endpoint record of %zu "
+            "(mixed Bagua-C versions?)",
+            kvs[i].key, kvs[i].value_len, sizeof(bagua__endpoint_t));
+        st = BAGUA_ERR_PROTOCOL;
+        goto out;
+      }
+      if (!seen[r]) have++;
+      seen[r] = 1;
+      memcpy(&all[r], kvs[i].value, sizeof(bagua__endpoint_t));
+    }
+    bagua__etcd_kvs_free(kvs, nkv);
+    kvs = NULL;
+    if (have == ctx->size) break;
+    if (bagua__now_ms() >= ctx->deadline_ms) {
+      BAGUA_WARN(
+          "etcd bootstrap: only %d of %d ranks of round %lld published their endpoints "
+          "before the connect timeout",
+          have, ctx->size, (long long)cfg->round);
+      st = BAGUA_ERR_TIMEOUT;
+      goto out;
+    }
+    struct timespec ts = {0, (long)delay_ms * 1000000L};
+    nanosleep(&ts, NULL);
+    if (delay_ms < 50) delay_ms *= 2;
+  }
+  /* Our own record comes back from etcd; keep the local copy (it is authoritative). */
+  all[ctx->rank] = *mine;
+out:
+  bagua__etcd_kvs_free(kvs, nkv);
+  bagua__etcd_destroy(etcd);
+  free(seen);
+  return st;
+}
