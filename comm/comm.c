@@ -38,7 +38,7 @@ static void close_peers(bagua_comm_t *c) {
   for (int r = 0; r < c->size; r++) {
     bagua__peer_t *p = &c->peers[r];
     if (p->fds) {
-      for (int s = 0; s < c->nstreams; s++)
+      for (int s = 0; s < p->nstreams; s++)
         if (p->fds[s] >= 0) close(p->fds[s]);
     }
     free(p->fds);
@@ -52,7 +52,7 @@ static void shutdown_peers(bagua_comm_t *c) {
   for (int r = 0; r < c->size; r++) {
     bagua__peer_t *p = &c->peers[r];
     if (!p->fds) continue;
-    for (int s = 0; s < c->nstreams; s++)
+    for (int s = 0; s < p->nstreams; s++)
       if (p->fds[s] >= 0) shutdown(p->fds[s], SHUT_RDWR);
   }
 }
@@ -148,7 +148,8 @@ static bagua__wire_hdr_t stream_hdr(const bagua_comm_t *c, uint32_t type, uint32
 
 /* Accepts the streams that higher ranks open to us, refusing anything malformed. */
 static bagua_status_t accept_streams(bagua_comm_t *c, int lfd, int64_t deadline) {
-  int expected = (c->size - 1 - c->rank) * c->nstreams, have = 0;
+  int expected = 0, have = 0;
+  for (int r = c->rank + 1; r < c->size; r++) expected += c->peers[r].nstreams;
   while (have < expected) {
     int fd = -1;
     bagua_status_t st = bagua__accept(lfd, deadline, &c->abort_flag, &fd);
@@ -170,8 +171,8 @@ static bagua_status_t accept_streams(bagua_comm_t *c, int lfd, int64_t deadline)
     char why[160];
     int bad = bagua__wire_check(&h, BAGUA_MSG_CONNECT, c->job_hash, c->comm_id, c->size, &reason,
                                 why, sizeof(why));
-    if (!bad &&
-        (h.rank <= c->rank || h.arg >= (uint32_t)c->nstreams || c->peers[h.rank].fds[h.arg] >= 0)) {
+    if (!bad && (h.rank <= c->rank || h.arg >= (uint32_t)c->peers[h.rank].nstreams ||
+                 c->peers[h.rank].fds[h.arg] >= 0)) {
       bad = 1;
       reason = BAGUA_REFUSE_RANK;
       snprintf(why, sizeof(why), "unexpected stream %u from rank %d", h.arg, h.rank);
@@ -211,22 +212,26 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
   /* Shared memory only needs one control stream per peer (liveness and send/recv). */
   int shm_only = c->requested_transport == BAGUA_TRANSPORT_SHM ||
                  (c->requested_transport == BAGUA_TRANSPORT_AUTO && c->node_count == 1);
-  if (shm_only) c->nstreams = 1;
+  if (shm_only) c->nstreams = 1; /* every peer is on this node anyway */
   for (int r = 0; r < c->size; r++) {
     bagua__peer_t *p = &c->peers[r];
-    p->fds = malloc(sizeof(int) * (size_t)c->nstreams);
-    p->send_seq = calloc((size_t)c->nstreams, sizeof(uint32_t));
-    p->recv_seq = calloc((size_t)c->nstreams, sizeof(uint32_t));
+    /* Several streams spread a message over flows (and NIC queues) between hosts; on one host
+     * the traffic never leaves the kernel, and extra streams only cost system calls. Both
+     * ends derive the same count from the shared node hashes. */
+    p->nstreams = c->eps[r].node_hash == c->eps[c->rank].node_hash ? 1 : c->nstreams;
+    p->fds = malloc(sizeof(int) * (size_t)p->nstreams);
+    p->send_seq = calloc((size_t)p->nstreams, sizeof(uint32_t));
+    p->recv_seq = calloc((size_t)p->nstreams, sizeof(uint32_t));
     if (!p->fds || !p->send_seq || !p->recv_seq) {
       st = BAGUA_ERR_NO_MEMORY;
       goto done;
     }
-    for (int s = 0; s < c->nstreams; s++) p->fds[s] = -1;
+    for (int s = 0; s < p->nstreams; s++) p->fds[s] = -1;
   }
   /* Ordering that cannot deadlock: open streams to lower ranks (the kernel's listen backlog
    * completes them without the peer's help), accept from higher ranks, then read replies. */
   for (int r = 0; r < c->rank; r++) {
-    for (int s = 0; s < c->nstreams; s++) {
+    for (int s = 0; s < c->peers[r].nstreams; s++) {
       int fd = -1;
       BAGUA_CHECK_GOTO(
           bagua__connect(c->eps[r].addr, c->eps[r].port, deadline, &c->abort_flag, &fd), st, done);
@@ -237,7 +242,7 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
   }
   BAGUA_CHECK_GOTO(accept_streams(c, lfd, deadline), st, done);
   for (int r = 0; r < c->rank; r++) {
-    for (int s = 0; s < c->nstreams; s++) {
+    for (int s = 0; s < c->peers[r].nstreams; s++) {
       bagua__wire_hdr_t h;
       BAGUA_CHECK_GOTO(bagua__recv_all(c->peers[r].fds[s], &h, sizeof(h), deadline, &c->abort_flag),
                        st, done);
@@ -448,9 +453,7 @@ bagua_status_t bagua_comm_split(bagua_comm_t *c, int color, int key, bagua_comm_
   uint32_t ids[2] = {seq, (uint32_t)color};
   nc->job_hash = c->job_hash;
   nc->comm_id = bagua__hash64(ids, sizeof(ids), c->comm_id);
-  nc->nstreams = c->requested_transport == BAGUA_TRANSPORT_SHM ? 1 : c->nstreams;
-  if (c->nstreams == 1 && c->requested_transport != BAGUA_TRANSPORT_SHM)
-    nc->nstreams = (int)bagua__param_int(BAGUA_P_NET_NSTREAMS);
+  nc->nstreams = c->nstreams;
   nc->requested_transport = c->requested_transport;
   nc->timeout_ms = c->timeout_ms;
   nc->connect_timeout_ms = c->connect_timeout_ms;

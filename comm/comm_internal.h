@@ -14,6 +14,7 @@ typedef struct bagua__shm bagua__shm_t;
 
 /* Connection to one peer: `nstreams` TCP sockets; stream 0 also serves as control channel. */
 typedef struct {
+  int nstreams; /* 1 for peers on the same node, the communicator's count across nodes */
   int *fds;
   uint32_t *send_seq; /* per stream */
   uint32_t *recv_seq; /* per stream */
@@ -45,7 +46,7 @@ typedef struct {
 struct bagua_comm_s {
   int rank, size;
   int local_rank, local_size, node_count, node_index;
-  int nstreams;
+  int nstreams;            /* streams per peer on another node (BAGUA_NET_NSTREAMS) */
   int requested_transport; /* bagua_transport_kind_t asked for; inherited by splits */
   uint32_t split_seq;      /* splits performed on this communicator, for child ids */
   int timeout_ms;

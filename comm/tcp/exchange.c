@@ -183,7 +183,7 @@ static int part_done(const part_t *p) {
 
 bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int nsends,
                                const bagua__recv_t *recvs, int nrecvs) {
-  int maxparts = (nsends + nrecvs) * c->nstreams;
+  int maxparts = (nsends + nrecvs) * c->nstreams; /* no peer has more streams than this */
   part_t stack_parts[32];
   struct pollfd stack_pfd[32];
   part_t *parts = stack_parts;
@@ -199,12 +199,13 @@ bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int 
   }
   int np = 0, nstage = 0;
   for (int i = 0; i < nrecvs; i++)
-    if (recvs[i].local) nstage += split_parts(recvs[i].bytes, c->nstreams, &(size_t){0});
+    if (recvs[i].local)
+      nstage += split_parts(recvs[i].bytes, c->peers[recvs[i].peer].nstreams, &(size_t){0});
   BAGUA_CHECK_GOTO(ensure_scratch(c, (size_t)nstage * STAGE_BYTES), st, done);
   int stage_idx = 0;
   for (int i = 0; i < nsends; i++) {
     size_t plen;
-    int k = split_parts(sends[i].bytes, c->nstreams, &plen);
+    int k = split_parts(sends[i].bytes, c->peers[sends[i].peer].nstreams, &plen);
     bagua__peer_t *peer = &c->peers[sends[i].peer];
     for (int s = 0; s < k; s++) {
       part_t *p = &parts[np++];
@@ -221,7 +222,7 @@ bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int 
   }
   for (int i = 0; i < nrecvs; i++) {
     size_t plen;
-    int k = split_parts(recvs[i].bytes, c->nstreams, &plen);
+    int k = split_parts(recvs[i].bytes, c->peers[recvs[i].peer].nstreams, &plen);
     for (int s = 0; s < k; s++) {
       part_t *p = &parts[np++];
       memset(p, 0, sizeof(*p));

@@ -48,7 +48,12 @@ static int loop_body(bagua_comm_t *c, void *arg) {
 
 /* Kills (SIGKILL) or stops (SIGSTOP) rank 2 of 4 once it is inside the allreduce loop. */
 static int fault_test(int transport, int sig) {
-  mp_opts_t o = {.nranks = 4, .transport = transport, .timeout_ms = 1000, .deadline_s = 60};
+  /* TCP ranks each emulate their own node, so the multi-stream connections are exercised. */
+  mp_opts_t o = {.nranks = 4,
+                 .transport = transport,
+                 .timeout_ms = 1000,
+                 .deadline_s = 60,
+                 .ranks_per_node = transport == BAGUA_TRANSPORT_TCP ? 1 : 0};
   int port = mp_free_port();
   pid_t pids[4];
   for (int r = 0; r < 4; r++) {
@@ -272,7 +277,11 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "stall") == 0) {
     rc = fault_test(transport, SIGSTOP);
   } else if (strcmp(argv[1], "abort") == 0) {
-    mp_opts_t o = {.nranks = 2, .transport = transport, .timeout_ms = 5000, .deadline_s = 30};
+    mp_opts_t o = {.nranks = 2,
+                   .transport = transport,
+                   .timeout_ms = 5000,
+                   .deadline_s = 30,
+                   .ranks_per_node = transport == BAGUA_TRANSPORT_TCP ? 1 : 0};
     rc = mp_run(&o, abort_body, NULL);
   } else if (strcmp(argv[1], "handshake") == 0) {
     rc = handshake_test();

@@ -16,12 +16,12 @@
 #include "kernels/kernels.h"
 #include "tests/test.h"
 
-static const char *const k_simd_isas[] = {"avx2", "avx512"};
+static const char *const k_simd_isas[] = {"avx2", "avx512", "avx512zmm"};
 #define N_SIMD_ISAS (sizeof(k_simd_isas) / sizeof(k_simd_isas[0]))
 
 /* Element counts around every vector width and unroll boundary, plus one large odd count. */
-static const size_t k_counts[] = {0,  1,  2,  3,  7,   15,  16,  17,  31,  33,
-                                  63, 64, 65, 129, 255, 257, 1000, 1000003};
+static const size_t k_counts[] = {0,  1,  2,  3,  7,   15,  16,  17,   31,
+                                  33, 63, 64, 65, 129, 255, 257, 1000, 1000003};
 #define N_COUNTS (sizeof(k_counts) / sizeof(k_counts[0]))
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -33,7 +33,9 @@ static inline uint64_t rnd64(void) {
   g_rng ^= g_rng >> 27;
   return g_rng * 0x2545f4914f6cdd1dull;
 }
-static inline uint32_t rnd32(void) { return (uint32_t)(rnd64() >> 32); }
+static inline uint32_t rnd32(void) {
+  return (uint32_t)(rnd64() >> 32);
+}
 /* Uniform in [lo, hi). */
 static inline float rnd_uniform(float lo, float hi) {
   return lo + (hi - lo) * (float)(rnd32() >> 8) * (1.0f / 16777216.0f);
@@ -159,7 +161,9 @@ static inline void gbuf_check(const gbuf_t *g, const char *what) {
     if (g->p[g->bytes + i] != GUARD_BYTE) TEST_FAIL("%s: byte %zu past the end written", what, i);
 }
 
-static inline void gbuf_free(gbuf_t *g) { free(g->base); }
+static inline void gbuf_free(gbuf_t *g) {
+  free(g->base);
+}
 
 static inline int is_nan_elem(bagua_dtype_t dt, const unsigned char *p) {
   uint16_t h;
@@ -187,7 +191,7 @@ static inline int is_nan_elem(bagua_dtype_t dt, const unsigned char *p) {
 static inline int use_isa(const char *isa) {
   if (bagua__kernels_force_isa(isa) == 0) return 1;
   static int noted[8];
-  int idx = isa[3] == '5' ? 1 : 0;
+  int idx = strcmp(isa, "avx2") == 0 ? 0 : strcmp(isa, "avx512") == 0 ? 1 : 2;
   if (!noted[idx]) printf("note: %s not available on this CPU, not compared\n", isa);
   noted[idx] = 1;
   return 0;

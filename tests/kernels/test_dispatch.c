@@ -5,14 +5,19 @@
  */
 #include "ktest.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 int main(void) {
   const char *isa = bagua__kernels_isa();
   printf("automatic choice: %s\n", isa);
-  ASSERT_TRUE(strcmp(isa, "scalar") == 0 || strcmp(isa, "avx2") == 0 ||
-              strcmp(isa, "avx512") == 0);
+  ASSERT_TRUE(strcmp(isa, "scalar") == 0 || strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0);
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  unsigned eax, ebx, ecx, edx;
+  int f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+  int avx2 = __builtin_cpu_supports("avx2") && f16c;
   int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl");
   ASSERT_STREQ(isa, avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
@@ -20,6 +25,8 @@ int main(void) {
   if (avx2) ASSERT_STREQ(bagua__kernels_isa(), "avx2");
   ASSERT_EQ(bagua__kernels_force_isa("avx512"), avx512 ? 0 : -1);
   if (avx512) ASSERT_STREQ(bagua__kernels_isa(), "avx512");
+  ASSERT_EQ(bagua__kernels_force_isa("avx512zmm"), avx512 ? 0 : -1);
+  if (avx512) ASSERT_STREQ(bagua__kernels_isa(), "avx512zmm");
 #endif
   ASSERT_EQ(bagua__kernels_force_isa("scalar"), 0);
   ASSERT_STREQ(bagua__kernels_isa(), "scalar");

@@ -43,8 +43,7 @@ static void test_sizes(void) {
   unsigned char out[64];
   ASSERT_STATUS(bagua__minmax_u8_compress(BAGUA_F64, &x, 1, 1, out), BAGUA_ERR_INVALID_ARG);
   ASSERT_STATUS(bagua__minmax_u8_decompress(BAGUA_U8, out, 1, 1, &x), BAGUA_ERR_INVALID_ARG);
-  ASSERT_STATUS(bagua__minmax_u8_decompress_add(BAGUA_I64, out, 1, 1, &x),
-                BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua__minmax_u8_decompress_add(BAGUA_I64, out, 1, 1, &x), BAGUA_ERR_INVALID_ARG);
   ASSERT_OK(bagua__minmax_u8_compress(BAGUA_F32, NULL, 0, 0, NULL));
 }
 
@@ -83,8 +82,7 @@ static void test_error_bound(bagua_dtype_t dt, size_t chunk, size_t n_chunks) {
     ASSERT_TRUE(load_f(dt, comp + c * csz, 1) == mx);
     double mag = fmax(fabs(mn), fabs(mx));
     /* Half a quantization step, plus a few f32 roundings of values of size mag. */
-    double tol = 0.5 * ((double)mx - mn + 1e-7) / 255 * (1 + 1e-6) + 8 * ldexp(mag, -24) +
-                 FLT_MIN;
+    double tol = 0.5 * ((double)mx - mn + 1e-7) / 255 * (1 + 1e-6) + 8 * ldexp(mag, -24) + FLT_MIN;
     for (size_t i = 0; i < chunk; i++) {
       double x = load_f(dt, in, c * chunk + i);
       double y = acc[c * chunk + i];
@@ -162,17 +160,17 @@ static void test_vs_scalar(bagua_dtype_t dt, size_t chunk, size_t n_chunks, int 
     ASSERT_OK(bagua__minmax_u8_compress(dt, in.p, chunk, n_chunks, got.p));
     for (size_t i = 0; i < got.bytes; i++)
       if (got.p[i] != want.p[i])
-        TEST_FAIL("%s compress %s chunk=%zu x%zu garbage=%d: byte %zu (chunk %zu offset %zu) is "
-                  "%u, scalar %u",
-                  isa, bagua_dtype_name(dt), chunk, n_chunks, garbage, i, i / csz, i % csz,
-                  got.p[i], want.p[i]);
+        TEST_FAIL(
+            "%s compress %s chunk=%zu x%zu garbage=%d: byte %zu (chunk %zu offset %zu) is "
+            "%u, scalar %u",
+            isa, bagua_dtype_name(dt), chunk, n_chunks, garbage, i, i / csz, i % csz, got.p[i],
+            want.p[i]);
     ASSERT_OK(bagua__minmax_u8_decompress(dt, got.p, chunk, n_chunks, dgot.p));
     if (n && memcmp(dgot.p, dwant.p, n * es) != 0) {
       for (size_t i = 0; i < n; i++)
         if (memcmp(dgot.p + i * es, dwant.p + i * es, es) != 0)
           TEST_FAIL("%s decompress %s chunk=%zu: element %zu is %.9g, scalar %.9g", isa,
-                    bagua_dtype_name(dt), chunk, i, load_f(dt, dgot.p, i),
-                    load_f(dt, dwant.p, i));
+                    bagua_dtype_name(dt), chunk, i, load_f(dt, dgot.p, i), load_f(dt, dwant.p, i));
     }
     memcpy(agot, acc0, n * sizeof(float));
     ASSERT_OK(bagua__minmax_u8_decompress_add(dt, got.p, chunk, n_chunks, agot));
@@ -199,14 +197,16 @@ int main(void) {
   test_signed_zero_header();
   bagua__kernels_force_isa(NULL);
   static const size_t n_chunks[] = {1, 3, 8};
+  /* Input (and decompressed output) offsets in bytes, within and by whole elements. */
+  static const size_t offs[] = {0, 1, 2, 3, 4, 8, 12};
   for (size_t t = 0; t < 3; t++)
     for (size_t c = 0; c < N_COUNTS; c++)
       for (size_t k = 0; k < 3; k++) {
         size_t chunk = k_counts[c], nc = n_chunks[k];
         if (chunk > 100000 && nc > 1) nc = 2; /* keep the large case cheap */
         test_error_bound(k_qdtypes[t], chunk, nc);
-        test_vs_scalar(k_qdtypes[t], chunk, nc, 0, (c + k) % 4, (c + 2 * k + 1) % 4);
-        test_vs_scalar(k_qdtypes[t], chunk, nc, 1, (c + k + 1) % 4, (c + k) % 4);
+        test_vs_scalar(k_qdtypes[t], chunk, nc, 0, offs[(c + k) % 7], (c + 2 * k + 1) % 4);
+        test_vs_scalar(k_qdtypes[t], chunk, nc, 1, offs[(c + k + 1) % 7], (c + k) % 4);
       }
   bagua__kernels_force_isa(NULL);
   printf("minmax_u8: layout, error bound and vector/scalar identity checked\n");

@@ -22,8 +22,8 @@ static void same_bits(const char *isa, const char *what, const float *got, const
                       size_t n) {
   for (size_t i = 0; i < n; i++)
     if (f32_bits(got[i]) != f32_bits(want[i]))
-      TEST_FAIL("%s %s n=%zu: element %zu is %.9g (0x%08x), scalar %.9g (0x%08x)", isa, what, n,
-                i, got[i], f32_bits(got[i]), want[i], f32_bits(want[i]));
+      TEST_FAIL("%s %s n=%zu: element %zu is %.9g (0x%08x), scalar %.9g (0x%08x)", isa, what, n, i,
+                got[i], f32_bits(got[i]), want[i], f32_bits(want[i]));
 }
 
 static void test_axpy_scale(size_t n, size_t off) {
@@ -178,8 +178,8 @@ static void test_adam(const bagua__adam_params_t *hp, size_t n, size_t off) {
 
 int main(void) {
   static const bagua__sgd_params_t sgd[] = {
-      {0.1, 0, 0, 0, 0},      {0.1, 0.9, 0, 0, 0},    {0.05, 0.9, 0.1, 0, 0},
-      {0.1, 0.9, 0, 1e-2, 1}, {0.1, 0, 0, 1e-2, 0},   {0.01, 0.5, 0.5, 1e-4, 0},
+      {0.1, 0, 0, 0, 0},      {0.1, 0.9, 0, 0, 0},  {0.05, 0.9, 0.1, 0, 0},
+      {0.1, 0.9, 0, 1e-2, 1}, {0.1, 0, 0, 1e-2, 0}, {0.01, 0.5, 0.5, 1e-4, 0},
   };
   static const bagua__adam_params_t adam[] = {
       {1e-3, 0.9, 0.999, 1e-8, 0, 0},
