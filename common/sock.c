@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "log.h"
+#include "params.h"
 
 int64_t bagua__now_ns(void) {
   struct timespec ts;
@@ -57,6 +58,11 @@ int bagua__sock_set_nonblock(int fd, int on) {
 void bagua__sock_tune(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  int buf = (int)bagua__param_int(BAGUA_P_NET_SOCKBUF_BYTES);
+  if (buf > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  }
   bagua__sock_set_nonblock(fd, 1);
 }
 
