@@ -63,6 +63,7 @@ struct bagua__shm {
   uint64_t round;
   int64_t next_liveness_ns;
   struct pollfd *pfd;
+  const void **srcs; /* the n slot pointers of the round being reduced */
 };
 
 /* Messages at least this large are copied out with non-temporal stores: the destination will
@@ -189,8 +190,10 @@ static void split(size_t count, int n, int i, size_t *off, size_t *len) {
 static void reduce_slots(bagua__shm_t *s, uint64_t k, size_t at, size_t len, char *dst,
                          bagua_dtype_t dt, bagua_op_t op) {
   if (len == 0) return;
-  bagua__reduce_out(dt, op, dst, slot_of(s, 0, k) + at, slot_of(s, 1, k) + at, len);
-  for (int r = 2; r < s->n; r++) bagua__reduce(dt, op, dst, slot_of(s, r, k) + at, len);
+  /* One blocked pass over all n inputs (in rank order, so every rank's arithmetic is the same)
+   * instead of n-1 passes over the destination. */
+  for (int r = 0; r < s->n; r++) s->srcs[r] = slot_of(s, r, k) + at;
+  bagua__reduce_n(dt, op, dst, s->srcs, s->n, len);
   if (op == BAGUA_AVG) bagua__div(dt, dst, len, s->n);
 }
 
@@ -395,7 +398,10 @@ bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
   size_t ctrl_end = s->map_bytes;
   s->map_bytes += (size_t)s->n * 2 * s->slot;
   s->pfd = calloc((size_t)s->n, sizeof(*s->pfd));
-  if (!s->pfd) {
+  s->srcs = calloc((size_t)s->n, sizeof(*s->srcs));
+  if (!s->pfd || !s->srcs) {
+    free(s->pfd);
+    free(s->srcs);
     free(s);
     return BAGUA_ERR_NO_MEMORY;
   }
@@ -470,5 +476,6 @@ void bagua__shm_destroy(bagua__shm_t *s) {
   if (!s) return;
   if (s->base) munmap(s->base, s->map_bytes);
   free(s->pfd);
+  free(s->srcs);
   free(s);
 }

@@ -1,4 +1,8 @@
-/* Half-precision conversions used by the scalar kernels and the tests. */
+/*
+ * Scalar half-precision conversions: the definition every vector conversion must match.
+ * f32 -> f16 and f32 -> bf16 round to nearest even; f16 -> f32 is exact and quiets a
+ * signalling NaN; bf16 -> f32 is a plain shift.
+ */
 #include <string.h>
 
 #include "../kernels.h"
@@ -21,7 +25,9 @@ float bagua__f16_to_f32(uint16_t h) {
       bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
     }
   } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);
+    /* Infinity, or NaN made quiet like the F16C/AVX-512 conversion instructions do, so the
+     * scalar and vector paths agree bit for bit (the payload is kept). */
+    bits = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0);
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
   }
@@ -35,7 +41,7 @@ uint16_t bagua__f32_to_f16(float f) {
   memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000;
   uint32_t absx = x & 0x7fffffffu;
-  if (absx > 0x7f800000u) return (uint16_t)(sign | 0x7e00); /* NaN */
+  if (absx > 0x7f800000u) return (uint16_t)(sign | 0x7e00);  /* NaN */
   if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow to inf */
   if (absx < 0x38800000u) {
     /* Result is subnormal or zero: shift with round-to-nearest-even. */
