@@ -60,6 +60,7 @@ static bagua_status_t ring_reduce_scatter(bagua_comm_t *c, const char *sbuf, cha
 
 /* Ring allgather: rank r holds chunk r of buf; afterwards every rank holds every chunk. */
 static bagua_status_t ring_allgather(bagua_comm_t *c, char *buf, size_t count, size_t es) {
+  if (bagua__ring_usable(c)) return bagua__ring_allgather(c, buf, count, es);
   int n = c->size, r = c->rank;
   int next = mod(r + 1, n), prev = mod(r - 1, n);
   for (int s = 0; s < n - 1; s++) {
@@ -127,6 +128,7 @@ static bagua_status_t g_allreduce(bagua_comm_t *c, const void *s, void *r, size_
     if (op == BAGUA_AVG) bagua__div(dt, r, count, c->size);
     return BAGUA_OK;
   }
+  if (bagua__ring_usable(c)) return bagua__ring_allreduce(c, s, r, count, dt, op);
   size_t off, len;
   chunk(count, c->size, c->rank, es, &off, &len);
   BAGUA_CHECK(ring_reduce_scatter(c, s, r, NULL, (char *)r + off, count, dt, op));

@@ -92,6 +92,14 @@ typedef struct {
 bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int nsends,
                                const bagua__recv_t *recvs, int nrecvs);
 
+/* Pipelined rings (comm/tcp/ring.c): usable when both ring neighbours have the same number of
+ * streams. The allreduce leaves rank r's result in all of rbuf; the allgather expects chunk r
+ * of `count` elements (split as in the ring) already in place. */
+int bagua__ring_usable(const bagua_comm_t *c);
+bagua_status_t bagua__ring_allreduce(bagua_comm_t *c, const void *sbuf, void *rbuf, size_t count,
+                                     bagua_dtype_t dt, bagua_op_t op);
+bagua_status_t bagua__ring_allgather(bagua_comm_t *c, void *buf, size_t count, size_t es);
+
 /* Generic collectives over bagua__exchange (comm/coll_generic.c). */
 extern const bagua__coll_ops_t bagua__generic_ops;
 /* Shared-memory collectives (comm/shm/shm.c). */

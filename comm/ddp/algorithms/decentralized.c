@@ -1,0 +1,136 @@
+/*
+ * Decentralized SGD: ranks exchange WEIGHTS, not gradients. As in Bagua, the exchange of the
+ * weights x_t a step starts from is launched as soon as they exist (end of bagua_ddp_ready()
+ * or of the previous step, where Bagua uses a forward pre-hook), so it overlaps the forward
+ * and backward passes; the step then adopts the peers' average and applies the gradient
+ * computed at x_t: x_{t+1} = avg(x_t, peers) - lr * g(x_t). Every comm_interval steps only.
+ *
+ * Peer modes, among ranks (or among node leaders when hierarchical):
+ *   all        allreduce-average of the weights;
+ *   shift_one  one peer per step, the pair averaging its two models. Bagua's formula for an
+ *              even number n of ranks; Bagua rejects odd n, here one rank per step sits
+ *              out (rotating) and the other n-1 follow the same formula;
+ *   ring       both ring neighbours, x = (x_left + x + x_right) / 3 (declared but
+ *              unimplemented in Bagua).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ddp_internal.h"
+#include "common/check.h"
+#include "kernels/kernels.h"
+
+typedef struct {
+  float *peer;       /* the averaged weights, adopted by the next update */
+  float *recv[2];    /* peers' weights */
+  int pending;       /* an exchange was launched for the current step */
+  int64_t exchanges; /* shift_one's step counter: incremented on every exchange */
+} state_t;
+
+static int64_t mod(int64_t a, int64_t m) {
+  return ((a % m) + m) % m;
+}
+
+int bagua__ddp_shift_one_peer(int rank, int n, int64_t step) {
+  if (n <= 1) return rank;
+  int64_t sit = -1, m = n, i = rank;
+  if (n % 2) {
+    sit = mod(step, n);
+    if (rank == sit) return rank;
+    m = n - 1;
+    i = mod(rank - sit - 1, n); /* position among the active ranks, cyclic after the sitter */
+  }
+  int64_t h = m / 2, j;
+  if (i < h)
+    j = mod(step + i, h) + h;
+  else
+    j = mod(i - h - step, h);
+  return (int)(n % 2 ? mod(j + sit + 1, n) : j);
+}
+
+static bagua_status_t exchange(bagua_ddp_t *d, void *arg) {
+  state_t *s = d->algo_state;
+  int hier = d->s.hierarchical;
+  size_t n = d->total;
+  memcpy(s->peer, d->params, n * sizeof(float));
+  if (hier) BAGUA_CHECK(bagua__ddp_node_reduce(d, s->peer, n, 1));
+  bagua_comm_t *c = hier ? d->inter : d->comm;
+  int size = c ? bagua_comm_size(c) : 1, me = c ? bagua_comm_rank(c) : 0;
+  if (c && size > 1) {
+    switch (d->s.peer_mode) {
+      case BAGUA__PEER_ALL:
+        BAGUA_CHECK(bagua_allreduce(c, s->peer, s->peer, n, BAGUA_F32, BAGUA_AVG));
+        break;
+      case BAGUA__PEER_SHIFT_ONE: {
+        int p = bagua__ddp_shift_one_peer(me, size, s->exchanges);
+        if (p == me) break;
+        BAGUA_CHECK(bagua_sendrecv(c, s->peer, n, p, s->recv[0], n, p, BAGUA_F32));
+        bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[0], n);
+        bagua__div(BAGUA_F32, s->peer, n, 2);
+        break;
+      }
+      case BAGUA__PEER_RING: {
+        int left = (me + size - 1) % size, right = (me + 1) % size;
+        BAGUA_CHECK(bagua_sendrecv(c, s->peer, n, right, s->recv[0], n, left, BAGUA_F32));
+        /* With two ranks both neighbours are the same peer: one exchange, counted twice. */
+        if (size == 2) {
+          bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[0], n);
+          bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[0], n);
+        } else {
+          BAGUA_CHECK(bagua_sendrecv(c, s->peer, n, left, s->recv[1], n, right, BAGUA_F32));
+          bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[0], n);
+          bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[1], n);
+        }
+        bagua__div(BAGUA_F32, s->peer, n, 3);
+        break;
+      }
+    }
+  }
+  if (hier) BAGUA_CHECK(bagua__ddp_node_bcast(d, s->peer, n));
+  s->exchanges++;
+  return BAGUA_OK;
+}
+
+static bagua_status_t setup(bagua_ddp_t *d) {
+  state_t *s = calloc(1, sizeof(*s));
+  if (!s) return BAGUA_ERR_NO_MEMORY;
+  d->algo_state = s;
+  int nrecv = d->s.peer_mode == BAGUA__PEER_RING ? 2 : d->s.peer_mode == BAGUA__PEER_SHIFT_ONE;
+  if (!(s->peer = bagua__ddp_alloc_floats(d->total))) return BAGUA_ERR_NO_MEMORY;
+  for (int i = 0; i < nrecv; i++)
+    if (!(s->recv[i] = bagua__ddp_alloc_floats(d->total))) return BAGUA_ERR_NO_MEMORY;
+  return BAGUA_OK;
+}
+
+static bagua_status_t next_step(bagua_ddp_t *d) {
+  state_t *s = d->algo_state;
+  if (d->steps % d->s.comm_interval != 0) return BAGUA_OK;
+  s->pending = 1;
+  return bagua__ddp_submit(d, exchange, NULL);
+}
+
+static bagua_status_t pre_update(bagua_ddp_t *d) {
+  state_t *s = d->algo_state;
+  if (s->pending) memcpy(d->params, s->peer, d->total * sizeof(float));
+  s->pending = 0;
+  return BAGUA_OK;
+}
+
+static void teardown(bagua_ddp_t *d) {
+  state_t *s = d->algo_state;
+  if (!s) return;
+  free(s->peer);
+  free(s->recv[0]);
+  free(s->recv[1]);
+  free(s);
+  d->algo_state = NULL;
+}
+
+const bagua__ddp_algo_t bagua__ddp_decentralized = {
+    .name = "decentralized",
+    .hierarchical_default = 1,
+    .setup = setup,
+    .pre_update = pre_update,
+    .next_step = next_step,
+    .teardown = teardown,
+};

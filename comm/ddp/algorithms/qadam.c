@@ -1,0 +1,62 @@
+/*
+ * QAdam (Bagua's q_adam.py; the docs call it "QAdam-1bit" but it is 8-bit). Steps
+ * 0 .. warmup_steps-1 average the gradients at full precision (flat, as in Bagua) and run
+ * plain Adam, updating m and v. From then on each ready bucket updates its momentum locally,
+ * m = beta1 m + (1 - beta1)(g + weight_decay p), and averages m with ByteGrad's compressed
+ * op (hierarchical by default); the step uses that m with v frozen at its warm-up value and
+ * the bias corrections of the running step count:
+ *   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+ * Bagua switches by rebuilding its buckets around m (need_reset); here the bucket op just
+ * changes with the step count, since m shares the gradients' flat layout.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ddp_internal.h"
+#include "common/check.h"
+
+static int warm(const bagua_ddp_t *d) {
+  return d->steps < d->s.warmup_steps;
+}
+
+static bagua_status_t setup(bagua_ddp_t *d) {
+  bagua__ddp_u8_t *u = calloc(1, sizeof(*u));
+  if (!u) return BAGUA_ERR_NO_MEMORY;
+  d->algo_state = u;
+  return bagua__ddp_u8_init(d, d->s.hierarchical, d->s.error_feedback, u);
+}
+
+static bagua_status_t bucket_op(bagua_ddp_t *d, void *arg) {
+  bagua__ddp_bucket_t *b = arg;
+  if (warm(d)) return bagua__ddp_allreduce_avg(d, d->grads + b->offset, b->count, 0);
+  float *m = d->opt_m + b->offset;
+  const float *g = d->grads + b->offset, *p = d->params + b->offset;
+  const float beta1 = (float)d->s.beta1, one_minus_beta1 = (float)(1.0 - d->s.beta1);
+  const float wd = (float)d->s.weight_decay;
+  for (size_t i = 0; i < b->count; i++) m[i] = beta1 * m[i] + one_minus_beta1 * (g[i] + wd * p[i]);
+  BAGUA_CHECK(bagua__ddp_u8_allreduce(d, d->algo_state, m, b->offset, b->count));
+  memset(m + b->used, 0, (b->count - b->used) * sizeof(float));
+  return BAGUA_OK;
+}
+
+static bagua_status_t update(bagua_ddp_t *d) {
+  if (warm(d)) return bagua__ddp_optim_step(d);
+  bagua__ddp_qadam_frozen_step(d->params, d->opt_m, d->opt_v, d->total, d->lr, d->s.beta1,
+                               d->s.beta2, d->s.eps, d->steps + 1);
+  return BAGUA_OK;
+}
+
+static void teardown(bagua_ddp_t *d) {
+  if (d->algo_state) bagua__ddp_u8_free(d->algo_state);
+  free(d->algo_state);
+  d->algo_state = NULL;
+}
+
+const bagua__ddp_algo_t bagua__ddp_qadam = {
+    .name = "qadam",
+    .hierarchical_default = 1,
+    .setup = setup,
+    .bucket_op = bucket_op,
+    .update = update,
+    .teardown = teardown,
+};

@@ -1,0 +1,166 @@
+/*
+ * Validation of bagua_ddp_config_t: every name is looked up in a fixed table, every number is
+ * range-checked, and every "unset" value is replaced by the default the header documents. A
+ * bad field is reported by name together with what it accepts, and nothing is created.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/params.h"
+#include "ddp_internal.h"
+
+static const bagua__ddp_algo_t *const algos[] = {
+    &bagua__ddp_gradient_allreduce, &bagua__ddp_bytegrad, &bagua__ddp_decentralized,
+    &bagua__ddp_low_precision_decentralized, &bagua__ddp_qadam, &bagua__ddp_async};
+
+#define ALGO_NAMES \
+  "gradient_allreduce, bytegrad, decentralized, low_precision_decentralized, qadam, async"
+
+static bagua_status_t bad(const char *field, const char *fmt_value, const char *accepted) {
+  BAGUA_WARN("bagua_ddp_create: config.%s = %s is invalid; accepted: %s", field, fmt_value,
+             accepted);
+  return BAGUA_ERR_INVALID_ARG;
+}
+
+static bagua_status_t bad_num(const char *field, double v, const char *accepted) {
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%g", v);
+  return bad(field, buf, accepted);
+}
+
+static bagua_status_t bad_str(const char *field, const char *v, const char *accepted) {
+  char buf[96];
+  snprintf(buf, sizeof(buf), "\"%.80s\"", v);
+  return bad(field, buf, accepted);
+}
+
+static int is_decentralized(const bagua__ddp_algo_t *a) {
+  return a == &bagua__ddp_decentralized || a == &bagua__ddp_low_precision_decentralized;
+}
+
+static bagua_status_t check_optimizer(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
+  int qadam = s->algo == &bagua__ddp_qadam;
+  if (!c->optimizer) {
+    s->optimizer = qadam ? BAGUA__OPT_QADAM : BAGUA__OPT_SGD;
+  } else if (strcmp(c->optimizer, "sgd") == 0 && !qadam) {
+    s->optimizer = BAGUA__OPT_SGD;
+  } else if (strcmp(c->optimizer, "adam") == 0 && !qadam) {
+    s->optimizer = BAGUA__OPT_ADAM;
+  } else if (strcmp(c->optimizer, "adamw") == 0 && !qadam) {
+    s->optimizer = BAGUA__OPT_ADAMW;
+  } else if (strcmp(c->optimizer, "qadam") == 0 && qadam) {
+    s->optimizer = BAGUA__OPT_QADAM;
+  } else {
+    return bad_str("optimizer", c->optimizer,
+                   qadam ? "\"qadam\" or NULL (the qadam algorithm brings its own optimizer)"
+                         : "\"sgd\", \"adam\", \"adamw\" or NULL (sgd); \"qadam\" only with "
+                           "algorithm \"qadam\"");
+  }
+  int adam_like = s->optimizer != BAGUA__OPT_SGD;
+  s->lr = c->lr < 0 ? (adam_like ? 1e-3 : 0.01) : c->lr;
+  if (!isfinite(s->lr)) return bad_num("lr", c->lr, "a finite value >= 0 (< 0 for the default)");
+  s->weight_decay =
+      c->weight_decay < 0 ? (s->optimizer == BAGUA__OPT_ADAMW ? 0.01 : 0.0) : c->weight_decay;
+  if (!isfinite(s->weight_decay))
+    return bad_num("weight_decay", c->weight_decay, "a finite value >= 0 (< 0 for the default)");
+  s->momentum = c->momentum;
+  s->dampening = c->dampening;
+  s->nesterov = c->nesterov;
+  s->beta1 = c->beta1;
+  s->beta2 = c->beta2;
+  s->eps = c->eps;
+  if (!adam_like) {
+    if (!(c->momentum >= 0 && c->momentum < 1e6))
+      return bad_num("momentum", c->momentum, "a value >= 0 (sgd)");
+    if (!(c->dampening >= 0 && c->dampening <= 1))
+      return bad_num("dampening", c->dampening, "0 <= dampening <= 1 (sgd)");
+    if (c->nesterov != 0 && c->nesterov != 1)
+      return bad_num("nesterov", c->nesterov, "0 or 1 (sgd)");
+    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+      return bad_num("nesterov", c->nesterov,
+                     "1 only with momentum > 0 and dampening = 0 (as torch.optim.SGD)");
+  } else {
+    if (!(c->beta1 >= 0 && c->beta1 < 1)) return bad_num("beta1", c->beta1, "0 <= beta1 < 1");
+    if (!(c->beta2 >= 0 && c->beta2 < 1)) return bad_num("beta2", c->beta2, "0 <= beta2 < 1");
+    if (!(c->eps > 0 && isfinite(c->eps))) return bad_num("eps", c->eps, "a finite value > 0");
+  }
+  return BAGUA_OK;
+}
+
+bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
+  memset(s, 0, sizeof(*s));
+  if (c->struct_size < sizeof(bagua_ddp_config_t)) {
+    BAGUA_WARN(
+        "bagua_ddp_create: config struct_size %zu is smaller than this library's %zu; "
+        "initialise it with BAGUA_DDP_CONFIG_INIT",
+        c->struct_size, sizeof(bagua_ddp_config_t));
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  const char *name = c->algorithm ? c->algorithm : "gradient_allreduce";
+  for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++)
+    if (strcmp(name, algos[i]->name) == 0) s->algo = algos[i];
+  if (!s->algo) return bad_str("algorithm", name, ALGO_NAMES " (NULL: gradient_allreduce)");
+
+  if (c->bucket_bytes < 0)
+    return bad_num("bucket_bytes", (double)c->bucket_bytes,
+                   "a byte count >= 1, or 0 for BAGUA_BUCKET_SIZE");
+  s->bucket_bytes = c->bucket_bytes > 0 ? (size_t)c->bucket_bytes
+                                        : (size_t)bagua__param_int(BAGUA_P_BUCKET_SIZE);
+
+  if (c->hierarchical < -1 || c->hierarchical > 1)
+    return bad_num("hierarchical", c->hierarchical, "-1 (the algorithm's default), 0 or 1");
+  s->hierarchical = c->hierarchical < 0 ? s->algo->hierarchical_default : c->hierarchical;
+  if (s->algo == &bagua__ddp_async && s->hierarchical)
+    return bad_num("hierarchical", c->hierarchical,
+                   "-1 or 0 for async (its averaging runs among all ranks)");
+
+  s->peer_mode = BAGUA__PEER_ALL;
+  if (s->algo == &bagua__ddp_decentralized) {
+    const char *pm = c->peer_mode ? c->peer_mode : "all";
+    if (strcmp(pm, "all") == 0)
+      s->peer_mode = BAGUA__PEER_ALL;
+    else if (strcmp(pm, "shift_one") == 0)
+      s->peer_mode = BAGUA__PEER_SHIFT_ONE;
+    else if (strcmp(pm, "ring") == 0)
+      s->peer_mode = BAGUA__PEER_RING;
+    else
+      return bad_str("peer_mode", pm, "\"all\" (NULL), \"shift_one\" or \"ring\"");
+  } else if (s->algo == &bagua__ddp_low_precision_decentralized) {
+    if (c->peer_mode && strcmp(c->peer_mode, "ring") != 0)
+      return bad_str("peer_mode", c->peer_mode,
+                     "\"ring\" or NULL (low_precision_decentralized always uses the ring)");
+    s->peer_mode = BAGUA__PEER_RING;
+  } else if (c->peer_mode) {
+    return bad_str("peer_mode", c->peer_mode,
+                   "NULL (peer_mode applies to the decentralized algorithms only)");
+  }
+
+  if (c->comm_interval < 1)
+    return bad_num("comm_interval", c->comm_interval, "an integer >= 1");
+  if (c->comm_interval != 1 && !is_decentralized(s->algo))
+    return bad_num("comm_interval", c->comm_interval,
+                   "1 (comm_interval applies to the decentralized algorithms only)");
+  s->comm_interval = c->comm_interval;
+
+  if (c->error_feedback != 0 && c->error_feedback != 1)
+    return bad_num("error_feedback", c->error_feedback, "0 or 1");
+  if (c->error_feedback && s->algo != &bagua__ddp_bytegrad && s->algo != &bagua__ddp_qadam)
+    return bad_num("error_feedback", c->error_feedback,
+                   "0 (error feedback applies to bytegrad and qadam only)");
+  s->error_feedback = c->error_feedback;
+
+  if (c->warmup_steps < -1)
+    return bad_num("warmup_steps", c->warmup_steps, "an integer >= 0, or -1 for the default");
+  if (c->warmup_steps > 0 && s->algo != &bagua__ddp_qadam && s->algo != &bagua__ddp_async)
+    return bad_num("warmup_steps", c->warmup_steps,
+                   "-1 or 0 (warm-up applies to qadam and async only)");
+  s->warmup_steps =
+      c->warmup_steps >= 0 ? c->warmup_steps : (s->algo == &bagua__ddp_qadam ? 100 : 0);
+
+  if (c->sync_interval_ms < 1 || c->sync_interval_ms > 3600 * 1000)
+    return bad_num("sync_interval_ms", c->sync_interval_ms, "1 .. 3600000 milliseconds");
+  s->sync_interval_ms = c->sync_interval_ms;
+
+  return check_optimizer(c, s);
+}

@@ -1,0 +1,379 @@
+/*
+ * The data-parallel context: creation, tensor registration, the flat layout, the ready
+ * protocol that hands buckets to the communication thread in order, and the step that waits
+ * for them and runs the algorithm's update. include/bagua/ddp.h documents the contract.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "ddp_internal.h"
+
+double bagua__ddp_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+bagua_status_t bagua__ddp_fail(bagua_ddp_t *d, bagua_status_t st) {
+  if (st == BAGUA_OK) return st;
+  int expected = BAGUA_OK;
+  if (atomic_compare_exchange_strong(&d->error, &expected, (int)st))
+    BAGUA_INFO(BAGUA_SUBSYS_COMM, "ddp: failed with %s; later calls return it",
+               bagua_err_name(st));
+  return st;
+}
+
+uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d) {
+  return bagua_comm_bytes_sent(d->comm) + bagua_comm_bytes_sent(d->intra) +
+         bagua_comm_bytes_sent(d->inter) + bagua_comm_bytes_sent(d->async_comm);
+}
+
+float *bagua__ddp_alloc_floats(size_t n) {
+  /* 64-byte alignment lets the vector kernels stream whole cache lines. */
+  size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+  if (n > SIZE_MAX / sizeof(float) - 64) return NULL;
+  float *p = aligned_alloc(64, bytes ? bytes : 64);
+  if (p) memset(p, 0, bytes ? bytes : 64);
+  return p;
+}
+
+static bagua_status_t usage(const char *fn, const char *why) {
+  BAGUA_WARN("%s: %s", fn, why);
+  return BAGUA_ERR_INVALID_USAGE;
+}
+
+/* The error every call reports once the context has failed or was aborted. */
+static bagua_status_t sticky(const bagua_ddp_t *d) {
+  return (bagua_status_t)atomic_load(&d->error);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* creation and registration                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cfg,
+                                bagua_ddp_t **out) {
+  bagua_ddp_config_t def = BAGUA_DDP_CONFIG_INIT;
+  bagua_status_t st;
+  if (!out) return BAGUA_ERR_INVALID_ARG;
+  *out = NULL;
+  if (!comm) {
+    BAGUA_WARN("bagua_ddp_create: comm is NULL; pass a communicator from bagua_comm_init()");
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  bagua__ddp_settings_t s;
+  BAGUA_CHECK(bagua__ddp_settings(cfg ? cfg : &def, &s));
+  bagua_ddp_t *d = calloc(1, sizeof(*d));
+  if (!d) return BAGUA_ERR_NO_MEMORY;
+  d->s = s;
+  d->lr = s.lr;
+  /* A private communicator: the communication thread may then use it while the caller keeps
+   * using its own (a communicator admits one calling thread at a time). */
+  BAGUA_CHECK_GOTO(bagua_comm_split(comm, 0, bagua_comm_rank(comm), &d->comm), st, fail);
+  d->rank = bagua_comm_rank(d->comm);
+  d->size = bagua_comm_size(d->comm);
+  d->node_count = bagua_comm_node_count(d->comm);
+  if (s.hierarchical)
+    BAGUA_CHECK_GOTO(bagua_comm_split_node(d->comm, &d->intra, &d->inter), st, fail);
+  if (s.algo == &bagua__ddp_async)
+    BAGUA_CHECK_GOTO(bagua_comm_split(d->comm, 0, d->rank, &d->async_comm), st, fail);
+  BAGUA_INFO(BAGUA_SUBSYS_COMM,
+             "ddp: %s on %d ranks (%d nodes), hierarchical %d, bucket %zu bytes, lr %g",
+             s.algo->name, d->size, d->node_count, s.hierarchical, s.bucket_bytes, s.lr);
+  *out = d;
+  return BAGUA_OK;
+fail:
+  bagua_ddp_destroy(d);
+  return st;
+}
+
+bagua_status_t bagua_ddp_register(bagua_ddp_t *d, const char *name, float *param, float *grad,
+                                  size_t count) {
+  if (!d) return BAGUA_ERR_INVALID_ARG;
+  if (d->is_ready) return usage("bagua_ddp_register", "called after bagua_ddp_ready()");
+  if (!param || count == 0 || count > ((size_t)1 << 40)) {
+    BAGUA_WARN("bagua_ddp_register(\"%s\"): %s", name ? name : "",
+               !param ? "param is NULL; it must hold the tensor's initial weights"
+                      : "count must be 1 .. 2^40 elements");
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  if (d->ntensors == d->tensors_cap) {
+    int cap = d->tensors_cap ? 2 * d->tensors_cap : 16;
+    bagua__ddp_tensor_t *t = realloc(d->tensors, (size_t)cap * sizeof(*t));
+    if (!t) return BAGUA_ERR_NO_MEMORY;
+    d->tensors = t;
+    d->tensors_cap = cap;
+  }
+  bagua__ddp_tensor_t *t = &d->tensors[d->ntensors];
+  memset(t, 0, sizeof(*t));
+  char auto_name[32];
+  snprintf(auto_name, sizeof(auto_name), "tensor%d", d->ntensors);
+  t->name = strdup(name ? name : auto_name);
+  if (!t->name) return BAGUA_ERR_NO_MEMORY;
+  t->user_param = param;
+  t->user_grad = grad;
+  t->count = count;
+  d->ntensors++;
+  return BAGUA_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* ready                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static size_t gcd(size_t a, size_t b) {
+  while (b) {
+    size_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+void bagua__ddp_copy_back(bagua_ddp_t *d) {
+  if (d->weight_lock) pthread_mutex_lock(d->weight_lock);
+  for (int i = 0; i < d->ntensors; i++) {
+    bagua__ddp_tensor_t *t = &d->tensors[i];
+    memcpy(t->user_param, d->params + t->offset, t->count * sizeof(float));
+  }
+  if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
+}
+
+static void zero_padding(bagua_ddp_t *d, float *buf) {
+  for (int b = 0; b < d->nbuckets; b++) {
+    const bagua__ddp_bucket_t *k = &d->buckets[b];
+    memset(buf + k->offset + k->used, 0, (k->count - k->used) * sizeof(float));
+  }
+}
+
+static void reset_step(bagua_ddp_t *d) {
+  for (int i = 0; i < d->ntensors; i++) d->tensors[i].ready = 0;
+  for (int b = 0; b < d->nbuckets; b++) d->buckets[b].pending = d->buckets[b].ntensors;
+  d->next_bucket = 0;
+  d->first_ready = 0;
+  d->iter_first_job = d->sched.submitted;
+  d->bytes_mark = bagua__ddp_bytes_sent(d);
+  d->compute_start = bagua__ddp_now();
+}
+
+/* Every rank must have registered the same tensors with the same settings, or the
+ * collectives below would mismatch; compare a fingerprint first and say so clearly. */
+static bagua_status_t check_same_layout(bagua_ddp_t *d) {
+  int64_t h = (int64_t)(bagua__ddp_layout_hash(d) >> 2), v[2] = {h, -h};
+  BAGUA_CHECK(bagua_allreduce(d->comm, v, v, 2, BAGUA_I64, BAGUA_MIN));
+  if (v[0] != h || -v[1] != h)
+    return usage("bagua_ddp_ready",
+                 "ranks registered different tensors or configurations; every rank must "
+                 "register the same tensor sizes in the same order with the same settings");
+  return BAGUA_OK;
+}
+
+bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
+  bagua_status_t st;
+  if (!d) return BAGUA_ERR_INVALID_ARG;
+  if (d->is_ready) return usage("bagua_ddp_ready", "called twice");
+  if (sticky(d)) return sticky(d);
+  if (d->ntensors == 0) return usage("bagua_ddp_ready", "no tensor was registered");
+  d->bytes_start = bagua__ddp_bytes_sent(d);
+  size_t n = (size_t)d->size, m = (size_t)d->node_count;
+  size_t align = n / gcd(n, m) * m * 16;
+  BAGUA_CHECK_GOTO(bagua__ddp_partition(d->tensors, d->ntensors, d->s.bucket_bytes, align,
+                                        &d->buckets, &d->nbuckets, &d->total, &d->max_bucket),
+                   st, fail);
+  d->params = bagua__ddp_alloc_floats(d->total);
+  d->grads = bagua__ddp_alloc_floats(d->total);
+  if (!d->params || !d->grads) {
+    BAGUA_WARN("bagua_ddp_ready: out of memory for %zu parameters", d->total);
+    st = BAGUA_ERR_NO_MEMORY;
+    goto fail;
+  }
+  for (int i = 0; i < d->ntensors; i++) {
+    bagua__ddp_tensor_t *t = &d->tensors[i];
+    memcpy(d->params + t->offset, t->user_param, t->count * sizeof(float));
+  }
+  BAGUA_CHECK_GOTO(check_same_layout(d), st, fail);
+  BAGUA_CHECK_GOTO(bagua_broadcast(d->comm, d->params, d->params, d->total, BAGUA_F32, 0), st,
+                   fail);
+  BAGUA_CHECK_GOTO(bagua__ddp_optim_setup(d), st, fail);
+  /* The state is zero on a fresh start; broadcasting it keeps ranks identical should a
+   * caller ever load state on rank 0 only. */
+  if (d->opt_m)
+    BAGUA_CHECK_GOTO(bagua_broadcast(d->comm, d->opt_m, d->opt_m, d->total, BAGUA_F32, 0), st,
+                     fail);
+  if (d->opt_v)
+    BAGUA_CHECK_GOTO(bagua_broadcast(d->comm, d->opt_v, d->opt_v, d->total, BAGUA_F32, 0), st,
+                     fail);
+  d->setup_called = 1;
+  if (d->s.algo->setup) BAGUA_CHECK_GOTO(d->s.algo->setup(d), st, fail);
+  d->is_ready = 1;
+  BAGUA_CHECK_GOTO(bagua__ddp_sched_start(d, (size_t)d->nbuckets + 8), st, fail);
+  bagua__ddp_copy_back(d);
+  BAGUA_INFO(BAGUA_SUBSYS_COMM, "ddp: %d tensors in %d buckets, %zu elements (largest bucket %zu)",
+             d->ntensors, d->nbuckets, d->total, d->max_bucket);
+  reset_step(d);
+  if (d->s.algo->next_step) BAGUA_CHECK_GOTO(d->s.algo->next_step(d), st, fail);
+  return BAGUA_OK;
+fail:
+  return bagua__ddp_fail(d, st);
+}
+
+float *bagua_ddp_param(bagua_ddp_t *d, int i) {
+  if (!d || !d->is_ready || i < 0 || i >= d->ntensors) return NULL;
+  return d->params + d->tensors[i].offset;
+}
+
+float *bagua_ddp_grad(bagua_ddp_t *d, int i) {
+  if (!d || !d->is_ready || i < 0 || i >= d->ntensors) return NULL;
+  return d->grads + d->tensors[i].offset;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the step                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+static int grads_communicated(const bagua_ddp_t *d) {
+  const bagua__ddp_algo_t *a = d->s.algo;
+  return a->grads_communicated ? a->grads_communicated(d) : a->bucket_op != NULL;
+}
+
+/* Hands over every bucket that is complete and next in order (Bagua's ordered ring). */
+static bagua_status_t mark_ready(bagua_ddp_t *d, int i) {
+  bagua__ddp_tensor_t *t = &d->tensors[i];
+  if (t->user_grad) memcpy(d->grads + t->offset, t->user_grad, t->count * sizeof(float));
+  t->ready = 1;
+  d->buckets[t->bucket].pending--;
+  int comm = grads_communicated(d);
+  while (d->next_bucket < d->nbuckets && d->buckets[d->next_bucket].pending == 0) {
+    bagua__ddp_bucket_t *b = &d->buckets[d->next_bucket++];
+    if (comm) BAGUA_CHECK(bagua__ddp_submit(d, d->s.algo->bucket_op, b));
+  }
+  return BAGUA_OK;
+}
+
+bagua_status_t bagua_ddp_grad_ready(bagua_ddp_t *d, int i) {
+  if (!d) return BAGUA_ERR_INVALID_ARG;
+  if (!d->is_ready) return usage("bagua_ddp_grad_ready", "called before bagua_ddp_ready()");
+  if (sticky(d)) return sticky(d);
+  if (i < 0 || i >= d->ntensors) {
+    BAGUA_WARN("bagua_ddp_grad_ready: index %d is invalid; accepted: 0 .. %d", i,
+               d->ntensors - 1);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  if (d->tensors[i].ready) {
+    BAGUA_WARN("bagua_ddp_grad_ready: tensor %d (\"%s\") was already marked in this step", i,
+               d->tensors[i].name);
+    return BAGUA_ERR_INVALID_USAGE;
+  }
+  if (d->first_ready == 0) d->first_ready = bagua__ddp_now();
+  return mark_ready(d, i);
+}
+
+static void update_stats(bagua_ddp_t *d, double t_entry, double t_waited) {
+  double busy, overlap;
+  bagua__ddp_sched_times(d, d->iter_first_job, d->compute_start, t_entry, &busy, &overlap);
+  uint64_t bytes = bagua__ddp_bytes_sent(d);
+  bagua_ddp_stats_t *s = &d->st;
+  s->bytes_last_step = bytes - d->bytes_mark;
+  s->bytes_total = bytes - d->bytes_start;
+  s->comm_s_last_step = busy;
+  s->comm_s_total += busy;
+  s->overlap_last_step = busy > 0 ? overlap / busy : 0;
+  /* The running fraction is kept as overlapped seconds over busy seconds. */
+  double prev_overlap_s = s->overlap_total * (s->comm_s_total - busy);
+  s->overlap_total = s->comm_s_total > 0 ? (prev_overlap_s + overlap) / s->comm_s_total : 0;
+  s->wait_s_last_step = t_waited;
+}
+
+bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
+  bagua_status_t st;
+  if (!d) return BAGUA_ERR_INVALID_ARG;
+  if (!d->is_ready) return usage("bagua_ddp_step", "called before bagua_ddp_ready()");
+  if (sticky(d)) return sticky(d);
+  const bagua__ddp_algo_t *a = d->s.algo;
+  double t_entry = bagua__ddp_now();
+  for (int i = 0; i < d->ntensors; i++)
+    if (!d->tensors[i].ready) BAGUA_CHECK_GOTO(mark_ready(d, i), st, fail);
+  BAGUA_CHECK_GOTO(bagua__ddp_wait(d), st, fail);
+  double t_waited = bagua__ddp_now() - t_entry;
+  /* Compression leaves small values in the padding; keep it at zero for the update. */
+  zero_padding(d, d->grads);
+  if (a->pre_update) BAGUA_CHECK_GOTO(a->pre_update(d), st, fail);
+  if (d->weight_lock) pthread_mutex_lock(d->weight_lock);
+  st = a->update ? a->update(d) : bagua__ddp_optim_step(d);
+  zero_padding(d, d->params);
+  if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
+  if (st != BAGUA_OK) goto fail;
+  if (a->post_update) BAGUA_CHECK_GOTO(a->post_update(d), st, fail);
+  bagua__ddp_copy_back(d);
+  d->steps++;
+  d->st.steps = d->steps;
+  update_stats(d, t_entry, t_waited);
+  reset_step(d);
+  if (a->next_step) BAGUA_CHECK_GOTO(a->next_step(d), st, fail);
+  return BAGUA_OK;
+fail:
+  return bagua__ddp_fail(d, st);
+}
+
+bagua_status_t bagua_ddp_set_lr(bagua_ddp_t *d, double lr) {
+  if (!d) return BAGUA_ERR_INVALID_ARG;
+  if (!(lr >= 0 && lr < 1e30)) {
+    BAGUA_WARN("bagua_ddp_set_lr: lr %g is invalid; accepted: a finite value >= 0", lr);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  d->lr = lr;
+  return BAGUA_OK;
+}
+
+bagua_status_t bagua_ddp_stats(const bagua_ddp_t *d, bagua_ddp_stats_t *out) {
+  if (!d || !out || out->struct_size < offsetof(bagua_ddp_stats_t, steps)) {
+    BAGUA_WARN("bagua_ddp_stats: pass a context and stats with struct_size set");
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  bagua_ddp_stats_t s = d->st;
+  s.struct_size = out->struct_size;
+  s.steps = d->steps;
+  s.num_tensors = d->ntensors;
+  s.num_buckets = d->nbuckets;
+  s.flat_elems = d->total;
+  s.async_rounds = atomic_load(&d->async_rounds);
+  size_t n = out->struct_size < sizeof(s) ? out->struct_size : sizeof(s);
+  memcpy(out, &s, n);
+  return BAGUA_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* abort and destruction                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+void bagua_ddp_abort(bagua_ddp_t *d) {
+  if (!d) return;
+  atomic_store(&d->aborted, 1);
+  bagua__ddp_fail(d, BAGUA_ERR_ABORTED);
+  bagua_comm_abort(d->comm);
+  bagua_comm_abort(d->intra);
+  bagua_comm_abort(d->inter);
+  bagua_comm_abort(d->async_comm);
+}
+
+void bagua_ddp_destroy(bagua_ddp_t *d) {
+  if (!d) return;
+  bagua__ddp_sched_stop(d);
+  if (d->setup_called && d->s.algo->teardown) d->s.algo->teardown(d);
+  bagua_comm_destroy(d->async_comm);
+  bagua_comm_destroy(d->inter);
+  bagua_comm_destroy(d->intra);
+  bagua_comm_destroy(d->comm);
+  for (int i = 0; i < d->ntensors; i++) free(d->tensors[i].name);
+  free(d->tensors);
+  free(d->buckets);
+  free(d->params);
+  free(d->grads);
+  free(d->opt_m);
+  free(d->opt_v);
+  free(d);
+}

@@ -1,0 +1,233 @@
+/*
+ * Internal definitions of the data-parallel layer (comm/ddp/): the context, its tensors and
+ * buckets, the communication thread, the algorithm hooks and the shared communication ops.
+ * Not installed.
+ */
+#ifndef BAGUA_COMM_DDP_INTERNAL_H
+#define BAGUA_COMM_DDP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bagua/comm.h"
+#include "bagua/ddp.h"
+
+typedef enum {
+  BAGUA__OPT_SGD = 0,
+  BAGUA__OPT_ADAM,
+  BAGUA__OPT_ADAMW,
+  BAGUA__OPT_QADAM
+} bagua__ddp_optim_kind_t;
+
+typedef enum {
+  BAGUA__PEER_ALL = 0,
+  BAGUA__PEER_SHIFT_ONE,
+  BAGUA__PEER_RING
+} bagua__ddp_peer_mode_t;
+
+typedef bagua_status_t (*bagua__ddp_job_fn)(bagua_ddp_t *d, void *arg);
+
+/*
+ * An algorithm is a set of hooks called at fixed points of a step. Every hook may be NULL.
+ * Hooks named "caller" run on the training thread; bucket_op and the jobs an algorithm
+ * submits run on the communication thread, one at a time, in submission order.
+ */
+typedef struct {
+  const char *name;
+  int hierarchical_default;
+  /* caller, in bagua_ddp_ready() after the layout and before the thread starts. */
+  bagua_status_t (*setup)(bagua_ddp_t *d);
+  /* Whether the buckets of the current step carry gradients (NULL: yes when bucket_op is
+   * set). Buckets that carry nothing are never handed to the communication thread. */
+  int (*grads_communicated)(const bagua_ddp_t *d);
+  /* communication thread: the op list of one ready bucket (arg is the bucket). */
+  bagua__ddp_job_fn bucket_op;
+  /* caller, after all of the step's communication has completed. */
+  bagua_status_t (*pre_update)(bagua_ddp_t *d);
+  /* caller: the weight update; NULL runs the generic fused optimizer. */
+  bagua_status_t (*update)(bagua_ddp_t *d);
+  bagua_status_t (*post_update)(bagua_ddp_t *d);
+  /* caller, at the end of bagua_ddp_ready() and of every step: work for the next step. */
+  bagua_status_t (*next_step)(bagua_ddp_t *d);
+  /* caller, in bagua_ddp_destroy() after the communication thread stopped; also after a
+   * setup that failed half-way, so it must accept partly initialised state. */
+  void (*teardown)(bagua_ddp_t *d);
+} bagua__ddp_algo_t;
+
+extern const bagua__ddp_algo_t bagua__ddp_gradient_allreduce;
+extern const bagua__ddp_algo_t bagua__ddp_bytegrad;
+extern const bagua__ddp_algo_t bagua__ddp_decentralized;
+extern const bagua__ddp_algo_t bagua__ddp_low_precision_decentralized;
+extern const bagua__ddp_algo_t bagua__ddp_qadam;
+extern const bagua__ddp_algo_t bagua__ddp_async;
+
+/* The configuration after validation, with every default resolved. */
+typedef struct {
+  const bagua__ddp_algo_t *algo;
+  size_t bucket_bytes;
+  int hierarchical;
+  int peer_mode;
+  int comm_interval;
+  int error_feedback;
+  int warmup_steps;
+  int sync_interval_ms;
+  int optimizer;
+  double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
+  int nesterov;
+} bagua__ddp_settings_t;
+
+typedef struct {
+  char *name;
+  float *user_param, *user_grad;
+  size_t count;
+  size_t offset; /* element offset in the flat buffers */
+  int bucket;
+  int ready; /* marked in the current step */
+} bagua__ddp_tensor_t;
+
+typedef struct {
+  size_t offset;    /* element offset in the flat buffers */
+  size_t count;     /* elements, padding included */
+  size_t used;      /* elements covered by tensors; [used, count) is zero padding */
+  int first, ntensors;
+  int pending; /* tensors of this bucket not yet ready in the current step */
+} bagua__ddp_bucket_t;
+
+typedef struct {
+  bagua__ddp_job_fn fn;
+  void *arg;
+  double t_start, t_end; /* monotonic seconds, written by the communication thread */
+} bagua__ddp_job_t;
+
+/* The communication thread and its FIFO of jobs. */
+typedef struct {
+  pthread_t thread;
+  int started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work, cv_done;
+  bagua__ddp_job_t *jobs; /* ring of `cap` entries, indexed by sequence number % cap */
+  size_t cap;
+  uint64_t submitted, completed; /* under mu */
+  int stop;                      /* under mu */
+} bagua__ddp_sched_t;
+
+struct bagua_ddp_s {
+  bagua__ddp_settings_t s;
+  bagua_comm_t *comm;          /* private split of the caller's communicator */
+  bagua_comm_t *intra, *inter; /* node split of `comm` when hierarchical (inter on leaders) */
+  bagua_comm_t *async_comm;    /* async: the averaging thread's own communicator */
+  int rank, size, node_count;
+
+  bagua__ddp_tensor_t *tensors;
+  int ntensors, tensors_cap;
+  bagua__ddp_bucket_t *buckets;
+  int nbuckets;
+  int next_bucket; /* first bucket not yet handed over in the current step */
+  int is_ready;
+  int setup_called; /* the algorithm's setup ran (its teardown must then run too) */
+
+  float *params, *grads; /* flat storage, `total` elements each, 64-byte aligned */
+  size_t total, max_bucket;
+  float *opt_m, *opt_v; /* optimizer state (momentum / exp_avg, exp_avg_sq) or NULL */
+  int64_t steps;        /* completed steps */
+  double lr;            /* current learning rate */
+
+  _Atomic int error;   /* first error of any thread, sticky */
+  _Atomic int aborted; /* bagua_ddp_abort() was called */
+  pthread_mutex_t *weight_lock; /* async: serialises local updates and averaging */
+  void *algo_state;
+  bagua__ddp_sched_t sched;
+
+  /* statistics (training thread) */
+  uint64_t iter_first_job; /* first job sequence number of the current step */
+  double compute_start;    /* end of the previous step (or of ready) */
+  double first_ready;
+  uint64_t bytes_mark, bytes_start;
+  bagua_ddp_stats_t st;
+  _Atomic uint64_t async_rounds;
+};
+
+/* ---- helpers (ddp.c) ---- */
+double bagua__ddp_now(void);
+/* Records `st` as the context's error if it is the first; returns `st`. */
+bagua_status_t bagua__ddp_fail(bagua_ddp_t *d, bagua_status_t st);
+/* Sum of bytes sent through all of the context's communicators. */
+uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d);
+/* Writes the flat weights into every registered `param` array (under the weight lock). */
+void bagua__ddp_copy_back(bagua_ddp_t *d);
+/* 64-byte aligned, zeroed allocation of n floats (n may be 0); free with free(). */
+float *bagua__ddp_alloc_floats(size_t n);
+
+/* ---- configuration (config.c) ---- */
+bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *cfg, bagua__ddp_settings_t *out);
+
+/* ---- layout (bucket.c) ---- */
+/*
+ * Greedy partition in registration order: a bucket takes tensors until it holds at least
+ * `bucket_bytes`; its element count is then rounded up to a multiple of `align`. Fills every
+ * tensor's offset and bucket and returns the bucket array (caller frees), the bucket count,
+ * the total elements and the largest bucket.
+ */
+bagua_status_t bagua__ddp_partition(bagua__ddp_tensor_t *t, int nt, size_t bucket_bytes,
+                                    size_t align, bagua__ddp_bucket_t **buckets, int *nbuckets,
+                                    size_t *total, size_t *max_bucket);
+/* Layout fingerprint: equal on every rank that registered the same tensors and settings. */
+uint64_t bagua__ddp_layout_hash(const bagua_ddp_t *d);
+
+/* ---- communication thread (scheduler.c) ---- */
+bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap);
+/* Appends a job (training thread only). Never blocks: the ring holds a whole step's jobs. */
+bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg);
+/* Waits until every submitted job has run; returns the context's error, if any. */
+bagua_status_t bagua__ddp_wait(bagua_ddp_t *d);
+/* Runs the remaining jobs (they fail fast once the context has an error), then joins. */
+void bagua__ddp_sched_stop(bagua_ddp_t *d);
+/* Busy and overlapped seconds of jobs [first, completed), overlap counted in [from, to]. */
+void bagua__ddp_sched_times(bagua_ddp_t *d, uint64_t first, double from, double to, double *busy,
+                            double *overlap);
+
+/* ---- optimizer over the flat buffers (optim.c) ---- */
+bagua_status_t bagua__ddp_optim_setup(bagua_ddp_t *d);
+/* The generic fused optimizer: one kernel call over all buckets. */
+bagua_status_t bagua__ddp_optim_step(bagua_ddp_t *d);
+/* QAdam after warm-up: p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), v frozen. */
+void bagua__ddp_qadam_frozen_step(float *p, const float *m, const float *v, size_t n, double lr,
+                                  double beta1, double beta2, double eps, int64_t step);
+
+/* ---- algorithms/decentralized.c ---- */
+/* shift_one's peer of `rank` among n at exchange `step` (itself: no exchange this step). */
+int bagua__ddp_shift_one_peer(int rank, int n, int64_t step);
+
+/* ---- communication ops shared by the algorithms (ops.c); communication thread ---- */
+/* Averages buf over all ranks: flat allreduce, or node reduce + leaders + node broadcast. */
+bagua_status_t bagua__ddp_allreduce_avg(bagua_ddp_t *d, float *buf, size_t n, int hier);
+/* Node-level helpers: sum (avg=0) or average (avg=1) onto the node leader, and broadcast. */
+bagua_status_t bagua__ddp_node_reduce(bagua_ddp_t *d, float *buf, size_t n, int avg);
+bagua_status_t bagua__ddp_node_bcast(bagua_ddp_t *d, float *buf, size_t n);
+
+/* Scratch and error-feedback state of the compressed (MinMaxUInt8) centralized op. */
+typedef struct {
+  int hier;
+  bagua_comm_t *comm; /* the communicator the chunks are exchanged on (NULL: none here) */
+  int n;              /* its size: the number of chunks */
+  size_t region;      /* bytes of one compressed chunk of the largest bucket */
+  uint8_t *cbuf;      /* n regions */
+  float *acc;         /* one chunk of the largest bucket */
+  float *worker_res;  /* error feedback: total elements, or NULL */
+  float *server_res;  /* error feedback: total / n elements, or NULL */
+} bagua__ddp_u8_t;
+
+bagua_status_t bagua__ddp_u8_init(bagua_ddp_t *d, int hier, int error_feedback,
+                                  bagua__ddp_u8_t *u);
+void bagua__ddp_u8_free(bagua__ddp_u8_t *u);
+/*
+ * ByteGrad's op on buf[0, n) (n divisible by the number of chunks), which lies at element
+ * offset `off` of the flat buffers (for the residuals): compress in chunks, alltoall,
+ * decompress and average own chunk, compress it, allgather, decompress.
+ */
+bagua_status_t bagua__ddp_u8_allreduce(bagua_ddp_t *d, bagua__ddp_u8_t *u, float *buf, size_t off,
+                                       size_t n);
+
+#endif

@@ -1,0 +1,137 @@
+/*
+ * The communication thread: one per context, running jobs (a ready bucket's op list, a
+ * weight exchange) strictly in the order the training thread submitted them, as Bagua's
+ * single comm worker does. A job that finds the context failed returns at once, so after an
+ * error the queue drains quickly and the training thread sees the error at its next wait.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "ddp_internal.h"
+
+static void *comm_thread(void *arg) {
+  bagua_ddp_t *d = arg;
+  bagua__ddp_sched_t *q = &d->sched;
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    while (q->completed == q->submitted && !q->stop) pthread_cond_wait(&q->cv_work, &q->mu);
+    if (q->completed == q->submitted) break; /* stop requested and nothing left */
+    bagua__ddp_job_t *job = &q->jobs[q->completed % q->cap];
+    pthread_mutex_unlock(&q->mu);
+    job->t_start = bagua__ddp_now();
+    bagua_status_t st = atomic_load(&d->error);
+    if (st == BAGUA_OK) st = job->fn(d, job->arg);
+    if (st != BAGUA_OK) bagua__ddp_fail(d, st);
+    job->t_end = bagua__ddp_now();
+    pthread_mutex_lock(&q->mu);
+    q->completed++;
+    pthread_cond_broadcast(&q->cv_done);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap) {
+  bagua__ddp_sched_t *q = &d->sched;
+  q->cap = cap;
+  q->jobs = calloc(cap, sizeof(*q->jobs));
+  if (!q->jobs) return BAGUA_ERR_NO_MEMORY;
+  pthread_mutex_init(&q->mu, NULL);
+  /* Waits use CLOCK_MONOTONIC so that a wall-clock jump cannot stretch or cut them. */
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&q->cv_work, &ca);
+  pthread_cond_init(&q->cv_done, &ca);
+  pthread_condattr_destroy(&ca);
+  int rc = pthread_create(&q->thread, NULL, comm_thread, d);
+  if (rc != 0) {
+    BAGUA_WARN("bagua_ddp_ready: cannot start the communication thread: %s", strerror(rc));
+    pthread_cond_destroy(&q->cv_work);
+    pthread_cond_destroy(&q->cv_done);
+    pthread_mutex_destroy(&q->mu);
+    free(q->jobs);
+    q->jobs = NULL;
+    return BAGUA_ERR_SYSTEM;
+  }
+  q->started = 1;
+  return BAGUA_OK;
+}
+
+bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg) {
+  bagua__ddp_sched_t *q = &d->sched;
+  pthread_mutex_lock(&q->mu);
+  /* The step statistics read the records of a whole step, so a slot is reused only once its
+   * job has completed and belongs to an earlier step. */
+  if (q->submitted - d->iter_first_job >= q->cap || q->submitted - q->completed >= q->cap) {
+    pthread_mutex_unlock(&q->mu);
+    BAGUA_WARN("ddp: more than %zu communication jobs in one step (internal limit)", q->cap);
+    return bagua__ddp_fail(d, BAGUA_ERR_INTERNAL);
+  }
+  bagua__ddp_job_t *job = &q->jobs[q->submitted % q->cap];
+  job->fn = fn;
+  job->arg = arg;
+  job->t_start = job->t_end = 0;
+  q->submitted++;
+  pthread_cond_signal(&q->cv_work);
+  pthread_mutex_unlock(&q->mu);
+  return BAGUA_OK;
+}
+
+bagua_status_t bagua__ddp_wait(bagua_ddp_t *d) {
+  bagua__ddp_sched_t *q = &d->sched;
+  if (!q->started) return atomic_load(&d->error);
+  pthread_mutex_lock(&q->mu);
+  /* Every job ends by itself: each collective it runs completes, fails, or times out after
+   * BAGUA_COMM_TIMEOUT_MS without progress, and bagua_ddp_abort() makes it fail at once.
+   * The slices only keep this loop responsive should a wake-up be missed. */
+  while (q->completed < q->submitted) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&q->cv_done, &q->mu, &ts);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return atomic_load(&d->error);
+}
+
+void bagua__ddp_sched_stop(bagua_ddp_t *d) {
+  bagua__ddp_sched_t *q = &d->sched;
+  if (!q->started) return;
+  pthread_mutex_lock(&q->mu);
+  q->stop = 1;
+  pthread_cond_broadcast(&q->cv_work);
+  pthread_mutex_unlock(&q->mu);
+  pthread_join(q->thread, NULL);
+  q->started = 0;
+  pthread_cond_destroy(&q->cv_work);
+  pthread_cond_destroy(&q->cv_done);
+  pthread_mutex_destroy(&q->mu);
+  free(q->jobs);
+  q->jobs = NULL;
+}
+
+void bagua__ddp_sched_times(bagua_ddp_t *d, uint64_t first, double from, double to, double *busy,
+                            double *overlap) {
+  bagua__ddp_sched_t *q = &d->sched;
+  *busy = *overlap = 0;
+  if (!q->started) return;
+  pthread_mutex_lock(&q->mu);
+  uint64_t end = q->completed;
+  pthread_mutex_unlock(&q->mu);
+  for (uint64_t i = first; i < end; i++) {
+    const bagua__ddp_job_t *j = &q->jobs[i % q->cap];
+    *busy += j->t_end - j->t_start;
+    double s = j->t_start > from ? j->t_start : from;
+    double e = j->t_end < to ? j->t_end : to;
+    if (e > s) *overlap += e - s;
+  }
+}
