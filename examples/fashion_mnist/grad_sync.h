@@ -1,0 +1,56 @@
+/*
+ * The one place where training meets communication.
+ *
+ * The training loop only ever calls these functions: backward hands
+ * fm_grad_sync_on_grad_ready() to fm_mlp_backward() as its grad-ready callback (so it runs
+ * once per layer, last layer first, as soon as that layer's gradient is final), and after
+ * backward the loop calls fm_grad_sync_step(), which finishes any communication still in
+ * flight and updates the parameters. Swapping the synchronisation strategy - the simple
+ * per-layer allreduce here, or the library's bucketed, overlapped algorithms - changes this
+ * file pair and nothing else.
+ *
+ * The implementation here is the gradient_allreduce baseline: a blocking
+ * bagua_allreduce(AVG) of each layer's gradient slice inside the callback, then plain SGD.
+ * With one rank it communicates nothing.
+ */
+#ifndef FM_GRAD_SYNC_H
+#define FM_GRAD_SYNC_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bagua/bagua.h"
+#include "cli.h"
+#include "mlp.h"
+#include "optim.h"
+
+typedef struct fm_grad_sync fm_grad_sync_t;
+
+/* 1 when this build can run the algorithm settings in `o`; otherwise prints why to `err` and
+ * returns 0. Called before joining the job, so an unsupported setting fails fast. */
+int fm_grad_sync_supported(const fm_options_t *o, FILE *err);
+
+/*
+ * Creates the synchroniser for `model`, whose parameters `opt` updates, over `comm`. All
+ * three are borrowed and must outlive it. `o` selects the algorithm; algorithms other than
+ * the baseline return BAGUA_ERR_NOT_SUPPORTED after printing why to stderr.
+ */
+bagua_status_t fm_grad_sync_create(bagua_comm_t *comm, fm_mlp_t *model, fm_sgd_t *opt,
+                                   const fm_options_t *o, fm_grad_sync_t **out);
+void fm_grad_sync_destroy(fm_grad_sync_t *s);
+
+/* The grad-ready hook (an fm_grad_ready_cb, ctx is the fm_grad_sync_t): layer `layer`'s
+ * gradient slice is final. Returns 0 or a bagua_status_t. */
+int fm_grad_sync_on_grad_ready(void *ctx, int layer);
+
+/* After backward: completes the step's communication and applies the optimizer update. */
+bagua_status_t fm_grad_sync_step(fm_grad_sync_t *s);
+
+/* Seconds spent inside communication calls since creation. */
+double fm_grad_sync_comm_seconds(const fm_grad_sync_t *s);
+
+/* Bytes this rank has sent for gradient synchronisation since creation (whatever
+ * communicators the strategy uses). */
+uint64_t fm_grad_sync_bytes_sent(const fm_grad_sync_t *s);
+
+#endif
