@@ -4,7 +4,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config git
-      libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev
+      libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev zlib1g-dev
       etcd-server etcd-client iproute2 dataset-fashion-mnist)
 missing=()
 for p in "${PKGS[@]}"; do
