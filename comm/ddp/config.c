@@ -11,8 +11,8 @@
 #include "ddp_internal.h"
 
 static const bagua__ddp_algo_t *const algos[] = {
-    &bagua__ddp_gradient_allreduce, &bagua__ddp_bytegrad, &bagua__ddp_decentralized,
-    &bagua__ddp_low_precision_decentralized, &bagua__ddp_qadam, &bagua__ddp_async};
+    &bagua__ddp_gradient_allreduce,          &bagua__ddp_bytegrad, &bagua__ddp_decentralized,
+    &bagua__ddp_low_precision_decentralized, &bagua__ddp_qadam,    &bagua__ddp_async};
 
 #define ALGO_NAMES \
   "gradient_allreduce, bytegrad, decentralized, low_precision_decentralized, qadam, async"
@@ -92,8 +92,8 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
   memset(s, 0, sizeof(*s));
   if (c->struct_size < sizeof(bagua_ddp_config_t)) {
     BAGUA_WARN(
-        "bagua_ddp_create: config struct_size %zu is smaller than this library's %zu; "
-        "initialise it with BAGUA_DDP_CONFIG_INIT",
+        "bagua_ddp_create: config.struct_size = %zu is invalid; accepted: >= %zu "
+        "(initialise the config with BAGUA_DDP_CONFIG_INIT)",
         c->struct_size, sizeof(bagua_ddp_config_t));
     return BAGUA_ERR_INVALID_ARG;
   }
@@ -105,8 +105,8 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
   if (c->bucket_bytes < 0)
     return bad_num("bucket_bytes", (double)c->bucket_bytes,
                    "a byte count >= 1, or 0 for BAGUA_BUCKET_SIZE");
-  s->bucket_bytes = c->bucket_bytes > 0 ? (size_t)c->bucket_bytes
-                                        : (size_t)bagua__param_int(BAGUA_P_BUCKET_SIZE);
+  s->bucket_bytes =
+      c->bucket_bytes > 0 ? (size_t)c->bucket_bytes : (size_t)bagua__param_int(BAGUA_P_BUCKET_SIZE);
 
   if (c->hierarchical < -1 || c->hierarchical > 1)
     return bad_num("hierarchical", c->hierarchical, "-1 (the algorithm's default), 0 or 1");
@@ -136,8 +136,7 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
                    "NULL (peer_mode applies to the decentralized algorithms only)");
   }
 
-  if (c->comm_interval < 1)
-    return bad_num("comm_interval", c->comm_interval, "an integer >= 1");
+  if (c->comm_interval < 1) return bad_num("comm_interval", c->comm_interval, "an integer >= 1");
   if (c->comm_interval != 1 && !is_decentralized(s->algo))
     return bad_num("comm_interval", c->comm_interval,
                    "1 (comm_interval applies to the decentralized algorithms only)");

@@ -22,8 +22,7 @@ bagua_status_t bagua__ddp_fail(bagua_ddp_t *d, bagua_status_t st) {
   if (st == BAGUA_OK) return st;
   int expected = BAGUA_OK;
   if (atomic_compare_exchange_strong(&d->error, &expected, (int)st))
-    BAGUA_INFO(BAGUA_SUBSYS_COMM, "ddp: failed with %s; later calls return it",
-               bagua_err_name(st));
+    BAGUA_INFO(BAGUA_SUBSYS_COMM, "ddp: failed with %s; later calls return it", bagua_err_name(st));
   return st;
 }
 
@@ -33,11 +32,13 @@ uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d) {
 }
 
 float *bagua__ddp_alloc_floats(size_t n) {
-  /* 64-byte alignment lets the vector kernels stream whole cache lines. */
-  size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+  /* 64-byte alignment lets the vector kernels stream whole cache lines; aligned_alloc needs
+   * a size that is a multiple of the alignment. */
   if (n > SIZE_MAX / sizeof(float) - 64) return NULL;
-  float *p = aligned_alloc(64, bytes ? bytes : 64);
-  if (p) memset(p, 0, bytes ? bytes : 64);
+  size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+  if (bytes == 0) bytes = 64;
+  float *p = aligned_alloc(64, bytes);
+  if (p) memset(p, 0, bytes);
   return p;
 }
 
@@ -59,7 +60,10 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
                                 bagua_ddp_t **out) {
   bagua_ddp_config_t def = BAGUA_DDP_CONFIG_INIT;
   bagua_status_t st;
-  if (!out) return BAGUA_ERR_INVALID_ARG;
+  if (!out) {
+    BAGUA_WARN("bagua_ddp_create: out is NULL; pass where to store the new context");
+    return BAGUA_ERR_INVALID_ARG;
+  }
   *out = NULL;
   if (!comm) {
     BAGUA_WARN("bagua_ddp_create: comm is NULL; pass a communicator from bagua_comm_init()");
@@ -259,8 +263,7 @@ bagua_status_t bagua_ddp_grad_ready(bagua_ddp_t *d, int i) {
   if (!d->is_ready) return usage("bagua_ddp_grad_ready", "called before bagua_ddp_ready()");
   if (sticky(d)) return sticky(d);
   if (i < 0 || i >= d->ntensors) {
-    BAGUA_WARN("bagua_ddp_grad_ready: index %d is invalid; accepted: 0 .. %d", i,
-               d->ntensors - 1);
+    BAGUA_WARN("bagua_ddp_grad_ready: index %d is invalid; accepted: 0 .. %d", i, d->ntensors - 1);
     return BAGUA_ERR_INVALID_ARG;
   }
   if (d->tensors[i].ready) {

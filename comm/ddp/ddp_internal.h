@@ -88,9 +88,9 @@ typedef struct {
 } bagua__ddp_tensor_t;
 
 typedef struct {
-  size_t offset;    /* element offset in the flat buffers */
-  size_t count;     /* elements, padding included */
-  size_t used;      /* elements covered by tensors; [used, count) is zero padding */
+  size_t offset; /* element offset in the flat buffers */
+  size_t count;  /* elements, padding included */
+  size_t used;   /* elements covered by tensors; [used, count) is zero padding */
   int first, ntensors;
   int pending; /* tensors of this bucket not yet ready in the current step */
 } bagua__ddp_bucket_t;
@@ -134,8 +134,8 @@ struct bagua_ddp_s {
   int64_t steps;        /* completed steps */
   double lr;            /* current learning rate */
 
-  _Atomic int error;   /* first error of any thread, sticky */
-  _Atomic int aborted; /* bagua_ddp_abort() was called */
+  _Atomic int error;            /* first error of any thread, sticky */
+  _Atomic int aborted;          /* bagua_ddp_abort() was called */
   pthread_mutex_t *weight_lock; /* async: serialises local updates and averaging */
   void *algo_state;
   bagua__ddp_sched_t sched;
@@ -219,8 +219,7 @@ typedef struct {
   float *server_res;  /* error feedback: total / n elements, or NULL */
 } bagua__ddp_u8_t;
 
-bagua_status_t bagua__ddp_u8_init(bagua_ddp_t *d, int hier, int error_feedback,
-                                  bagua__ddp_u8_t *u);
+bagua_status_t bagua__ddp_u8_init(bagua_ddp_t *d, int hier, int error_feedback, bagua__ddp_u8_t *u);
 void bagua__ddp_u8_free(bagua__ddp_u8_t *u);
 /*
  * ByteGrad's op on buf[0, n) (n divisible by the number of chunks), which lies at element

@@ -104,8 +104,8 @@ bagua_status_t bagua__ddp_u8_allreduce(bagua_ddp_t *d, bagua__ddp_u8_t *u, float
     /* 3-4. Decompress the k copies of this rank's chunk, sum them in f32 and average. */
     memset(u->acc, 0, chunk * sizeof(float));
     for (size_t i = 0; i < k; i++)
-      BAGUA_CHECK(bagua__minmax_u8_decompress_add(BAGUA_F32, u->cbuf + i * region, chunk, 1,
-                                                  u->acc));
+      BAGUA_CHECK(
+          bagua__minmax_u8_decompress_add(BAGUA_F32, u->cbuf + i * region, chunk, 1, u->acc));
     bagua__div(BAGUA_F32, u->acc, chunk, d->size);
     /* 5. Re-compress only the reduced chunk, into this rank's block of the buffer. */
     if (sres) bagua__axpy(-1.0f, sres, u->acc, chunk);

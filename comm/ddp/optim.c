@@ -32,8 +32,8 @@ bagua_status_t bagua__ddp_optim_step(bagua_ddp_t *d) {
     case BAGUA__OPT_ADAM:
     case BAGUA__OPT_ADAMW:
     case BAGUA__OPT_QADAM: { /* QAdam's warm-up is plain Adam with L2 weight decay */
-      bagua__adam_params_t hp = {d->lr,  s->beta1, s->beta2, s->eps, s->weight_decay,
-                                 s->optimizer == BAGUA__OPT_ADAMW};
+      bagua__adam_params_t hp = {d->lr,  s->beta1,        s->beta2,
+                                 s->eps, s->weight_decay, s->optimizer == BAGUA__OPT_ADAMW};
       bagua__adam_step(d->params, d->grads, d->opt_m, d->opt_v, d->total, &hp, d->steps + 1);
       return BAGUA_OK;
     }

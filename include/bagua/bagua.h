@@ -5,6 +5,7 @@
 #define BAGUA_BAGUA_H
 
 #include "bagua/comm.h"
+#include "bagua/ddp.h"
 #include "bagua/error.h"
 #include "bagua/params.h"
 #include "bagua/types.h"

@@ -38,13 +38,13 @@ static bagua_status_t ring_exchange(bagua_ddp_t *d, void *arg) {
     const float third = 1.0f / 3.0f, five_thirds = 5.0f / 3.0f;
     for (size_t i = 0; i < n; i++) diff[i] = x[i] + s->s[i] * third - five_thirds * s->w[i];
     BAGUA_CHECK(bagua__minmax_u8_compress(BAGUA_F32, diff, n, 1, s->mine));
-    BAGUA_CHECK(
-        bagua_sendrecv(s->comm, s->mine, s->region, right, s->from_left, s->region, left, BAGUA_U8));
+    BAGUA_CHECK(bagua_sendrecv(s->comm, s->mine, s->region, right, s->from_left, s->region, left,
+                               BAGUA_U8));
     /* With two ranks the left and right neighbour are one peer: one exchange, added twice. */
     const uint8_t *second = s->from_left;
     if (size > 2) {
-      BAGUA_CHECK(bagua_sendrecv(s->comm, s->mine, s->region, left, s->from_right, s->region,
-                                 right, BAGUA_U8));
+      BAGUA_CHECK(bagua_sendrecv(s->comm, s->mine, s->region, left, s->from_right, s->region, right,
+                                 BAGUA_U8));
       second = s->from_right;
     }
     BAGUA_CHECK(bagua__minmax_u8_decompress_add(BAGUA_F32, s->from_left, n, 1, s->s));

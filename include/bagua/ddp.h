@@ -1,0 +1,232 @@
+/*
+ * Bagua-C data-parallel training layer: register a model's tensors, fuse them into buckets,
+ * overlap communication with the backward pass on a communication thread, and run one of
+ * Bagua's six algorithms chosen by name (docs/algorithms.md gives each one's maths).
+ *
+ * A training loop looks like this:
+ *
+ *   bagua_ddp_config_t cfg = BAGUA_DDP_CONFIG_INIT;
+ *   cfg.algorithm = "bytegrad";
+ *   cfg.lr = 0.05;
+ *   bagua_ddp_t *ddp;
+ *   bagua_ddp_create(comm, &cfg, &ddp);
+ *   for (each tensor, LAST layer first)                      (backward order)
+ *     bagua_ddp_register(ddp, name, param, grad, count);
+ *   bagua_ddp_ready(ddp);                                   (all ranks now hold rank 0's weights)
+ *   for (each step) {
+ *     forward(param); zero grads;
+ *     for (each layer, last first) { backward into grad; bagua_ddp_grad_ready(ddp, index); }
+ *     bagua_ddp_step(ddp);                                  (weights in `param` are updated)
+ *   }
+ *   bagua_ddp_destroy(ddp);
+ *
+ * Storage. The library owns one flat, bucket-ordered copy of all parameters and gradients
+ * (plus the optimizer state), allocated by bagua_ddp_ready(). The model may keep its own
+ * arrays (copy mode): `param` is read once by bagua_ddp_ready() and rewritten with the current
+ * weights at the end of bagua_ddp_ready() and of every bagua_ddp_step(); `grad` is copied into
+ * the flat buffer by bagua_ddp_grad_ready(). Or it may work in the flat storage (zero-copy):
+ * register with grad = NULL and write gradients straight into bagua_ddp_grad(); read weights
+ * from bagua_ddp_param(). Both may be mixed per tensor. The caller never writes the weights
+ * except through its own `param` arrays before bagua_ddp_ready().
+ *
+ * Threading. One thread (the training thread) calls every function of a bagua_ddp_t, except
+ * bagua_ddp_abort(), which any thread may call at any time, and bagua_ddp_stats(), which the
+ * training thread may call at any time. Inside, one communication thread per bagua_ddp_t runs
+ * the buckets' communication in bucket order (and the async algorithm adds one averaging
+ * thread). The bagua_ddp_t uses its own communicators, split from the one passed to
+ * bagua_ddp_create(), so the caller may go on using that one from the training thread.
+ *
+ * Collective calls. bagua_ddp_create(), bagua_ddp_ready(), bagua_ddp_step() (for every
+ * algorithm except async after its warm-up), bagua_ddp_async_abort(),
+ * bagua_ddp_async_resume() and bagua_ddp_destroy() must be called by every rank, in the same
+ * order, with the same tensors registered in the same order and the same configuration.
+ * bagua_ddp_ready() checks the last two and fails with BAGUA_ERR_INVALID_USAGE on a mismatch.
+ *
+ * Failures. No call waits forever: every wait ends when the communicator reports progress,
+ * an error (a dead peer, BAGUA_ERR_REMOTE; no progress for BAGUA_COMM_TIMEOUT_MS,
+ * BAGUA_ERR_TIMEOUT) or bagua_ddp_abort(). An error met by the communication or averaging
+ * thread is returned by the training thread's next bagua_ddp_grad_ready() or bagua_ddp_step()
+ * and by every later call; the bagua_ddp_t can then only be destroyed.
+ */
+#ifndef BAGUA_DDP_H
+#define BAGUA_DDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bagua/comm.h"
+#include "bagua/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bagua_ddp_s bagua_ddp_t;
+
+/*
+ * Settings. Initialise with BAGUA_DDP_CONFIG_INIT, then override fields. A field left at its
+ * "unset" value takes the default named here. Unknown names and out-of-range values make
+ * bagua_ddp_create() return BAGUA_ERR_INVALID_ARG with a warning (bagua_last_error()) that
+ * names the field and what it accepts.
+ */
+typedef struct {
+  size_t struct_size; /* sizeof(bagua_ddp_config_t), for ABI growth */
+  /* "gradient_allreduce" (NULL), "bytegrad", "decentralized", "low_precision_decentralized",
+   * "qadam" or "async". */
+  const char *algorithm;
+  /* Bytes per bucket; 0: BAGUA_BUCKET_SIZE (10 MiB). Tensors are fused greedily in
+   * registration order and a bucket closes once it holds at least this many bytes. */
+  int64_t bucket_bytes;
+  /* -1: the algorithm's default as in Bagua (0 for gradient_allreduce and async, 1 for the
+   * others); 1: reduce within each node, run the algorithm among node leaders, broadcast
+   * within each node; 0: run it among all ranks. */
+  int hierarchical;
+  /* decentralized: "all" (NULL), "shift_one" (one peer per step, any number of ranks) or
+   * "ring" (both ring neighbours); low_precision_decentralized accepts only "ring" (NULL). */
+  const char *peer_mode;
+  /* decentralized and low_precision_decentralized: communicate every this many steps. */
+  int comm_interval;
+  /* bytegrad and qadam: 1 carries each quantization's error into the next step. */
+  int error_feedback;
+  /* qadam: steps of plain allreduce + Adam before compressed momentum (-1: 100);
+   * async: steps of gradient allreduce before background averaging starts (-1: 0). */
+  int warmup_steps;
+  /* async: milliseconds between averaging rounds of the background thread. */
+  int sync_interval_ms;
+  /* Optimizer run by bagua_ddp_step() over the flat buffers: "sgd" (NULL), "adam", "adamw";
+   * the qadam algorithm uses its own optimizer "qadam" (NULL selects it). */
+  const char *optimizer;
+  double lr;           /* < 0: 0.01 for sgd, 0.001 for adam, adamw and qadam */
+  double momentum;     /* sgd */
+  double dampening;    /* sgd */
+  int nesterov;        /* sgd; needs momentum > 0 and dampening 0 (as torch.optim.SGD) */
+  double weight_decay; /* < 0: 0.01 for adamw, 0 otherwise (L2 for sgd/adam/qadam) */
+  double beta1;        /* adam, adamw, qadam */
+  double beta2;
+  double eps;
+} bagua_ddp_config_t;
+
+#define BAGUA_DDP_CONFIG_INIT                                                                    \
+  {                                                                                              \
+    sizeof(bagua_ddp_config_t), NULL, 0, -1, NULL, 1, 0, -1, 500, NULL, -1.0, 0.0, 0.0, 0, -1.0, \
+        0.9, 0.999, 1e-8                                                                         \
+  }
+
+/* Counters of one rank. Set struct_size = sizeof(bagua_ddp_stats_t) before the call. */
+typedef struct {
+  size_t struct_size;
+  int64_t steps;            /* bagua_ddp_step() calls completed */
+  int num_tensors;          /* registered tensors */
+  int num_buckets;          /* buckets after bagua_ddp_ready() */
+  size_t flat_elems;        /* elements of the flat storage, bucket padding included */
+  uint64_t bytes_last_step; /* bytes this rank sent for the last step (all its communicators) */
+  uint64_t bytes_total;     /* bytes sent since bagua_ddp_ready() started */
+  double comm_s_last_step;  /* seconds the communication thread worked on the last step */
+  double comm_s_total;
+  /* Fraction of the communication thread's work done while the caller was still computing
+   * (between the previous bagua_ddp_step()'s return and this one's entry); 0 without work. */
+  double overlap_last_step;
+  double overlap_total;
+  double wait_s_last_step; /* seconds bagua_ddp_step() blocked on communication */
+  uint64_t async_rounds;   /* averaging rounds completed by the async background thread */
+} bagua_ddp_stats_t;
+
+/*
+ * Creates a data-parallel context over the ranks of `comm`. Collective over `comm` (it
+ * splits private communicators off it, and node-level ones when hierarchical). `cfg` may be
+ * NULL (all defaults). The caller keeps ownership of `comm`; the context keeps no reference to
+ * it, so it may be destroyed before the context. On success *out is freed with
+ * bagua_ddp_destroy().
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cfg,
+                                             bagua_ddp_t **out);
+
+/*
+ * Registers one f32 tensor of `count` (>= 1) elements. Call it for every tensor in BACKWARD
+ * order (the order bagua_ddp_grad_ready() will usually be called in, last layer first): the
+ * registration order is the bucket order and tensor i (from 0) is the i-th registered.
+ * `name` is copied (NULL names it "tensor<i>"). `param` (required) holds the initial weights,
+ * read by bagua_ddp_ready() on rank 0 and overwritten with the current weights by
+ * bagua_ddp_ready() and every bagua_ddp_step(). `grad` (may be NULL, see Storage above) is
+ * read by bagua_ddp_grad_ready(). Both arrays stay owned by the caller and must stay valid
+ * until bagua_ddp_destroy(). Only before bagua_ddp_ready().
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_register(bagua_ddp_t *ddp, const char *name, float *param,
+                                               float *grad, size_t count);
+
+/*
+ * Freezes the registration: lays the tensors out in buckets (each padded so that it divides
+ * evenly among ranks and nodes), allocates the flat storage and the optimizer state,
+ * broadcasts rank 0's weights and optimizer state so every rank starts identical, writes
+ * them back into every `param` array, and starts the communication thread. Collective.
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_ready(bagua_ddp_t *ddp);
+
+/*
+ * Views into the flat storage for tensor `index` (count elements), valid from
+ * bagua_ddp_ready() until bagua_ddp_destroy(); NULL for a bad index or before ready.
+ * The parameter view is read-only for the caller; with the async algorithm its contents may
+ * change at any time (read the registered `param` array, a consistent snapshot, instead).
+ * The caller writes the gradient view during backward before bagua_ddp_grad_ready(index);
+ * after bagua_ddp_step() its contents are unspecified (they hold the averaged gradient for
+ * gradient_allreduce and bytegrad).
+ */
+BAGUA_EXTERN float *bagua_ddp_param(bagua_ddp_t *ddp, int index);
+BAGUA_EXTERN float *bagua_ddp_grad(bagua_ddp_t *ddp, int index);
+
+/*
+ * Marks tensor `index`'s gradient of this step complete (copying it from the registered
+ * `grad` array when there is one). When every tensor of the next bucket in order is ready,
+ * the bucket is handed to the communication thread and the call returns at once; the
+ * communication runs while the caller continues its backward pass. Marking the same tensor
+ * twice in one step is BAGUA_ERR_INVALID_USAGE. Does not block on communication.
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_grad_ready(bagua_ddp_t *ddp, int index);
+
+/*
+ * Ends the step: marks every tensor not yet marked ready (so a loop that does not overlap
+ * may skip bagua_ddp_grad_ready()), waits for all buckets' communication, runs the
+ * algorithm's pre-update work (decentralized: adopt the averaged weights), the optimizer over
+ * the flat buffers in one fused call, and the post-update work (low-precision decentralized:
+ * compressed exchange of weight differences), then writes the weights back to every `param`
+ * array. Collective (except for async after its warm-up), blocking.
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_step(bagua_ddp_t *ddp);
+
+/* Changes the learning rate used from the next bagua_ddp_step() on (lr >= 0). Local. */
+BAGUA_EXTERN bagua_status_t bagua_ddp_set_lr(bagua_ddp_t *ddp, double lr);
+
+/*
+ * async only. bagua_ddp_async_abort() stops background averaging on all ranks (a rank's
+ * request stops every rank's thread at their next common round), waits for this rank's
+ * thread, then averages the weights once more so that every rank holds the same model when it
+ * returns. bagua_ddp_async_resume() restarts averaging (at once, or at the end of the warm-up).
+ * Both are collective: every rank must call them, within BAGUA_COMM_TIMEOUT_MS of each
+ * other. Calling abort twice, or resume without abort, is BAGUA_ERR_INVALID_USAGE. Other
+ * algorithms: BAGUA_ERR_INVALID_USAGE.
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_async_abort(bagua_ddp_t *ddp);
+BAGUA_EXTERN bagua_status_t bagua_ddp_async_resume(bagua_ddp_t *ddp);
+
+/* Copies this rank's counters into *out (fields up to out->struct_size). Does not block. */
+BAGUA_EXTERN bagua_status_t bagua_ddp_stats(const bagua_ddp_t *ddp, bagua_ddp_stats_t *out);
+
+/*
+ * Thread-safe, never blocks: aborts the context's communicators so that communication in
+ * progress ends with BAGUA_ERR_ABORTED, and every later call (except destroy) returns
+ * BAGUA_ERR_ABORTED. Peers see their collectives fail as for a dead peer.
+ */
+BAGUA_EXTERN void bagua_ddp_abort(bagua_ddp_t *ddp);
+
+/*
+ * Stops the background threads (waiting for communication already handed to them, which
+ * ends by completion, error or timeout), destroys the private communicators and frees
+ * everything the context owns (NULL is accepted). The registered arrays are not touched.
+ * Collective when the context is healthy: peers' threads may be exchanging with this rank.
+ */
+BAGUA_EXTERN void bagua_ddp_destroy(bagua_ddp_t *ddp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
