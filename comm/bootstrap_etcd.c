@@ -66,7 +66,7 @@ bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
   BAGUA_CHECK_GOTO(bagua__etcd_put(etcd, key, mine, sizeof(*mine), 0, NULL, NULL), st, out);
   int have = 0, delay_ms = 2;
   while (have < ctx->size) {
-    if (ctx->abort_flag && *ctx->abort_flag) {
+    if (bagua__flag_get(ctx->abort_flag)) {
       st = BAGUA_ERR_ABORTED;
       goto out;
     }

@@ -73,8 +73,7 @@ bagua_status_t bagua__comm_poison(bagua_comm_t *c, bagua_status_t st) {
 
 void bagua_comm_abort(bagua_comm_t *c) {
   if (!c) return;
-  c->abort_flag = 1;
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  bagua__flag_set(&c->abort_flag);
   bagua__comm_poison(c, BAGUA_ERR_ABORTED);
 }
 

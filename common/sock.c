@@ -101,7 +101,7 @@ bagua_status_t bagua__listen(uint32_t addr, uint16_t port, int *fd, uint16_t *bo
 static bagua_status_t wait_fd(int fd, short events, int64_t deadline_ms,
                               const volatile int *abort_flag) {
   for (;;) {
-    if (abort_flag && *abort_flag) return BAGUA_ERR_ABORTED;
+    if (bagua__flag_get(abort_flag)) return BAGUA_ERR_ABORTED;
     int64_t left = deadline_ms - bagua__now_ms();
     if (left <= 0) return BAGUA_ERR_TIMEOUT;
     struct pollfd p = {.fd = fd, .events = events};
@@ -145,7 +145,7 @@ bagua_status_t bagua__connect(uint32_t addr, uint16_t port, int64_t deadline_ms,
       return BAGUA_ERR_SYSTEM;
     }
     /* The listener may not be up yet (rank 0 starts later): back off and retry. */
-    if (abort_flag && *abort_flag) return BAGUA_ERR_ABORTED;
+    if (bagua__flag_get(abort_flag)) return BAGUA_ERR_ABORTED;
     if (bagua__now_ms() + delay_ms >= deadline_ms) {
       BAGUA_WARN("could not connect to %s:%u before the timeout: %s", ip, (unsigned)port,
                  strerror(err));

@@ -11,6 +11,15 @@
 
 #include "bagua/error.h"
 
+/* Reads an abort flag that another thread may set (NULL means "never aborted"). The flag is a
+ * plain int so it can live in any struct; every access goes through these atomic builtins. */
+static inline int bagua__flag_get(const volatile int *flag) {
+  return flag && __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+}
+static inline void bagua__flag_set(volatile int *flag) {
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+}
+
 /* Monotonic clock in milliseconds and nanoseconds. */
 int64_t bagua__now_ms(void);
 int64_t bagua__now_ns(void);

@@ -134,7 +134,7 @@ static bagua_status_t wait_ge(bagua__shm_t *s, _Atomic uint64_t *ctr, uint64_t v
     }
     sched_yield();
     if (atomic_load_explicit(ctr, memory_order_acquire) >= v) return BAGUA_OK;
-    if (s->c->abort_flag) return BAGUA_ERR_ABORTED;
+    if (bagua__flag_get(&s->c->abort_flag)) return BAGUA_ERR_ABORTED;
     if (atomic_load_explicit(&s->hdr->abort, memory_order_relaxed)) {
       BAGUA_WARN("a rank on this node failed; aborting the shared-memory collective");
       return BAGUA_ERR_REMOTE;

@@ -244,7 +244,7 @@ bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int 
   int64_t last_progress = bagua__now_ms();
   for (;;) {
     int active = 0, progressed = 0;
-    if (c->abort_flag) {
+    if (bagua__flag_get(&c->abort_flag)) {
       st = BAGUA_ERR_ABORTED;
       goto done;
     }

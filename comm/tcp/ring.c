@@ -23,6 +23,7 @@
 #include "../comm_internal.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "common/params.h"
 #include "common/sock.h"
 #include "kernels/kernels.h"
 
@@ -265,7 +266,7 @@ static bagua_status_t run(ring_t *g) {
   int64_t last_progress = bagua__now_ms();
   for (;;) {
     int active = 0, progress = 0;
-    if (c->abort_flag) return BAGUA_ERR_ABORTED;
+    if (bagua__flag_get(&c->abort_flag)) return BAGUA_ERR_ABORTED;
     for (int s = 0; s < ns; s++) {
       lane_t *L = &lanes[s];
       skip_empty(g, L, s);
@@ -307,6 +308,7 @@ static bagua_status_t run(ring_t *g) {
 
 /* Both neighbours must use the same number of streams; true unless nodes are mixed. */
 int bagua__ring_usable(const bagua_comm_t *c) {
+  if (!bagua__param_int(BAGUA_P_NET_RING_PIPELINE)) return 0;
   int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
   return c->peers[next].nstreams == c->peers[prev].nstreams;
 }
