@@ -1,0 +1,370 @@
+/*
+ * Agent command lines and processes.
+ *
+ * A local agent is exec'ed directly and inherits the environment. An agent on another host is
+ * started through the remote command template: "{host}" is replaced in every word, and the
+ * agent's command ("env NAME=VALUE ... bagua-agent ...") goes where "{cmd}" (separate words,
+ * for commands that exec their arguments, such as "ip netns exec {host}" or srun) or
+ * "{cmdline}" (one shell-quoted word, for commands that hand a string to a remote shell) is.
+ * Without either, it is appended: quoted for ssh, which joins its arguments into a remote
+ * shell command line, as separate words for anything else.
+ */
+#include "agents.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "bagua/params.h"
+
+int bagua__launch_find_agent(const char *configured, int need_local, char *out, size_t outlen,
+                             char *err, size_t errlen) {
+  if (configured && configured[0]) {
+    snprintf(out, outlen, "%s", configured);
+    if (need_local && strchr(configured, '/') && access(configured, X_OK) != 0) {
+      snprintf(err, errlen, "bagua-launch: cannot run agent %s: %s; accepted: --agent PATH",
+               configured, strerror(errno));
+      return -1;
+    }
+    return 0;
+  }
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    snprintf(err, errlen,
+             "bagua-launch: cannot locate bagua-launch itself: %s; accepted: "
+             "--agent PATH",
+             strerror(errno));
+    return -1;
+  }
+  self[n] = '\0';
+  char *dir = dirname(self);
+  char cand[2][PATH_MAX + 32];
+  snprintf(cand[0], sizeof(cand[0]), "%s/bagua-agent", dir);
+  snprintf(cand[1], sizeof(cand[1]), "%s/../agent/bagua-agent", dir);
+  for (int i = 0; i < 2; i++) {
+    char real[PATH_MAX];
+    if (access(cand[i], X_OK) == 0 && realpath(cand[i], real)) {
+      snprintf(out, outlen, "%s", real);
+      return 0;
+    }
+  }
+  /* Remote hosts may have it even where this machine does not. */
+  snprintf(out, outlen, "%s", cand[0]);
+  if (!need_local) return 0;
+  snprintf(err, errlen,
+           "bagua-launch: bagua-agent not found next to bagua-launch (%s); accepted: --agent PATH",
+           cand[0]);
+  return -1;
+}
+
+static int push(bagua__launch_argv_t *a, const char *s) {
+  return bagua__launch_argv_push(a, s);
+}
+
+static int push_kv(bagua__launch_argv_t *a, const char *flag, const char *value) {
+  return push(a, flag) || push(a, value);
+}
+
+/* The agent's own command line (contract in docs/launcher.md). */
+static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
+                      const char *endpoint, int nproc, const char *node_id,
+                      bagua__launch_argv_t *a) {
+  char num[32];
+  int rc = push(a, agent_path) || push_kv(a, "--rdzv-endpoint", endpoint) ||
+           push_kv(a, "--job-id", cfg->v[LS_JOB_ID].s) ||
+           push_kv(a, "--nnodes", cfg->v[LS_NNODES].s);
+  snprintf(num, sizeof(num), "%d", nproc);
+  rc = rc || push_kv(a, "--nproc-per-node", num);
+  if (node_id) rc = rc || push_kv(a, "--node-id", node_id);
+  if (cfg->v[LS_NODE_ADDR].s[0]) rc = rc || push_kv(a, "--node-addr", cfg->v[LS_NODE_ADDR].s);
+  static const struct {
+    bagua__launch_setting_t s;
+    const char *flag;
+  } pass[] = {{LS_MAX_RESTARTS, "--max-restarts"}, {LS_LEASE_TTL, "--lease-ttl"},
+              {LS_RDZV_TIMEOUT, "--rdzv-timeout"}, {LS_LAST_CALL_MS, "--last-call-ms"},
+              {LS_SETTLE_MS, "--settle-ms"},       {LS_GRACE_MS, "--grace-ms"}};
+  for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
+    rc = rc || push_kv(a, pass[i].flag, cfg->v[pass[i].s].s);
+  if (cfg->v[LS_LOG_DIR].s[0]) rc = rc || push_kv(a, "--log-dir", cfg->v[LS_LOG_DIR].s);
+  rc = rc || push(a, "--");
+  for (int i = 0; i < cfg->program.n; i++) rc = rc || push(a, cfg->program.v[i]);
+  return rc ? -1 : 0;
+}
+
+/* Registry parameters that are per worker or passed as agent flags: never forwarded. */
+static int forwardable(const char *env) {
+  static const char *const skip[] = {
+      "RANK",          "WORLD_SIZE",   "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
+      "GROUP_RANK",    "MASTER_ADDR",  "MASTER_PORT",    "BAGUA_ROUND",
+      "BAGUA_NODE_ID", "BAGUA_JOB_ID", "BAGUA_BOOTSTRAP"};
+  for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
+    if (strcmp(skip[i], env) == 0) return 0;
+  return bagua__launch_find_env(env) < 0;
+}
+
+/* "NAME=VALUE" words for a remote agent: the launcher's BAGUA_* settings and the INI's
+ * [algorithm] and [env], so a remote worker sees what a local one would inherit. */
+static int env_words(const bagua__launch_config_t *cfg, bagua__launch_argv_t *a) {
+  char kv[4096];
+#define BAGUA_PARAM(id, env, type, def, lo, hi, help)             \
+  if (forwardable(env) && bagua_param_get(env)) {                 \
+    snprintf(kv, sizeof(kv), "%s=%s", env, bagua_param_get(env)); \
+    if (push(a, kv)) return -1;                                   \
+  }
+#include "common/params.def"
+#undef BAGUA_PARAM
+  /* The one launcher setting that is not an agent flag: the agent reads it from its
+   * environment. */
+  snprintf(kv, sizeof(kv), "BAGUA_ETCD_TIMEOUT_MS=%s", cfg->v[LS_ETCD_TIMEOUT_MS].s);
+  if (push(a, kv)) return -1;
+  const bagua__launch_var_t *lists[2] = {cfg->algo, cfg->env};
+  int counts[2] = {cfg->nalgo, cfg->nenv};
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < counts[k]; i++) {
+      const bagua__launch_var_t *v = &lists[k][i];
+      if (bagua_param_get(v->name)) continue; /* forwarded above with the environment's value */
+      snprintf(kv, sizeof(kv), "%s=%s", v->name, v->value);
+      if (push(a, kv)) return -1;
+    }
+  }
+  return 0;
+}
+
+/* Replaces every "{host}" in `word` with `host`. */
+static char *subst_host(const char *word, const char *host) {
+  size_t n = 0, hl = strlen(host);
+  for (const char *p = word; (p = strstr(p, "{host}")); p += 6) n++;
+  char *out = malloc(strlen(word) + n * hl + 1);
+  if (!out) return NULL;
+  char *o = out;
+  for (const char *p = word; *p;) {
+    if (strncmp(p, "{host}", 6) == 0) {
+      memcpy(o, host, hl);
+      o += hl;
+      p += 6;
+    } else {
+      *o++ = *p++;
+    }
+  }
+  *o = '\0';
+  return out;
+}
+
+static char *join_quoted(const bagua__launch_argv_t *a) {
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (int i = 0; i < a->n; i++) {
+    char *w = NULL;
+    size_t wl = 0, wc = 0;
+    if (bagua__launch_shell_quote(a->v[i], &w, &wl, &wc) != 0) {
+      free(w);
+      goto fail;
+    }
+    if (len + wl + 2 > cap) {
+      size_t ncap = 2 * (len + wl + 2);
+      char *nb = realloc(buf, ncap);
+      if (!nb) {
+        free(w);
+        goto fail;
+      }
+      buf = nb;
+      cap = ncap;
+    }
+    if (i) buf[len++] = ' ';
+    memcpy(buf + len, w, wl);
+    len += wl;
+    buf[len] = '\0';
+    free(w);
+  }
+  return buf ? buf : strdup("");
+fail:
+  free(buf);
+  return NULL;
+}
+
+/* Wraps `cmd` (env words + agent argv) in the remote template for `host`. */
+static int wrap_remote(const char *tmpl, const char *host, const bagua__launch_argv_t *cmd,
+                       bagua__launch_argv_t *out, char *err, size_t errlen) {
+  bagua__launch_argv_t words = {0};
+  char serr[128];
+  int rc = -1, placed = 0;
+  char *line = join_quoted(cmd);
+  if (!line || bagua__launch_split_words(tmpl, &words, serr, sizeof(serr)) != 0) {
+    snprintf(err, errlen, "bagua-launch: remote command \"%s\": %s", tmpl,
+             line ? serr : "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < words.n; i++) {
+    if (strcmp(words.v[i], "{cmd}") == 0) {
+      for (int k = 0; k < cmd->n; k++)
+        if (push(out, cmd->v[k])) goto oom;
+      placed = 1;
+      continue;
+    }
+    char *w = subst_host(words.v[i], host);
+    if (!w) goto oom;
+    char *cl = strstr(w, "{cmdline}");
+    if (cl) {
+      /* Only whole-word {cmdline} is meaningful; a prefix or suffix is kept around it. */
+      size_t pre = (size_t)(cl - w);
+      char *joined = malloc(strlen(w) + strlen(line) + 1);
+      if (!joined) {
+        free(w);
+        goto oom;
+      }
+      snprintf(joined, strlen(w) + strlen(line) + 1, "%.*s%s%s", (int)pre, w, line, cl + 9);
+      free(w);
+      w = joined;
+      placed = 1;
+    }
+    int prc = push(out, w);
+    free(w);
+    if (prc) goto oom;
+  }
+  if (!placed) {
+    const char *base = words.n ? strrchr(words.v[0], '/') : NULL;
+    base = base ? base + 1 : words.n ? words.v[0] : "";
+    if (strcmp(base, "ssh") == 0) {
+      if (push(out, line)) goto oom;
+    } else {
+      for (int k = 0; k < cmd->n; k++)
+        if (push(out, cmd->v[k])) goto oom;
+    }
+  }
+  rc = 0;
+  goto out;
+oom:
+  snprintf(err, errlen, "bagua-launch: out of memory");
+out:
+  free(line);
+  bagua__launch_argv_free(&words);
+  return rc;
+}
+
+int bagua__launch_build_agents(const bagua__launch_config_t *cfg, const char *agent_path,
+                               const char *endpoint, bagua__launch_agent_t **out, char *err,
+                               size_t errlen) {
+  int n = cfg->nhosts ? cfg->nhosts : 1;
+  bagua__launch_agent_t *a = calloc((size_t)n, sizeof(*a));
+  if (!a) goto oom;
+  for (int i = 0; i < n; i++) {
+    const bagua__launch_host_t *h = cfg->nhosts ? &cfg->hosts[i] : NULL;
+    char node[LAUNCH_MAX_ID_LEN + 16];
+    const char *node_id = NULL;
+    if (h) {
+      /* Each agent is one node; a host listed twice gets "-0", "-1", ... suffixes. */
+      int dup = 0, index = 0;
+      for (int k = 0; k < cfg->nhosts; k++) {
+        if (strcmp(cfg->hosts[k].name, h->name) != 0) continue;
+        if (k < i) index++;
+        if (k != i) dup = 1;
+      }
+      if (dup)
+        snprintf(node, sizeof(node), "%.64s-%d", h->name, index);
+      else
+        snprintf(node, sizeof(node), "%.64s", h->name);
+      node_id = node;
+    } else if (cfg->v[LS_NODE_ID].s[0]) {
+      node_id = cfg->v[LS_NODE_ID].s;
+    }
+    a[i].host = strdup(h ? h->name : "localhost");
+    a[i].node_id = node_id ? strdup(node_id) : NULL;
+    a[i].local = h ? h->local : 1;
+    if (!a[i].host || (node_id && !a[i].node_id)) goto oom;
+    int nproc = h ? h->nproc : (int)cfg->v[LS_NPROC].i;
+    if (a[i].local) {
+      if (agent_argv(cfg, agent_path, endpoint, nproc, node_id, &a[i].argv) != 0) goto oom;
+      continue;
+    }
+    bagua__launch_argv_t cmd = {0};
+    if (push(&cmd, "env") || env_words(cfg, &cmd) ||
+        agent_argv(cfg, agent_path, endpoint, nproc, node_id, &cmd)) {
+      bagua__launch_argv_free(&cmd);
+      goto oom;
+    }
+    int rc = wrap_remote(cfg->v[LS_REMOTE_CMD].s, h->name, &cmd, &a[i].argv, err, errlen);
+    bagua__launch_argv_free(&cmd);
+    if (rc != 0) {
+      bagua__launch_free_agents(a, n);
+      return -1;
+    }
+  }
+  *out = a;
+  return n;
+oom:
+  bagua__launch_free_agents(a, n);
+  snprintf(err, errlen, "bagua-launch: out of memory");
+  return -1;
+}
+
+void bagua__launch_free_agents(bagua__launch_agent_t *a, int n) {
+  if (!a) return;
+  for (int i = 0; i < n; i++) {
+    bagua__launch_argv_free(&a[i].argv);
+    free(a[i].host);
+    free(a[i].node_id);
+  }
+  free(a);
+}
+
+int bagua__launch_export_vars(const bagua__launch_config_t *cfg) {
+  /* Resolved by the launcher (flag > environment > INI), read by the agent from its
+   * environment. */
+  if (setenv("BAGUA_ETCD_TIMEOUT_MS", cfg->v[LS_ETCD_TIMEOUT_MS].s, 1) != 0) return -1;
+  const bagua__launch_var_t *lists[2] = {cfg->algo, cfg->env};
+  int counts[2] = {cfg->nalgo, cfg->nenv};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < counts[k]; i++) {
+      const bagua__launch_var_t *v = &lists[k][i];
+      if (bagua_param_get(v->name)) continue; /* environment > INI for registry parameters */
+      if (setenv(v->name, v->value, 1) != 0) return -1;
+    }
+  return 0;
+}
+
+int bagua__launch_start_agent(bagua__launch_agent_t *a, char *err, size_t errlen) {
+  pid_t parent = getpid();
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(err, errlen, "fork: %s", strerror(errno));
+    return -1;
+  }
+  if (pid == 0) {
+    /* Own process group: the launcher forwards a terminal's signals exactly once. */
+    setpgid(0, 0);
+    /* An agent must not outlive the launcher; SIGTERM lets it stop its workers first. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(129);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0) {
+      dup2(null, 0);
+      if (null > 2) close(null);
+    }
+    execvp(a->argv.v[0], a->argv.v);
+    dprintf(2, "bagua-launch: cannot run %s: %s\n", a->argv.v[0], strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  a->pid = pid;
+  a->started = 1;
+  return 0;
+}
+
+void bagua__launch_print_command(const bagua__launch_agent_t *a, FILE *out) {
+  char *line = join_quoted(&a->argv);
+  fprintf(out, "%s\n", line ? line : "(out of memory)");
+  free(line);
+}

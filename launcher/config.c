@@ -1,0 +1,317 @@
+/*
+ * Resolution of the launcher configuration: command line > environment > INI > default.
+ *
+ * Every layer has already been validated when it was read, so resolution only picks the
+ * highest layer per setting and checks the rules that involve several settings (hosts versus
+ * --nnodes, a program to run). The dump prints each value with where it came from; the golden
+ * parser tests compare that text.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bagua/bagua.h"
+#include "bagua/params.h"
+#include "common/params.h"
+#include "launch.h"
+
+/* A fresh job id: "bagua-" and 12 hex digits. A random id by default avoids the stale-state
+ * collisions torchrun's fixed default ("none") is known for. */
+static void random_job_id(char *out, size_t len) {
+  unsigned char r[6];
+  if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+    /* getrandom cannot fail for 6 bytes after boot; mix time and pid just in case. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+    for (size_t i = 0; i < sizeof(r); i++) r[i] = (unsigned char)(x >> (8 * i));
+  }
+  snprintf(out, len, "bagua-%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5]);
+}
+
+static int copy_value(bagua__launch_value_t *dst, const bagua__launch_value_t *src) {
+  *dst = *src;
+  dst->s = strdup(src->s ? src->s : "");
+  return dst->s ? 0 : -1;
+}
+
+static int copy_vars(bagua__launch_var_t **dst, int *ndst, const bagua__launch_var_t *src, int n) {
+  *ndst = 0;
+  *dst = calloc((size_t)(n ? n : 1), sizeof(**dst));
+  if (!*dst) return -1;
+  for (int i = 0; i < n; i++) {
+    (*dst)[i].origin = src[i].origin;
+    (*dst)[i].name = strdup(src[i].name);
+    (*dst)[i].value = strdup(src[i].value);
+    (*dst)[i].key = strdup(src[i].key);
+    (*ndst)++;
+    if (!(*dst)[i].name || !(*dst)[i].value || !(*dst)[i].key) return -1;
+  }
+  return 0;
+}
+
+/* Default-origin notes that say what an empty default means. */
+static const char *default_note(bagua__launch_setting_t s) {
+  switch (s) {
+    case LS_JOB_ID:
+      return "default (a fresh random id)";
+    case LS_ENDPOINT:
+      return "default (a private etcd)";
+    case LS_AGENT:
+      return "default (bagua-agent next to bagua-launch)";
+    case LS_NODE_ID:
+      return "default (the agent's choice)";
+    case LS_NODE_ADDR:
+      return "default (the agent's choice)";
+    case LS_LOG_DIR:
+      return "default (console only)";
+    case LS_RDZV_HOST:
+      return "default (loopback, or the route to the first remote host)";
+    default:
+      return "default";
+  }
+}
+
+int bagua__launch_resolve(const bagua__launch_layer_t *cli, const bagua__launch_layer_t *env,
+                          const bagua__launch_layer_t *ini, bagua__launch_config_t *cfg, char *err,
+                          size_t errlen) {
+  char what[LAUNCH_ERR_LEN];
+  const bagua__launch_layer_t *order[3] = {cli, env, ini};
+  memset(cfg, 0, sizeof(*cfg));
+
+  /* Hosts: a flag (--hosts or --hostfile) replaces the INI's [hosts] as a whole. */
+  const bagua__launch_layer_t *hl = cli->hosts_set ? cli : ini->hosts_set ? ini : NULL;
+  if (hl) {
+    cfg->hosts = calloc((size_t)hl->nhosts, sizeof(*cfg->hosts));
+    if (!cfg->hosts) goto oom;
+    for (int i = 0; i < hl->nhosts; i++) {
+      cfg->hosts[i] = hl->hosts[i];
+      cfg->hosts[i].name = strdup(hl->hosts[i].name);
+      cfg->nhosts++;
+      if (!cfg->hosts[i].name) goto oom;
+    }
+    cfg->hosts_origin = hl->hosts_origin;
+  }
+
+  for (int s = 0; s < LS__COUNT; s++) {
+    const bagua__launch_value_t *pick = NULL;
+    for (int k = 0; k < 3 && !pick; k++)
+      if (order[k]->v[s].set) pick = &order[k]->v[s];
+    if (pick) {
+      if (copy_value(&cfg->v[s], pick) != 0) goto oom;
+      continue;
+    }
+    const bagua__launch_desc_t *d = bagua__launch_desc((bagua__launch_setting_t)s);
+    char def[64];
+    const char *text = d->def;
+    const char *note = default_note((bagua__launch_setting_t)s);
+    if (s == LS_NNODES && cfg->nhosts > 0) {
+      snprintf(def, sizeof(def), "%d:%d", cfg->nhosts, cfg->nhosts);
+      text = def;
+      note = "default (one node per host)";
+    }
+    if (bagua__launch_parse_value((bagua__launch_setting_t)s, text, &cfg->v[s], what,
+                                  sizeof(what)) != 0) {
+      snprintf(err, errlen, "bagua-launch: internal error: default of %s: %s", d->name, what);
+      return LAUNCH_EXIT_USAGE;
+    }
+    bagua__launch_origin_set(&cfg->v[s].origin, LO_DEFAULT, "%s", note);
+  }
+  if (cfg->v[LS_JOB_ID].s[0] == '\0') {
+    char id[32];
+    random_job_id(id, sizeof(id));
+    free(cfg->v[LS_JOB_ID].s);
+    cfg->v[LS_JOB_ID].s = strdup(id);
+    if (!cfg->v[LS_JOB_ID].s) goto oom;
+    cfg->job_id_generated = 1;
+    if (cfg->v[LS_JOB_ID].origin.kind != LO_DEFAULT) {
+      bagua__launch_origin_t was = cfg->v[LS_JOB_ID].origin;
+      bagua__launch_origin_set(&cfg->v[LS_JOB_ID].origin, was.kind, "%s (empty: a fresh id)",
+                               was.text);
+    }
+  }
+  for (int i = 0; i < cfg->nhosts; i++) {
+    if (cfg->hosts[i].nproc == 0) cfg->hosts[i].nproc = (int)cfg->v[LS_NPROC].i;
+    cfg->hosts[i].local = bagua__launch_host_is_local(cfg->hosts[i].name);
+  }
+
+  /* The program: the command line's replaces the INI's [job] program and args. */
+  const bagua__launch_layer_t *pl = cli->program.n ? cli : ini->program.n ? ini : NULL;
+  if (!pl) {
+    snprintf(err, errlen,
+             "bagua-launch: no program to run; accepted: bagua-launch [options] PROGRAM "
+             "[ARGS...], or program = PATH in [job] of the --config file");
+    return LAUNCH_EXIT_USAGE;
+  }
+  for (int i = 0; i < pl->program.n; i++)
+    if (bagua__launch_argv_push(&cfg->program, pl->program.v[i]) != 0) goto oom;
+  cfg->program_origin = pl->program_origin;
+
+  if (copy_vars(&cfg->algo, &cfg->nalgo, ini->algo, ini->nalgo) != 0) goto oom;
+  if (copy_vars(&cfg->env, &cfg->nenv, ini->env, ini->nenv) != 0) goto oom;
+  if (cli->config_path && !(cfg->config_path = strdup(cli->config_path))) goto oom;
+
+  /* Rules across settings. */
+  const bagua__launch_value_t *nn = &cfg->v[LS_NNODES];
+  if (cfg->nhosts > nn->i2) {
+    snprintf(err, errlen,
+             "bagua-launch: %s lists %d agents but nnodes %s (%s) allows at most %lld; accepted: "
+             "at most MAX host entries",
+             cfg->hosts_origin.text, cfg->nhosts, nn->s, nn->origin.text, (long long)nn->i2);
+    return LAUNCH_EXIT_USAGE;
+  }
+  static const bagua__launch_setting_t single[] = {LS_NODE_ID, LS_NODE_ADDR};
+  for (size_t k = 0; k < sizeof(single) / sizeof(single[0]); k++) {
+    const bagua__launch_value_t *v = &cfg->v[single[k]];
+    if (cfg->nhosts > 1 && v->s[0]) {
+      const bagua__launch_desc_t *d = bagua__launch_desc(single[k]);
+      snprintf(err, errlen,
+               "bagua-launch: %s (%s) names a single agent but %s lists %d; accepted: %s "
+               "without hosts, or one host",
+               d->name, v->origin.text, cfg->hosts_origin.text, cfg->nhosts, d->flag);
+      return LAUNCH_EXIT_USAGE;
+    }
+  }
+  return 0;
+oom:
+  snprintf(err, errlen, "bagua-launch: out of memory");
+  return LAUNCH_EXIT_USAGE;
+}
+
+int bagua__launch_configure(int argc, char **argv, bagua__launch_config_t *cfg, char *err,
+                            size_t errlen) {
+  bagua__launch_layer_t cli = {0}, env = {0}, ini = {0};
+  int rc;
+  memset(cfg, 0, sizeof(*cfg));
+  err[0] = '\0';
+  rc = bagua__launch_parse_cli(argc, argv, &cli, err, errlen);
+  if (rc != 0) goto out;
+  if (cli.help || cli.version || cli.print_params) {
+    cfg->help = cli.help;
+    cfg->version = cli.version;
+    cfg->print_params = cli.print_params;
+    goto out;
+  }
+  /* A registry variable with a bad value stops everything, as it would stop the workers. */
+  if (bagua__params_check() != BAGUA_OK) {
+    snprintf(err, errlen, "bagua-launch: %s", bagua_last_error());
+    rc = LAUNCH_EXIT_USAGE;
+    goto out;
+  }
+  rc = bagua__launch_read_env(&env, err, errlen);
+  if (rc != 0) goto out;
+  if (cli.config_path) {
+    rc = bagua__launch_read_ini(cli.config_path, &ini, err, errlen);
+    if (rc != 0) goto out;
+  }
+  rc = bagua__launch_resolve(&cli, &env, &ini, cfg, err, errlen);
+  cfg->dry_run = cli.dry_run;
+out:
+  if (rc != 0) bagua__launch_config_free(cfg);
+  bagua__launch_layer_free(&cli);
+  bagua__launch_layer_free(&env);
+  bagua__launch_layer_free(&ini);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Dump                                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+static void quoted_argv(const bagua__launch_argv_t *a, FILE *out) {
+  for (int i = 0; i < a->n; i++) {
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (bagua__launch_shell_quote(a->v[i], &buf, &len, &cap) == 0)
+      fprintf(out, "%s%s", i ? " " : "", buf);
+    free(buf);
+  }
+}
+
+void bagua__launch_dump(const bagua__launch_config_t *cfg, FILE *out) {
+  const char *section = "";
+  fprintf(out, "; bagua-launch configuration: value ; where it came from\n");
+  for (int s = 0; s < LS__COUNT; s++) {
+    const bagua__launch_desc_t *d = bagua__launch_desc((bagua__launch_setting_t)s);
+    if (strcmp(section, d->section) != 0) {
+      section = d->section;
+      fprintf(out, "[%s]\n", section);
+    }
+    fprintf(out, "%-18s = %-28s ; %s\n", d->name, cfg->v[s].s, cfg->v[s].origin.text);
+  }
+  fprintf(out, "[hosts]\n");
+  if (cfg->nhosts == 0) fprintf(out, "; none: one local agent\n");
+  for (int i = 0; i < cfg->nhosts; i++)
+    fprintf(out, "%-18s = %-28d ; %s%s\n", cfg->hosts[i].name, cfg->hosts[i].nproc,
+            cfg->hosts[i].origin.text, cfg->hosts[i].local ? " (local)" : "");
+  const struct {
+    const char *name;
+    const bagua__launch_var_t *v;
+    int n;
+  } lists[] = {{"algorithm", cfg->algo, cfg->nalgo}, {"env", cfg->env, cfg->nenv}};
+  for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++) {
+    fprintf(out, "[%s]\n", lists[k].name);
+    if (lists[k].n == 0) fprintf(out, "; none\n");
+    for (int i = 0; i < lists[k].n; i++) {
+      const bagua__launch_var_t *v = &lists[k].v[i];
+      /* A registry variable already set in the environment keeps that value. */
+      const char *env = bagua_param_get(v->name);
+      fprintf(out, "%-18s = %-28s ; %s%s%s%s\n", v->name, v->value, v->origin.text,
+              env ? " (environment wins: " : "", env ? env : "", env ? ")" : "");
+    }
+  }
+  fprintf(out, "[program]\n%-18s = ", "argv");
+  quoted_argv(&cfg->program, out);
+  fprintf(out, " ; %s\n", cfg->program_origin.text);
+}
+
+void bagua__launch_usage(FILE *out) {
+  fprintf(out,
+          "Usage: bagua-launch [options] PROGRAM [ARGS...]\n"
+          "\n"
+          "Starts one bagua-agent per node (here, or on each --hosts entry through --remote-cmd)\n"
+          "and exits with the job's root-cause exit code. Without --rdzv-endpoint it runs a\n"
+          "private etcd for the job and removes it afterwards. Options stop at the first word\n"
+          "that is not an option, or after --.\n"
+          "\n"
+          "Precedence: flag > environment (BAGUA_*) > --config INI file > default.\n"
+          "\n");
+  const char *section = "";
+  for (int s = 0; s < LS__COUNT; s++) {
+    const bagua__launch_desc_t *d = bagua__launch_desc((bagua__launch_setting_t)s);
+    if (strcmp(section, d->section) != 0) {
+      section = d->section;
+      fprintf(out, "%s options ([%s] in the INI file):\n",
+              strcmp(section, "job") == 0 ? "Job" : "Rendezvous", section);
+    }
+    char left[64];
+    snprintf(left, sizeof(left), "%s %s", d->flag, d->metavar);
+    fprintf(out, "  %-30s %s\n", left, d->help);
+    /* Defaults and variables on a second line keep the help within 100 columns. */
+    if (d->def[0] || d->env) {
+      fprintf(out, "  %-30s", "");
+      if (d->def[0]) fprintf(out, " default: %s", d->def);
+      if (d->env) fprintf(out, "%s environment: %s", d->def[0] ? ";" : "", d->env);
+      fprintf(out, "\n");
+    }
+  }
+  fprintf(out,
+          "Hosts ([hosts] in the INI file: one HOST = NPROC line per agent):\n"
+          "  %-30s one agent per entry; NPROC defaults to --nproc-per-node\n"
+          "  %-30s \"HOST[:NPROC]\" or \"HOST slots=NPROC\" lines, # comments\n"
+          "Other:\n"
+          "  %-30s INI file with [job], [rendezvous], [algorithm], [hosts], [env]\n"
+          "  %-30s print the configuration and the agent commands; start nothing\n"
+          "  %-30s print every BAGUA_* parameter (name, default, accepted, current)\n"
+          "  %-30s print the version\n"
+          "  %-30s print this help\n"
+          "\n"
+          "Exit status: 0 success; the root-cause worker's exit code (128+N for signal N);\n"
+          "2 usage or configuration error; 3 rendezvous failure (etcd unreachable);\n"
+          "128+N when bagua-launch itself was stopped by signal N (130 for Ctrl-C).\n"
+          "See docs/launcher.md.\n",
+          "--hosts HOST[:NPROC],...", "--hostfile FILE", "--config FILE", "--dry-run",
+          "--print-params", "--version", "--help");
+}

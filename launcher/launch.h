@@ -1,0 +1,234 @@
+/*
+ * bagua-launch internals: the resolved job configuration and the pieces that build it.
+ *
+ * Configuration comes from four layers with a fixed precedence: command-line flag >
+ * environment (BAGUA_* registry parameters) > INI file (--config) > built-in default. Each
+ * layer is parsed and validated on its own, so an error names the place the bad value came
+ * from (the flag, the variable, or FILE:LINE), and bagua__launch_resolve() then picks, per
+ * setting, the value of the highest layer that has one. The result is plain data that
+ * bagua__launch_dump() prints as INI-like text; the golden tests compare that text.
+ *
+ * Ownership: every string in a bagua__launch_config_t is malloc'ed and owned by the
+ * configuration; bagua__launch_config_free() releases all of it.
+ */
+#ifndef BAGUA_LAUNCHER_LAUNCH_H
+#define BAGUA_LAUNCHER_LAUNCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit statuses of bagua-launch (besides the job's own root-cause code). */
+#define LAUNCH_EXIT_USAGE 2
+#define LAUNCH_EXIT_RDZV 3
+
+/* Bounds of the settings that are not registry parameters. */
+#define LAUNCH_MAX_NODES 65536
+#define LAUNCH_MAX_NPROC 4096
+#define LAUNCH_MAX_ID_LEN 64
+#define LAUNCH_DEFAULT_REMOTE_CMD "ssh -o BatchMode=yes {host}"
+#define LAUNCH_DEFAULT_ETCD_BIN "/usr/bin/etcd"
+
+/* The scalar settings. Order is the order of the dump. */
+typedef enum {
+  LS_JOB_ID,
+  LS_NNODES,
+  LS_NPROC,
+  LS_MAX_RESTARTS,
+  LS_LOG_DIR,
+  LS_NODE_ID,
+  LS_NODE_ADDR,
+  LS_GRACE_MS,
+  LS_AGENT,
+  LS_REMOTE_CMD,
+  LS_ENDPOINT,
+  LS_RDZV_HOST,
+  LS_LEASE_TTL,
+  LS_RDZV_TIMEOUT,
+  LS_LAST_CALL_MS,
+  LS_SETTLE_MS,
+  LS_ETCD_TIMEOUT_MS,
+  LS_ETCD_BIN,
+  LS__COUNT
+} bagua__launch_setting_t;
+
+typedef enum {
+  LT_STR,    /* any string */
+  LT_ID,     /* job or node id: 1..64 of [A-Za-z0-9._-] */
+  LT_INT,    /* integer within bounds */
+  LT_NNODES, /* N or MIN:MAX */
+  LT_ENDPOINTS,
+  LT_TEMPLATE, /* remote command template with {host} */
+  LT_HOST      /* host name or address */
+} bagua__launch_type_t;
+
+/* Static description of one scalar setting. */
+typedef struct {
+  const char *name;    /* key in the dump and in the INI section */
+  const char *section; /* INI section: "job" or "rendezvous" */
+  const char *flag;    /* command-line flag, "--..." */
+  const char *env;     /* environment variable, or NULL */
+  bagua__launch_type_t type;
+  int64_t lo, hi;      /* LT_INT bounds (from the registry when `env` is a registry entry) */
+  const char *def;     /* default value as text ("" for none) */
+  const char *metavar; /* argument name in --help */
+  const char *help;
+} bagua__launch_desc_t;
+
+/* The descriptor of setting `s` (bounds and defaults of registry entries filled in). */
+const bagua__launch_desc_t *bagua__launch_desc(bagua__launch_setting_t s);
+/* Setting with INI key `key` in `section`, or -1. */
+int bagua__launch_find_ini(const char *section, const char *key);
+/* Setting whose environment variable is `env`, or -1. */
+int bagua__launch_find_env(const char *env);
+
+/* Where a value came from. */
+typedef enum { LO_DEFAULT = 0, LO_INI, LO_ENV, LO_FLAG } bagua__launch_origin_kind_t;
+
+typedef struct {
+  bagua__launch_origin_kind_t kind;
+  char text[160]; /* "default", "--nnodes", "environment BAGUA_MAX_RESTARTS", "job.ini:4" */
+} bagua__launch_origin_t;
+
+/* A parsed scalar value. */
+typedef struct {
+  char *s;    /* the text, normalised (e.g. "2:4" for nnodes) */
+  int64_t i;  /* LT_INT value; LT_NNODES: MIN */
+  int64_t i2; /* LT_NNODES: MAX */
+  int set;    /* this layer provides the value */
+  bagua__launch_origin_t origin;
+} bagua__launch_value_t;
+
+/* One host entry: start one agent on `name` with `nproc` workers (0: nproc_per_node). */
+typedef struct {
+  char *name;
+  int nproc;
+  int local; /* filled at resolve time: start it directly instead of through remote_cmd */
+  bagua__launch_origin_t origin;
+} bagua__launch_host_t;
+
+/* One exported variable ([algorithm] and [env]). */
+typedef struct {
+  char *name; /* environment variable name */
+  char *value;
+  char *key; /* INI key it came from */
+  bagua__launch_origin_t origin;
+} bagua__launch_var_t;
+
+/* A list of strings (program argv). */
+typedef struct {
+  char **v;
+  int n;
+} bagua__launch_argv_t;
+
+/* Everything one layer (command line, environment or INI file) provides. */
+typedef struct {
+  bagua__launch_value_t v[LS__COUNT];
+  bagua__launch_host_t *hosts;
+  int nhosts;
+  int hosts_set;
+  bagua__launch_origin_t hosts_origin;
+  bagua__launch_var_t *algo;
+  int nalgo;
+  bagua__launch_var_t *env;
+  int nenv;
+  bagua__launch_argv_t program;
+  bagua__launch_origin_t program_origin;
+  char *config_path; /* --config (command-line layer only) */
+  /* Actions requested on the command line. */
+  int help, version, print_params, dry_run;
+} bagua__launch_layer_t;
+
+/* The resolved configuration. */
+typedef struct {
+  bagua__launch_value_t v[LS__COUNT];
+  int job_id_generated;
+  bagua__launch_host_t *hosts;
+  int nhosts;
+  bagua__launch_origin_t hosts_origin;
+  bagua__launch_var_t *algo;
+  int nalgo;
+  bagua__launch_var_t *env;
+  int nenv;
+  bagua__launch_argv_t program;
+  bagua__launch_origin_t program_origin;
+  char *config_path;
+  int help, version, print_params, dry_run;
+} bagua__launch_config_t;
+
+/* Error text buffer used across the parser. */
+#define LAUNCH_ERR_LEN 1024
+
+/* ---- values (values.c) ---- */
+
+/*
+ * Parses and validates `text` for setting `s` into `out` (which takes a copy). On failure
+ * writes "<what is wrong>; accepted: <what is>" into err and returns -1.
+ */
+int bagua__launch_parse_value(bagua__launch_setting_t s, const char *text,
+                              bagua__launch_value_t *out, char *err, size_t errlen);
+/* Frees the strings of a layer or a configuration and zeroes it. */
+void bagua__launch_layer_free(bagua__launch_layer_t *l);
+void bagua__launch_config_free(bagua__launch_config_t *c);
+void bagua__launch_origin_set(bagua__launch_origin_t *o, bagua__launch_origin_kind_t kind,
+                              const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Appends a copy of `s` to `a`; returns -1 on out of memory. */
+int bagua__launch_argv_push(bagua__launch_argv_t *a, const char *s);
+void bagua__launch_argv_free(bagua__launch_argv_t *a);
+/*
+ * Splits `text` into words the way a POSIX shell would without expansions: blanks separate
+ * words, single quotes are literal, double quotes honour \" \\ \$ \`, a backslash outside
+ * quotes escapes the next character. Returns -1 with a message on unbalanced quotes.
+ */
+int bagua__launch_split_words(const char *text, bagua__launch_argv_t *out, char *err,
+                              size_t errlen);
+/* Appends `word` to `buf` quoted for a POSIX shell (unquoted when it is safe). */
+int bagua__launch_shell_quote(const char *word, char **buf, size_t *len, size_t *cap);
+/* Validates an environment variable name for [env] / [algorithm]. */
+int bagua__launch_check_var(const char *name, const char *value, char *err, size_t errlen);
+
+/* ---- hosts (hosts.c) ---- */
+
+/* Parses "h1:2,h2,h3:4" into the layer's host list. */
+int bagua__launch_parse_hosts(const char *text, bagua__launch_layer_t *l, char *err, size_t errlen);
+/* Parses a hostfile ("host[:N]" or "host slots=N" lines, # comments). */
+int bagua__launch_read_hostfile(const char *path, bagua__launch_layer_t *l, char *err,
+                                size_t errlen);
+/* Adds one host ("name", nproc text or NULL) to the layer; validates both. */
+int bagua__launch_add_host(bagua__launch_layer_t *l, const char *name, const char *nproc,
+                           const bagua__launch_origin_t *origin, char *err, size_t errlen);
+/* 1 when `name` designates this machine (localhost, 127.x, ::1, this host's name). */
+int bagua__launch_host_is_local(const char *name);
+
+/* ---- layers (cli.c, env.c, config_ini.c) ---- */
+
+/* Parses argv into the command-line layer. Returns 0, or 2 with a usage message in err. */
+int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, char *err,
+                            size_t errlen);
+/* Reads the BAGUA_* registry parameters into the environment layer. */
+int bagua__launch_read_env(bagua__launch_layer_t *l, char *err, size_t errlen);
+/* Loads an INI file. Returns 0, or 2 with "FILE:LINE: ..." in err. */
+int bagua__launch_read_ini(const char *path, bagua__launch_layer_t *l, char *err, size_t errlen);
+/* Same, from memory; `name` is used in messages. */
+int bagua__launch_read_ini_text(const char *name, const char *text, size_t len,
+                                bagua__launch_layer_t *l, char *err, size_t errlen);
+
+/* ---- resolution and dump (config.c) ---- */
+
+/*
+ * Builds the whole configuration from argv and the environment: parses the command line,
+ * reads the --config file, the environment, merges them and checks cross-setting rules.
+ * Returns 0, or 2 with a message (without the "bagua-launch: " prefix) in err.
+ */
+int bagua__launch_configure(int argc, char **argv, bagua__launch_config_t *cfg, char *err,
+                            size_t errlen);
+/* Merges layers (flag > env > INI > default) into cfg. Returns 0 or 2 with a message. */
+int bagua__launch_resolve(const bagua__launch_layer_t *cli, const bagua__launch_layer_t *env,
+                          const bagua__launch_layer_t *ini, bagua__launch_config_t *cfg, char *err,
+                          size_t errlen);
+/* Prints the resolved configuration as INI-like text with each value's origin. */
+void bagua__launch_dump(const bagua__launch_config_t *cfg, FILE *out);
+/* Usage text for --help. */
+void bagua__launch_usage(FILE *out);
+
+#endif

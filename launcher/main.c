@@ -1,0 +1,258 @@
+/*
+ * bagua-launch: the command a person runs.
+ *
+ *   bagua-launch [options] PROGRAM [ARGS...]
+ *
+ * Order of work, chosen so that a mistake costs nothing: the whole configuration is parsed
+ * and validated first (exit 2, nothing started); then the rendezvous is made ready (a private
+ * etcd, or a reachability check of --rdzv-endpoint: exit 3, nothing left behind); only then
+ * are agents started. From the moment anything is started, every exit path this process
+ * controls stops it again, and the paths it does not control (a crash, SIGKILL) are covered by
+ * parent-death signals and the private etcd's keeper.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "agents.h"
+#include "bagua/bagua.h"
+#include "bagua/params.h"
+#include "common/etcd/etcd.h"
+#include "common/log.h"
+#include "common/sock.h"
+#include "etcd_local.h"
+#include "launch.h"
+#include "status.h"
+#include "supervise.h"
+
+/*
+ * The address the private etcd listens on: --rdzv-host, else loopback when every agent is
+ * local, else this machine's address on the route to the first remote host (the address that
+ * host's network can reach us on).
+ */
+static int pick_etcd_addr(const bagua__launch_config_t *cfg, char *out, size_t len, char *err,
+                          size_t errlen) {
+  uint32_t addr;
+  const char *given = cfg->v[LS_RDZV_HOST].s;
+  if (given[0]) {
+    if (bagua__resolve_ipv4(given, &addr) != BAGUA_OK) {
+      snprintf(err, errlen,
+               "bagua-launch: --rdzv-host \"%s\" does not resolve to an IPv4 address; accepted: "
+               "an address of this machine that the other hosts can reach",
+               given);
+      return -1;
+    }
+    bagua__ipv4_str(addr, out, len);
+    return 0;
+  }
+  const char *remote = NULL;
+  for (int i = 0; i < cfg->nhosts && !remote; i++)
+    if (!cfg->hosts[i].local) remote = cfg->hosts[i].name;
+  if (!remote) {
+    snprintf(out, len, "127.0.0.1");
+    return 0;
+  }
+  int fd = -1;
+  uint32_t local = 0;
+  if (bagua__resolve_ipv4(remote, &addr) == BAGUA_OK &&
+      (fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0) {
+    /* A UDP connect sends nothing; it only asks the kernel for the route. */
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons(2379), .sin_addr.s_addr = addr};
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) local = bagua__sock_local_addr(fd);
+  }
+  if (fd >= 0) close(fd);
+  if (!local) {
+    snprintf(err, errlen,
+             "bagua-launch: cannot tell which address of this machine host \"%s\" can reach for "
+             "the private etcd; accepted: --rdzv-host ADDR, or --rdzv-endpoint of a running etcd",
+             remote);
+    return -1;
+  }
+  bagua__ipv4_str(local, out, len);
+  return 0;
+}
+
+/*
+ * Checks that etcd answers. Returns 0, or 3 with a message (the etcd client has already
+ * logged the transport error as a warning). `stale_rev` gets the mod_revision of a status an
+ * earlier run of the same job id left behind (the agents clear it; the supervisor must not
+ * take it for this run's end), 0 when there is none.
+ */
+static int preflight(bagua__etcd_t *c, const bagua__launch_config_t *cfg, const char *endpoint,
+                     int64_t *stale_rev, char *err, size_t errlen) {
+  bagua__launch_status_t st;
+  int64_t t0 = bagua__now_ms();
+  bagua_status_t rc = bagua__launch_read_status(c, cfg->v[LS_JOB_ID].s, &st);
+  if (rc != BAGUA_OK) {
+    snprintf(err, errlen,
+             "bagua-launch: cannot reach the rendezvous endpoint %.300s (%s after %lld ms, etcd "
+             "timeout %s ms); accepted: HOST:PORT of a running etcd, or no --rdzv-endpoint for "
+             "a private one",
+             endpoint, bagua_err_name(rc), (long long)(bagua__now_ms() - t0),
+             cfg->v[LS_ETCD_TIMEOUT_MS].s);
+    return LAUNCH_EXIT_RDZV;
+  }
+  *stale_rev = st.found ? st.mod_revision : 0;
+  if (st.found && strcmp(st.state, "running") != 0)
+    BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s has status %s in etcd from an earlier run",
+               cfg->v[LS_JOB_ID].s, st.state);
+  return 0;
+}
+
+static void dry_run(const bagua__launch_config_t *cfg, const char *agent_path) {
+  bagua__launch_dump(cfg, stdout);
+  bagua__launch_agent_t *agents = NULL;
+  char err[LAUNCH_ERR_LEN];
+  const char *ep = cfg->v[LS_ENDPOINT].s[0] ? cfg->v[LS_ENDPOINT].s : "PRIVATE_ETCD";
+  int n = bagua__launch_build_agents(cfg, agent_path, ep, &agents, err, sizeof(err));
+  if (n < 0) {
+    fprintf(stderr, "%s\n", err);
+    return;
+  }
+  printf("; agent commands (%s)\n", cfg->v[LS_ENDPOINT].s[0]
+                                        ? "rendezvous through the given endpoint"
+                                        : "PRIVATE_ETCD: the private etcd's HOST:PORT");
+  for (int i = 0; i < n; i++) bagua__launch_print_command(&agents[i], stdout);
+  bagua__launch_free_agents(agents, n);
+}
+
+int main(int argc, char **argv) {
+  bagua__launch_config_t cfg;
+  char err[LAUNCH_ERR_LEN], agent_path[4096], addr[64];
+  bagua__launch_etcd_t priv = {.keeper = 0, .ctl_fd = -1, .evt_fd = -1};
+  bagua__etcd_t *etcd = NULL;
+  bagua__launch_agent_t *agents = NULL;
+  int nagents = 0, sigfd = -1, have_priv = 0;
+  int rc = bagua__launch_configure(argc, argv, &cfg, err, sizeof(err));
+  if (rc != 0) {
+    fprintf(stderr, "%s\n", err);
+    return rc;
+  }
+  if (cfg.help || cfg.version || cfg.print_params) {
+    if (cfg.help) bagua__launch_usage(stdout);
+    if (cfg.version) printf("bagua-launch %s\n", BAGUA_VERSION_STRING);
+    if (cfg.print_params) bagua_params_print(stdout);
+    bagua__launch_config_free(&cfg);
+    return 0;
+  }
+  int any_local = cfg.nhosts == 0;
+  for (int i = 0; i < cfg.nhosts; i++) any_local |= cfg.hosts[i].local;
+  if (bagua__launch_find_agent(cfg.v[LS_AGENT].s, any_local && !cfg.dry_run, agent_path,
+                               sizeof(agent_path), err, sizeof(err)) != 0) {
+    fprintf(stderr, "%s\n", err);
+    rc = LAUNCH_EXIT_USAGE;
+    goto out;
+  }
+  if (cfg.dry_run) {
+    dry_run(&cfg, agent_path);
+    goto out;
+  }
+  const int standalone = cfg.v[LS_ENDPOINT].s[0] == '\0';
+  if (standalone && pick_etcd_addr(&cfg, addr, sizeof(addr), err, sizeof(err)) != 0) {
+    fprintf(stderr, "%s\n", err);
+    rc = LAUNCH_EXIT_USAGE;
+    goto out;
+  }
+
+  /* From here on signals are read from a signalfd, so none can interrupt a half-done step. */
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sigfd < 0) {
+    fprintf(stderr, "bagua-launch: signalfd: %s\n", strerror(errno));
+    rc = 1;
+    goto out;
+  }
+
+  char endpoint[1024];
+  if (standalone) {
+    int64_t t0 = bagua__now_ms();
+    int r = bagua__launch_etcd_start(cfg.v[LS_ETCD_BIN].s, addr, sigfd, &priv, err, sizeof(err));
+    if (r != 0) {
+      if (r > 0) {
+        fprintf(stderr, "bagua-launch: SIG%s received while starting etcd; nothing was started\n",
+                sigabbrev_np(r));
+        rc = 128 + r;
+      } else {
+        fprintf(stderr, "bagua-launch: %s\n", err);
+        rc = LAUNCH_EXIT_RDZV;
+      }
+      goto out;
+    }
+    have_priv = 1;
+    snprintf(endpoint, sizeof(endpoint), "%s", priv.endpoint);
+    BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "private etcd at %s ready in %lld ms", endpoint,
+               (long long)(bagua__now_ms() - t0));
+  } else {
+    snprintf(endpoint, sizeof(endpoint), "%s", cfg.v[LS_ENDPOINT].s);
+  }
+  /* The launcher's own client goes through loopback to a private etcd. */
+  char own[128];
+  if (have_priv) snprintf(own, sizeof(own), "127.0.0.1:%d", priv.client_port);
+  if (bagua__etcd_create(have_priv ? own : endpoint, (int)cfg.v[LS_ETCD_TIMEOUT_MS].i, &etcd) !=
+      BAGUA_OK) {
+    fprintf(stderr, "bagua-launch: cannot create an etcd client for %s\n", endpoint);
+    rc = LAUNCH_EXIT_RDZV;
+    goto out;
+  }
+  int64_t stale_rev = 0;
+  rc = preflight(etcd, &cfg, endpoint, &stale_rev, err, sizeof(err));
+  if (rc != 0) {
+    fprintf(stderr, "%s\n", err);
+    goto out;
+  }
+
+  nagents = bagua__launch_build_agents(&cfg, agent_path, endpoint, &agents, err, sizeof(err));
+  if (nagents < 0 || bagua__launch_export_vars(&cfg) != 0) {
+    fprintf(stderr, "%s\n", nagents < 0 ? err : "bagua-launch: cannot export [env] variables");
+    nagents = 0;
+    rc = LAUNCH_EXIT_USAGE;
+    goto out;
+  }
+  int progress = isatty(STDERR_FILENO);
+  if (progress)
+    fprintf(stderr, "bagua-launch: job %s: %d agent(s), nnodes %s, rendezvous at %s%s\n",
+            cfg.v[LS_JOB_ID].s, nagents, cfg.v[LS_NNODES].s, endpoint,
+            have_priv ? " (private etcd)" : "");
+  BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s: starting %d agent(s) against %s", cfg.v[LS_JOB_ID].s,
+             nagents, endpoint);
+  for (int i = 0; i < nagents; i++) {
+    if (bagua__launch_start_agent(&agents[i], err, sizeof(err)) != 0) {
+      fprintf(stderr, "bagua-launch: cannot start the agent for %s: %s\n", agents[i].host, err);
+      /* Stop the ones already started; the supervisor below waits for them. */
+      for (int k = 0; k < i; k++) kill(agents[k].pid, SIGTERM);
+      break;
+    }
+  }
+  bagua__launch_run_t run = {.cfg = &cfg,
+                             .agents = agents,
+                             .nagents = nagents,
+                             .etcd = etcd,
+                             .priv = have_priv ? &priv : NULL,
+                             .sigfd = sigfd,
+                             .progress = progress,
+                             .stale_status_rev = stale_rev};
+  rc = bagua__launch_supervise(&run);
+  if (!agents[nagents - 1].started && rc == 0) rc = 1;
+out:
+  bagua__etcd_destroy(etcd);
+  if (have_priv) bagua__launch_etcd_stop(&priv);
+  bagua__launch_free_agents(agents, nagents);
+  if (sigfd >= 0) close(sigfd);
+  bagua__launch_config_free(&cfg);
+  return rc;
+}

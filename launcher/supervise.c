@@ -1,0 +1,252 @@
+/*
+ * The launcher's main loop. One thread: a signalfd delivers SIGINT/SIGTERM/SIGHUP (forwarded
+ * to the agents) and SIGCHLD (agents reaped), the private etcd's keeper reports etcd's death
+ * through a pipe, and etcd is read every LAUNCH_POLL_MS for the job's status and round.
+ *
+ * The agents decide the job's fate among themselves through etcd; the launcher only steps in
+ * when they cannot: a usage error (every agent got the same flags), a private etcd that died,
+ * agents that linger after the job has ended, and signals sent to the launcher itself.
+ */
+#include "supervise.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/sock.h"
+#include "status.h"
+
+typedef struct {
+  bagua__launch_run_t *r;
+  int stop_sig;          /* first stop signal bagua-launch received */
+  int stopping;          /* SIGTERM (or the forwarded signal) sent to the agents */
+  int64_t kill_deadline; /* monotonic ms: SIGKILL what is left; 0 when none */
+  int killed;
+  int etcd_dead;
+  int64_t end_deadline; /* the job ended in etcd: agents still running then are stopped */
+  char end_state[16];
+  int64_t last_poll;
+  int poll_failures;
+  bagua__launch_round_t round;
+} sup_t;
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int alive(const sup_t *s) {
+  int n = 0;
+  for (int i = 0; i < s->r->nagents; i++) n += s->r->agents[i].started && !s->r->agents[i].exited;
+  return n;
+}
+
+/* Sends `sig` to every running agent and arms the SIGKILL deadline. */
+static void signal_agents(sup_t *s, int sig) {
+  for (int i = 0; i < s->r->nagents; i++) {
+    bagua__launch_agent_t *a = &s->r->agents[i];
+    if (!a->started || a->exited) continue;
+    /* SIGKILL goes to the agent's whole process group, to catch workers it left behind. */
+    kill(sig == SIGKILL ? -a->pid : a->pid, sig);
+  }
+  if (sig == SIGKILL) {
+    s->killed = 1;
+    return;
+  }
+  s->stopping = 1;
+  if (!s->kill_deadline)
+    s->kill_deadline = bagua__now_ms() + s->r->cfg->v[LS_GRACE_MS].i + LAUNCH_KILL_MARGIN_MS;
+}
+
+static void on_exit_status(sup_t *s, bagua__launch_agent_t *a, int status) {
+  a->exited = 1;
+  a->exit_ms = wall_ms();
+  a->exit_mono = bagua__now_ms();
+  a->code = WIFEXITED(status)     ? WEXITSTATUS(status)
+            : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                  : 1;
+  char what[64];
+  if (WIFSIGNALED(status))
+    bagua__launch_format_code(WTERMSIG(status), 1, what, sizeof(what));
+  else
+    bagua__launch_format_code(a->code, 0, what, sizeof(what));
+  BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "agent on %s (node %s, pid %d) ended: %s", a->host,
+             a->node_id ? a->node_id : "-", (int)a->pid, what);
+  /* Every agent got the same flags, so a usage error is everyone's: stop the rest now. */
+  if (a->code == LAUNCH_EXIT_USAGE && !s->stopping && alive(s) > 0) {
+    fprintf(stderr, "bagua-launch: stopping the other agents after a usage error\n");
+    signal_agents(s, SIGTERM);
+  }
+}
+
+static void reap(sup_t *s) {
+  for (int i = 0; i < s->r->nagents; i++) {
+    bagua__launch_agent_t *a = &s->r->agents[i];
+    if (!a->started || a->exited) continue;
+    int status;
+    pid_t p = waitpid(a->pid, &status, WNOHANG);
+    if (p == a->pid) on_exit_status(s, a, status);
+    if (p < 0 && errno == ECHILD) on_exit_status(s, a, 1 << 8);
+  }
+}
+
+static void on_signals(sup_t *s) {
+  struct signalfd_siginfo si;
+  while (read(s->r->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+    int sig = (int)si.ssi_signo;
+    if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) continue;
+    if (!s->stop_sig) {
+      s->stop_sig = sig;
+      fprintf(stderr,
+              "bagua-launch: SIG%s received: stopping %d agent(s) (grace %lld ms; signal again "
+              "to kill at once)\n",
+              sigabbrev_np(sig), alive(s), (long long)s->r->cfg->v[LS_GRACE_MS].i);
+      /* The agents get the same signal: SIGINT means "interrupted" to them as to us. */
+      signal_agents(s, sig);
+    } else if (!s->killed) {
+      fprintf(stderr, "bagua-launch: SIG%s again: killing the agents\n", sigabbrev_np(sig));
+      signal_agents(s, SIGKILL);
+    }
+  }
+}
+
+static void poll_etcd(sup_t *s) {
+  bagua__launch_run_t *r = s->r;
+  int64_t now = bagua__now_ms();
+  /* After failures, back off: each failure already logged a warning. */
+  int64_t period = LAUNCH_POLL_MS * (s->poll_failures > 4 ? 10 : 1);
+  if (!r->etcd || s->etcd_dead || now - s->last_poll < period) return;
+  s->last_poll = now;
+  const char *job = r->cfg->v[LS_JOB_ID].s;
+  bagua__launch_status_t st;
+  if (bagua__launch_read_status(r->etcd, job, &st) != BAGUA_OK) {
+    s->poll_failures++;
+    return;
+  }
+  s->poll_failures = 0;
+  if (st.found && st.mod_revision == r->stale_status_rev) st.found = 0; /* an earlier run's */
+  if (st.found && strcmp(st.state, "running") != 0 && !s->end_deadline) {
+    /* Agents leave by themselves once they see the end; give them their lease TTL and the
+     * stop grace before the launcher insists. */
+    s->end_deadline = now + r->cfg->v[LS_GRACE_MS].i + 2000 * r->cfg->v[LS_LEASE_TTL].i + 5000;
+    snprintf(s->end_state, sizeof(s->end_state), "%s", st.state);
+    BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s ended in etcd: %s", job, st.state);
+  }
+  if (!r->progress) return;
+  bagua__launch_round_t rd;
+  if (bagua__launch_read_round(r->etcd, job, &rd) != BAGUA_OK || !rd.found) return;
+  if (rd.round == s->round.round && rd.nmembers == s->round.nmembers) return;
+  s->round = rd;
+  fprintf(stderr, "bagua-launch: round %lld: %d node(s) [%s], world size %lld; %d/%d agents here\n",
+          (long long)rd.round, rd.nmembers, rd.members, (long long)rd.world_size, alive(s),
+          r->nagents);
+}
+
+/* The host of the agent that runs node `node`, or NULL. */
+static const char *host_of(const bagua__launch_run_t *r, const char *node) {
+  for (int i = 0; i < r->nagents; i++)
+    if (r->agents[i].node_id && strcmp(r->agents[i].node_id, node) == 0) return r->agents[i].host;
+  return r->nagents == 1 ? r->agents[0].host : NULL;
+}
+
+static int outcome(sup_t *s) {
+  bagua__launch_run_t *r = s->r;
+  const char *job = r->cfg->v[LS_JOB_ID].s;
+  if (s->stop_sig) {
+    fprintf(stderr, "bagua-launch: job %s stopped by SIG%s\n", job, sigabbrev_np(s->stop_sig));
+    return 128 + s->stop_sig;
+  }
+  const bagua__launch_agent_t *first = NULL;
+  int failed = 0;
+  for (int i = 0; i < r->nagents; i++) {
+    const bagua__launch_agent_t *a = &r->agents[i];
+    if (a->code == 0) continue;
+    failed++;
+    if (!first || a->exit_mono < first->exit_mono) first = a;
+  }
+  bagua__launch_status_t st = {0};
+  if (r->etcd && !s->etcd_dead && bagua__launch_read_status(r->etcd, job, &st) == BAGUA_OK &&
+      st.found && st.mod_revision == r->stale_status_rev)
+    st.found = st.has_root_cause = 0;
+  if (!failed) {
+    BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s succeeded", job);
+    if (r->progress) fprintf(stderr, "bagua-launch: job %s succeeded\n", job);
+    return 0;
+  }
+  if (st.found && strcmp(st.state, "succeeded") == 0) {
+    fprintf(stderr, "bagua-launch: job %s succeeded (%d agent(s) failed along the way)\n", job,
+            failed);
+    return 0;
+  }
+  char when[40], what[64];
+  if (st.has_root_cause) {
+    int rc = bagua__launch_status_code(&st);
+    const char *host = st.host[0] ? st.host : host_of(r, st.node);
+    bagua__launch_format_time(st.time_ms, when, sizeof(when));
+    if (st.signal > 0)
+      bagua__launch_format_code((int)st.signal, 1, what, sizeof(what));
+    else
+      bagua__launch_format_code(rc, 0, what, sizeof(what));
+    fprintf(stderr,
+            "bagua-launch: job %s failed; root cause at %s on host %s (node %s), rank %lld: "
+            "%s (round %lld)\n",
+            job, when, host ? host : "?", st.node[0] ? st.node : "?", (long long)st.rank, what,
+            (long long)st.round);
+    return rc ? rc : 1;
+  }
+  if (st.found && strcmp(st.state, "running") != 0 && st.message[0]) {
+    /* A job that failed without a worker failure: rendezvous timeout, a closed job. */
+    int rc = st.job_exit_code > 0 && st.job_exit_code < 256 ? (int)st.job_exit_code : first->code;
+    fprintf(stderr, "bagua-launch: job %s %s: %s\n", job, st.state, st.message);
+    return rc;
+  }
+  bagua__launch_format_time(first->exit_ms, when, sizeof(when));
+  if (first->code > 128)
+    bagua__launch_format_code(first->code - 128, 1, what, sizeof(what));
+  else
+    bagua__launch_format_code(first->code, 0, what, sizeof(what));
+  fprintf(stderr,
+          "bagua-launch: job %s failed; first failure at %s on host %s (node %s), rank ?: agent "
+          "ended with %s (no root cause recorded in etcd)\n",
+          job, when, first->host, first->node_id ? first->node_id : "default", what);
+  return first->code;
+}
+
+int bagua__launch_supervise(bagua__launch_run_t *r) {
+  sup_t s = {.r = r};
+  while (alive(&s) > 0) {
+    struct pollfd p[2] = {
+        {.fd = r->sigfd, .events = POLLIN},
+        {.fd = (r->priv && !s.etcd_dead) ? r->priv->evt_fd : -1, .events = POLLIN}};
+    poll(p, 2, 100);
+    on_signals(&s);
+    reap(&s);
+    if (r->priv && !s.etcd_dead && bagua__launch_etcd_died(r->priv)) {
+      s.etcd_dead = 1;
+      fprintf(stderr, "bagua-launch: the private etcd exited; stopping the agents\n");
+      bagua__launch_etcd_dump_log(r->priv, 2000);
+      if (!s.stopping) signal_agents(&s, SIGTERM);
+    }
+    poll_etcd(&s);
+    int64_t now = bagua__now_ms();
+    if (s.end_deadline && now >= s.end_deadline && !s.stopping && alive(&s) > 0) {
+      fprintf(stderr, "bagua-launch: job is %s but %d agent(s) are still running; stopping them\n",
+              s.end_state, alive(&s));
+      signal_agents(&s, SIGTERM);
+    }
+    if (s.kill_deadline && now >= s.kill_deadline && !s.killed && alive(&s) > 0) {
+      fprintf(stderr, "bagua-launch: %d agent(s) still running after the grace period; killing\n",
+              alive(&s));
+      signal_agents(&s, SIGKILL);
+    }
+  }
+  return outcome(&s);
+}

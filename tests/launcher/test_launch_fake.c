@@ -1,0 +1,446 @@
+/*
+ * Whole bagua-launch runs against the fake agent (fake_agent.c): they test the launcher's own
+ * work — the private etcd, agent start-up (local and through a remote command), exported
+ * variables, signals, supervision, exit codes and clean-up — not the agent's rendezvous.
+ *
+ *   test_launch_fake MODE LAUNCHER FAKE_AGENT
+ *
+ * Every process a run starts inherits a unique marker variable; after each run the test
+ * polls until none is left and checks that the private etcd's directory is gone.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bagua/error.h"
+#include "common/etcd/etcd.h"
+#include "etcd_fixture.h"
+#include "launch_util.h"
+#include "test.h"
+
+static const char *g_launcher, *g_fake;
+static char g_dir[128], g_out[256], g_marker[128];
+static int g_extra_env_n;
+static char *g_extra_env[8];
+
+/* Starts bagua-launch with `args` (NULL-terminated) after --agent FAKE. */
+static pid_t start(char *const *args) {
+  char *argv[64], *env[16];
+  int n = 0, ne = 0;
+  argv[n++] = (char *)g_launcher;
+  if (args[0] && strcmp(args[0], "--agent") != 0) {
+    argv[n++] = "--agent";
+    argv[n++] = (char *)g_fake;
+  }
+  for (int i = 0; args[i]; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  char unique[64];
+  lu_unique("fake", unique, sizeof(unique));
+  snprintf(g_marker, sizeof(g_marker), "BAGUA_TEST_MARKER=%s", unique);
+  env[ne++] = g_marker;
+  env[ne++] = "BAGUA_DEBUG=INFO";
+  env[ne++] = "BAGUA_DEBUG_SUBSYS=LAUNCH";
+  env[ne++] = "-BAGUA_RDZV_ENDPOINT";
+  env[ne++] = "-BAGUA_JOB_ID";
+  for (int i = 0; i < g_extra_env_n; i++) env[ne++] = g_extra_env[i];
+  env[ne] = NULL;
+  return lu_spawn(argv, env, g_out);
+}
+
+static char *output(void) {
+  char *t = lu_read(g_out);
+  return t ? t : strdup("");
+}
+
+static void expect(int cond, const char *what) {
+  if (!cond) {
+    lu_dump(g_out);
+    TEST_FAIL("%s", what);
+  }
+}
+
+/* Everything the run started is gone: processes (by marker) and the etcd directory. */
+static void assert_clean(void) {
+  char *out = output(), dir[128];
+  if (!lu_wait_no_marked(g_marker, 15000)) {
+    lu_dump(g_out);
+    TEST_FAIL("processes started by the run are still alive");
+  }
+  if (lu_find_etcd_dir(out, dir, sizeof(dir)) && !lu_wait_gone(dir, 10000)) {
+    lu_dump(g_out);
+    TEST_FAIL("the private etcd's directory %s is still there", dir);
+  }
+  free(out);
+}
+
+static void write_file(const char *path, const char *text, int exec) {
+  FILE *f = fopen(path, "w");
+  if (!f) TEST_FAIL("cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+  if (exec) chmod(path, 0755);
+}
+
+static int count_lines(const char *path, const char *needle) {
+  char *t = lu_read(path);
+  int n = 0;
+  for (char *p = t; p && (p = strstr(p, needle)); p++) n++;
+  free(t);
+  return n;
+}
+
+/* Waits until `n` workers wrote their pid files w<rank>.pid in g_dir. */
+static void wait_workers(int n) {
+  for (int r = 0; r < n; r++) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/w%d.pid", g_dir, r);
+    expect(lu_wait_file(path, 20000), "the workers did not start");
+  }
+}
+
+static char g_sleeper[512];
+/* A worker that records its pid and sleeps. */
+static char *sleeper(void) {
+  snprintf(g_sleeper, sizeof(g_sleeper),
+           "echo $$ > %s/w$RANK.pid.tmp && mv %s/w$RANK.pid.tmp "
+           "%s/w$RANK.pid && exec sleep 60",
+           g_dir, g_dir, g_dir);
+  return g_sleeper;
+}
+
+static int mode_success(int env_wins) {
+  char ini[256], outf[256], script[512];
+  snprintf(ini, sizeof(ini), "%s/job.ini", g_dir);
+  snprintf(outf, sizeof(outf), "%s/workers.txt", g_dir);
+  write_file(ini,
+             "[job]\nnproc_per_node = 3\n[algorithm]\nname = bytegrad\nnet_nstreams = 3\n"
+             "[env]\nFOO = bar baz\n",
+             0);
+  snprintf(script, sizeof(script),
+           "echo \"W $RANK/$WORLD_SIZE FOO=$FOO ALG=$BAGUA_ALGORITHM NS=$BAGUA_NET_NSTREAMS\" "
+           ">> %s",
+           outf);
+  if (env_wins) g_extra_env[g_extra_env_n++] = "BAGUA_NET_NSTREAMS=5";
+  long long t0 = lu_now_ms();
+  int rc = lu_wait(start((char *[]){"--config", ini, "--", "sh", "-c", script, NULL}), 30000);
+  printf("job took %lld ms\n", lu_now_ms() - t0);
+  expect(rc == 0, "exit 0");
+  const char *want = env_wins ? "FOO=bar baz ALG=bytegrad NS=5" : "FOO=bar baz ALG=bytegrad NS=3";
+  if (count_lines(outf, want) != 3) {
+    lu_dump(outf);
+    expect(0, "three workers with the [env] and [algorithm] variables");
+  }
+  char *out = output();
+  expect(strstr(out, "--nproc-per-node 3") != NULL, "nproc_per_node from the INI file");
+  expect(strstr(out, "private etcd healthy") != NULL, "a private etcd was used");
+  free(out);
+  assert_clean();
+  return 0;
+}
+
+static int mode_failure(int by_signal) {
+  char script[512];
+  snprintf(script, sizeof(script), "if [ $RANK = 1 ]; then %s; fi; exec sleep 60",
+           by_signal ? "kill -9 $$" : "exit 7");
+  long long t0 = lu_now_ms();
+  int rc = lu_wait(start((char *[]){"--nproc-per-node", "3", "--grace-ms", "2000", "--", "sh", "-c",
+                                    script, NULL}),
+                   30000);
+  long long took = lu_now_ms() - t0;
+  char *out = output();
+  expect(rc == (by_signal ? 137 : 7), by_signal ? "exit 137" : "exit 7");
+  expect(strstr(out, "failed; root cause at ") != NULL, "the root cause is reported");
+  expect(strstr(out, by_signal ? "rank 1: signal 9 (SIGKILL) (round 1)"
+                               : "rank 1: exit code 7 (round 1)") != NULL,
+         "the root cause names rank and code");
+  expect(took < 15000, "the failure ends the job promptly");
+  free(out);
+  assert_clean();
+  return 0;
+}
+
+static int mode_signal(int sig) {
+  pid_t pid = start((char *[]){"--nproc-per-node", "2", "--", "sh", "-c", sleeper(), NULL});
+  wait_workers(2);
+  long long t0 = lu_now_ms();
+  kill(pid, sig);
+  int rc = lu_wait(pid, 20000);
+  printf("stopped in %lld ms\n", lu_now_ms() - t0);
+  expect(rc == 128 + sig, "exit 128+signal");
+  char *out = output();
+  char want[64];
+  snprintf(want, sizeof(want), "stopped by SIG%s", sigabbrev_np(sig));
+  expect(strstr(out, want) != NULL, "the stop is reported");
+  free(out);
+  assert_clean();
+  return 0;
+}
+
+/* bagua-launch killed outright: the keeper removes etcd and its directory, and the agents
+ * (parent-death signal) stop their workers. */
+static int mode_sigkill(void) {
+  pid_t pid = start((char *[]){"--nproc-per-node", "2", "--", "sh", "-c", sleeper(), NULL});
+  wait_workers(2);
+  char *out = output(), dir[128];
+  expect(lu_find_etcd_dir(out, dir, sizeof(dir)), "the etcd directory is logged");
+  free(out);
+  kill(pid, SIGKILL);
+  expect(lu_wait(pid, 10000) == 137, "killed");
+  assert_clean();
+  expect(access(dir, F_OK) != 0, "the directory is gone");
+  return 0;
+}
+
+/* An agent that ignores SIGTERM: SIGKILL after the grace period, or at once on a second
+ * signal. */
+static int mode_stubborn(int twice) {
+  char agent[256], script[512];
+  snprintf(agent, sizeof(agent), "%s/stubborn-agent", g_dir);
+  snprintf(script, sizeof(script),
+           "#!/bin/sh\ntrap '' TERM INT HUP\necho $$ > %s/w0.pid.tmp && mv %s/w0.pid.tmp "
+           "%s/w0.pid\nexec sleep 60\n",
+           g_dir, g_dir, g_dir);
+  write_file(agent, script, 1);
+  pid_t pid = start((char *[]){"--agent", agent, "--grace-ms", "300", "--", "true", NULL});
+  wait_workers(1);
+  long long t0 = lu_now_ms();
+  kill(pid, SIGTERM);
+  if (twice) {
+    char *out = NULL;
+    for (long long end = lu_now_ms() + 5000; lu_now_ms() < end; free(out)) {
+      out = output();
+      if (strstr(out, "SIGTERM received")) break;
+    }
+    free(out);
+    kill(pid, SIGTERM);
+  }
+  int rc = lu_wait(pid, 20000);
+  long long took = lu_now_ms() - t0;
+  printf("stopped in %lld ms\n", took);
+  expect(rc == 143, "exit 143");
+  char *out = output();
+  expect(
+      strstr(out, twice ? "again: killing the agents" : "after the grace period; killing") != NULL,
+      "the kill is reported");
+  free(out);
+  /* Grace 300 ms + 3000 ms margin; a second signal kills at once. */
+  expect(twice ? took < 2000 : (took >= 3000 && took < 8000), "the kill came on time");
+  assert_clean();
+  return 0;
+}
+
+/* Hosts through a remote command template: {host} substitution, per-host slots, env. */
+static int mode_remote(int cmdline) {
+  char remote[256], script[512], ini[256], outf[256], tmpl[512], prog[512];
+  snprintf(remote, sizeof(remote), "%s/fake-remote", g_dir);
+  snprintf(outf, sizeof(outf), "%s/workers.txt", g_dir);
+  snprintf(script, sizeof(script),
+           "#!/bin/sh\nhost=$1; shift\necho \"REMOTE $host\" >> %s/remote.log\nexec \"$@\"\n",
+           g_dir);
+  write_file(remote, script, 1);
+  snprintf(ini, sizeof(ini), "%s/job.ini", g_dir);
+  write_file(ini, "[env]\nFOO = it's \"quoted\"\n", 0);
+  /* {cmdline}: one shell-quoted word, as ssh would pass it to the remote shell. */
+  if (cmdline)
+    snprintf(tmpl, sizeof(tmpl), "sh -c {cmdline} {host}");
+  else
+    snprintf(tmpl, sizeof(tmpl), "%s {host}", remote);
+  snprintf(prog, sizeof(prog), "echo \"W node=$BAGUA_NODE_ID rank=$RANK FOO=$FOO arg=$1\" >> %s",
+           outf);
+  int rc = lu_wait(
+      start((char *[]){"--config", ini, "--hosts", "nodeA:1,nodeB:2", "--rdzv-host", "127.0.0.1",
+                       "--remote-cmd", tmpl, "--", "sh", "-c", prog, "x", "two  spaces 'q'", NULL}),
+      30000);
+  expect(rc == 0, "exit 0");
+  const char *want[] = {"W node=nodeA rank=0 FOO=it's \"quoted\" arg=two  spaces 'q'",
+                        "W node=nodeB rank=0 FOO=it's \"quoted\" arg=two  spaces 'q'",
+                        "W node=nodeB rank=1 FOO=it's \"quoted\" arg=two  spaces 'q'"};
+  for (int i = 0; i < 3; i++)
+    if (count_lines(outf, want[i]) != 1) {
+      lu_dump(outf);
+      expect(0, want[i]);
+    }
+  if (!cmdline) {
+    char log[256];
+    snprintf(log, sizeof(log), "%s/remote.log", g_dir);
+    expect(count_lines(log, "REMOTE nodeA") == 1 && count_lines(log, "REMOTE nodeB") == 1,
+           "one remote command per host");
+  }
+  assert_clean();
+  return 0;
+}
+
+/* Two agents on this machine (a host listed twice): distinct node ids. */
+static int mode_local_multi(void) {
+  char outf[256], prog[512];
+  snprintf(outf, sizeof(outf), "%s/workers.txt", g_dir);
+  snprintf(prog, sizeof(prog), "echo \"W $BAGUA_NODE_ID $RANK\" >> %s", outf);
+  int rc = lu_wait(
+      start((char *[]){"--hosts", "localhost:1,localhost:2", "--", "sh", "-c", prog, NULL}), 30000);
+  expect(rc == 0, "exit 0");
+  expect(count_lines(outf, "W localhost-0 0") == 1 && count_lines(outf, "W localhost-1 0") == 1 &&
+             count_lines(outf, "W localhost-1 1") == 1,
+         "workers of both agents ran");
+  assert_clean();
+  return 0;
+}
+
+/* The private etcd dies under a running job: the launcher stops the agents and fails. */
+static int mode_etcd_dies(void) {
+  pid_t pid = start(
+      (char *[]){"--nproc-per-node", "2", "--grace-ms", "500", "--", "sh", "-c", sleeper(), NULL});
+  wait_workers(2);
+  char *out = output(), dir[128], needle[160];
+  expect(lu_find_etcd_dir(out, dir, sizeof(dir)), "the etcd directory is logged");
+  free(out);
+  snprintf(needle, sizeof(needle), "--data-dir %s/data", dir);
+  expect(lu_count_procs(needle) == 1, "etcd is running");
+  /* Kill etcd (found by its data directory). */
+  pid_t etcd = lu_find_proc(needle);
+  expect(etcd > 0 && kill(etcd, SIGKILL) == 0, "etcd killed");
+  int rc = lu_wait(pid, 20000);
+  expect(rc != 0 && rc != -1, "the job fails");
+  out = output();
+  expect(strstr(out, "the private etcd exited; stopping the agents") != NULL, "reported");
+  free(out);
+  assert_clean();
+  return 0;
+}
+
+/* An agent that reports a usage error makes the launcher stop the others at once. */
+static int mode_usage_agent(void) {
+  char agent[256], script[512];
+  snprintf(agent, sizeof(agent), "%s/usage-agent", g_dir);
+  snprintf(script, sizeof(script),
+           "#!/bin/sh\ncase \"$*\" in *\"--node-id localhost-0 \"*) echo 'agent: bad flag' >&2; "
+           "exit 2;; esac\nexec sleep 60\n");
+  write_file(agent, script, 1);
+  long long t0 = lu_now_ms();
+  int rc = lu_wait(
+      start((char *[]){"--agent", agent, "--hosts", "localhost,localhost", "--", "true", NULL}),
+      20000);
+  long long took = lu_now_ms() - t0;
+  expect(rc == 2, "exit 2");
+  char *out = output();
+  expect(strstr(out, "stopping the other agents after a usage error") != NULL, "reported");
+  free(out);
+  expect(took < 5000, "promptly");
+  assert_clean();
+  return 0;
+}
+
+/* --rdzv-endpoint of a running etcd: no private etcd, status read from there. */
+static int mode_external(void) {
+  etcd_fixture_t fx;
+  etcd_fixture_start(&fx);
+  char job[64];
+  lu_unique("ext", job, sizeof(job));
+  int rc = lu_wait(
+      start((char *[]){"--rdzv-endpoint", fx.host_port, "--job-id", job, "--", "true", NULL}),
+      30000);
+  expect(rc == 0, "exit 0");
+  char *out = output();
+  expect(strstr(out, "/tmp/bagua-launch-") == NULL, "no private etcd");
+  free(out);
+  bagua__etcd_t *c;
+  ASSERT_OK(bagua__etcd_create(fx.host_port, 5000, &c));
+  char key[128];
+  snprintf(key, sizeof(key), "/bagua/%s/status", job);
+  bagua__etcd_kv_t kv;
+  int found = 0;
+  ASSERT_OK(bagua__etcd_get(c, key, &kv, &found, NULL));
+  ASSERT_EQ(found, 1);
+  expect(strstr(kv.value, "succeeded") != NULL, "the fake agent's status is in the given etcd");
+  bagua__etcd_kv_clear(&kv);
+  bagua__etcd_destroy(c);
+  assert_clean();
+  etcd_fixture_stop(&fx);
+  return 0;
+}
+
+/* etcd that never becomes healthy: a signal during start-up leaves nothing behind. */
+static int mode_startup_signal(void) {
+  char fake_etcd[256], script[256];
+  snprintf(fake_etcd, sizeof(fake_etcd), "%s/fake-etcd", g_dir);
+  snprintf(script, sizeof(script), "#!/bin/sh\necho started > %s/w0.pid\nexec sleep 60\n", g_dir);
+  write_file(fake_etcd, script, 1);
+  pid_t pid = start((char *[]){"--etcd-bin", fake_etcd, "--", "true", NULL});
+  wait_workers(1);
+  kill(pid, SIGINT);
+  int rc = lu_wait(pid, 20000);
+  expect(rc == 130, "exit 130");
+  char *out = output();
+  expect(strstr(out, "received while starting etcd; nothing was started") != NULL, "reported");
+  free(out);
+  assert_clean();
+  return 0;
+}
+
+/* An etcd binary that exits at once: three attempts, exit 3, nothing left. */
+static int mode_etcd_fails(void) {
+  int rc = lu_wait(start((char *[]){"--etcd-bin", "/bin/false", "--", "true", NULL}), 60000);
+  expect(rc == 3, "exit 3");
+  char *out = output();
+  expect(strstr(out, "the private etcd exited during start-up three times") != NULL, "reported");
+  expect(strstr(out, "FAKE-AGENT") == NULL, "no agent started");
+  free(out);
+  assert_clean();
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) TEST_FAIL("usage: %s MODE LAUNCHER FAKE_AGENT", argv[0]);
+  const char *mode = argv[1];
+  g_launcher = argv[2];
+  g_fake = argv[3];
+  int needs_etcd = strcmp(mode, "etcd_fails") != 0 && strcmp(mode, "startup_signal") != 0;
+  if (needs_etcd && !etcd_fixture_available())
+    TEST_SKIP("%s not found; install the Debian package etcd-server", ETCD_FIXTURE_BIN);
+  lu_mkdtemp(g_dir, sizeof(g_dir));
+  snprintf(g_out, sizeof(g_out), "%s/launch.out", g_dir);
+  int rc;
+  if (strcmp(mode, "success") == 0)
+    rc = mode_success(0);
+  else if (strcmp(mode, "env_wins") == 0)
+    rc = mode_success(1);
+  else if (strcmp(mode, "failure") == 0)
+    rc = mode_failure(0);
+  else if (strcmp(mode, "worker_signal") == 0)
+    rc = mode_failure(1);
+  else if (strcmp(mode, "sigterm") == 0)
+    rc = mode_signal(SIGTERM);
+  else if (strcmp(mode, "sigint") == 0)
+    rc = mode_signal(SIGINT);
+  else if (strcmp(mode, "sighup") == 0)
+    rc = mode_signal(SIGHUP);
+  else if (strcmp(mode, "sigkill") == 0)
+    rc = mode_sigkill();
+  else if (strcmp(mode, "stubborn") == 0)
+    rc = mode_stubborn(0);
+  else if (strcmp(mode, "stubborn_twice") == 0)
+    rc = mode_stubborn(1);
+  else if (strcmp(mode, "remote") == 0)
+    rc = mode_remote(0);
+  else if (strcmp(mode, "remote_cmdline") == 0)
+    rc = mode_remote(1);
+  else if (strcmp(mode, "local_multi") == 0)
+    rc = mode_local_multi();
+  else if (strcmp(mode, "etcd_dies") == 0)
+    rc = mode_etcd_dies();
+  else if (strcmp(mode, "usage_agent") == 0)
+    rc = mode_usage_agent();
+  else if (strcmp(mode, "external") == 0)
+    rc = mode_external();
+  else if (strcmp(mode, "startup_signal") == 0)
+    rc = mode_startup_signal();
+  else if (strcmp(mode, "etcd_fails") == 0)
+    rc = mode_etcd_fails();
+  else
+    TEST_FAIL("unknown mode %s", mode);
+  lu_rmtree(g_dir);
+  return rc;
+}
