@@ -175,6 +175,7 @@ static int apply(const opt_spec_t *s, const char *v, fm_options_t *o) {
   } else if (!strcmp(n, "--lr")) {
     if (parse_double(v, &d) || !(d > 0.0 && d <= 100.0)) return -1;
     o->lr = d;
+    o->lr_given = 1;
   } else if (!strcmp(n, "--momentum")) {
     if (parse_double(v, &d) || !(d >= 0.0 && d < 1.0)) return -1;
     o->momentum = d;

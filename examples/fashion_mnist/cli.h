@@ -28,6 +28,7 @@ typedef struct {
   int epochs;
   int batch_size; /* per rank */
   double lr, momentum, weight_decay;
+  int lr_given; /* --lr appeared: qadam otherwise takes its own Adam-scale default */
   int hidden[FM_MAX_HIDDEN];
   int nhidden;
   uint64_t seed;

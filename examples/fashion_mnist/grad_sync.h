@@ -9,9 +9,11 @@
  * per-layer allreduce here, or the library's bucketed, overlapped algorithms - changes this
  * file pair and nothing else.
  *
- * The implementation here is the gradient_allreduce baseline: a blocking
- * bagua_allreduce(AVG) of each layer's gradient slice inside the callback, then plain SGD.
- * With one rank it communicates nothing.
+ * With several ranks every algorithm runs through the library's data-parallel layer
+ * (bagua/ddp.h): layers are registered last first, the hook marks a layer's gradient ready so
+ * its bucket is communicated while backward goes on, and the step runs the algorithm's
+ * optimizer over the fused buffers. With one rank it communicates nothing and runs SGD
+ * directly.
  */
 #ifndef FM_GRAD_SYNC_H
 #define FM_GRAD_SYNC_H
@@ -45,6 +47,9 @@ int fm_grad_sync_on_grad_ready(void *ctx, int layer);
 
 /* After backward: completes the step's communication and applies the optimizer update. */
 bagua_status_t fm_grad_sync_step(fm_grad_sync_t *s);
+
+/* Fraction (0..1) of communication work that overlapped with computation since creation. */
+double fm_grad_sync_overlap(const fm_grad_sync_t *s);
 
 /* Seconds spent inside communication calls since creation. */
 double fm_grad_sync_comm_seconds(const fm_grad_sync_t *s);

@@ -130,10 +130,10 @@ static bagua_status_t report_epoch(trainer_t *t, int epoch, const epoch_stats_t 
   double acc = evaluate(&t->model, &t->data->test, t->x, t->y);
   printf(
       "epoch %d/%d loss %.4f train_acc %.4f test_acc %.4f time %.2fs samples/s %.0f "
-      "bytes/step %.0f comm %.1f%%\n",
+      "bytes/step %.0f comm %.1f%% overlap %.1f%%\n",
       epoch, t->o->epochs, stats[0] / total, stats[1] / total, acc, es->seconds,
       total / es->seconds, (double)es->bytes / (double)t->steps_per_epoch,
-      100.0 * es->comm_seconds / es->seconds);
+      100.0 * es->comm_seconds / es->seconds, 100.0 * fm_grad_sync_overlap(t->sync));
   return BAGUA_OK;
 }
 
