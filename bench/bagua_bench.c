@@ -44,6 +44,7 @@ typedef struct {
 } opts_t;
 
 extern int bagua__bench_kernel_main(int argc, char **argv) __attribute__((weak));
+extern int bagua__bench_kernel_cuda_main(int argc, char **argv) __attribute__((weak));
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -385,6 +386,14 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   if (strcmp(argv[1], "kernel") == 0) {
+    for (int i = 2; i + 1 < argc; i++) {
+      if (strcmp(argv[i], "--device") != 0 || strcmp(argv[i + 1], "cpu") == 0) continue;
+      if (strcmp(argv[i + 1], "cuda") != 0 || !bagua__bench_kernel_cuda_main) {
+        fprintf(stderr, "bagua-bench: --device %s is not available in this build\n", argv[i + 1]);
+        return 2;
+      }
+      return bagua__bench_kernel_cuda_main(argc - 1, argv + 1);
+    }
     if (!bagua__bench_kernel_main) {
       fprintf(stderr, "bagua-bench: kernel benchmarks are not built in this binary\n");
       return 2;

@@ -50,9 +50,9 @@ void bagua__nccl_abort_locked(bagua_nccl_comm_t *c) {
 /* An NCCL error: warn with everything NCCL can tell, abort so that peers fail promptly too
  * (their connections to this rank close), poison. Lock held. */
 static bagua_status_t nccl_error(bagua_nccl_comm_t *c, ncclResult_t r, const char *what) {
-  const char *last = ncclGetLastError(c->nccl);
+  const char *last = bagua__nccl_last_error(c->nccl);
   BAGUA_WARN("%s failed on rank %d of %d: %s%s%s", what, c->rank, c->size, ncclGetErrorString(r),
-             last && *last ? ": " : "", last ? last : "");
+             *last ? ": " : "", last);
   bagua__nccl_abort_locked(c);
   return bagua__nccl_poison(c, BAGUA_ERR_NCCL);
 }
@@ -161,8 +161,8 @@ static bagua_status_t prepare_local(bagua_comm_t *cpu, int cuda_device, bagua_nc
   if (c->rank == 0) {
     ncclResult_t r = ncclGetUniqueId(id);
     if (r != ncclSuccess) {
-      BAGUA_WARN("ncclGetUniqueId: %s%s%s", ncclGetErrorString(r),
-                 *ncclGetLastError(NULL) ? ": " : "", ncclGetLastError(NULL));
+      const char *last = bagua__nccl_last_error(NULL);
+      BAGUA_WARN("ncclGetUniqueId: %s%s%s", ncclGetErrorString(r), *last ? ": " : "", last);
       return BAGUA_ERR_NCCL;
     }
   }
@@ -235,7 +235,7 @@ bagua_status_t bagua_nccl_comm_create(bagua_comm_t *cpu_comm, int cuda_device,
   pthread_mutex_lock(&c->lock);
   ncclResult_t r = ncclCommInitRankConfig(&c->nccl, c->size, id, c->rank, &cfg);
   if (r != ncclSuccess && r != ncclInProgress && c->nccl == NULL) {
-    const char *last = ncclGetLastError(NULL);
+    const char *last = bagua__nccl_last_error(NULL);
     BAGUA_WARN("ncclCommInitRankConfig failed on rank %d of %d: %s%s%s", c->rank, c->size,
                ncclGetErrorString(r), *last ? ": " : "", last);
     st = BAGUA_ERR_NCCL;

@@ -64,6 +64,12 @@ bagua_status_t bagua__nccl_cuda(bagua_nccl_comm_t *c, cudaError_t e, const char 
 bagua_status_t bagua__nccl_dtype(bagua_dtype_t dt, ncclDataType_t *out, const char *what);
 bagua_status_t bagua__nccl_op(bagua_op_t op, ncclRedOp_t *out, const char *what);
 
+/* NCCL's text about its last failure ("" if none); `comm` may be NULL. */
+static inline const char *bagua__nccl_last_error(ncclComm_t comm) {
+  const char *s = ncclGetLastError(comm);
+  return s ? s : "";
+}
+
 /* Monotonic clock in milliseconds. */
 double bagua__nccl_now_ms(void);
 
