@@ -1,0 +1,76 @@
+/*
+ * bagua-agent: one per node. Registers the node in etcd, takes part in leader election and
+ * rendezvous rounds, and supervises the node's worker processes (restart mode).
+ *
+ * This header holds what the agent's files share: the configuration, exit statuses, and the
+ * entry points of the pieces (cli.c, agent.c). docs/agent.md documents the etcd schema, the
+ * round protocol, the worker environment and the exit statuses for users.
+ */
+#ifndef BAGUA_AGENT_AGENT_H
+#define BAGUA_AGENT_AGENT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bagua/error.h"
+
+#ifndef BAGUA_AGENT_VERSION
+#define BAGUA_AGENT_VERSION "0.0.0"
+#endif
+
+/* Node and job ids: 1..127 bytes of [A-Za-z0-9._-], so they can be etcd path segments. */
+#define BAGUA_AGENT_ID_MAX 128
+
+/* Exit statuses (docs/agent.md). A failed job exits with its root-cause worker's code. */
+enum {
+  BAGUA_AGENT_EXIT_OK = 0,
+  BAGUA_AGENT_EXIT_USAGE = 2,        /* bad flag, value, environment or conflicting config */
+  BAGUA_AGENT_EXIT_RDZV = 3,         /* etcd unreachable, or below MIN nodes too long */
+  BAGUA_AGENT_EXIT_INTERRUPTED = 130 /* SIGINT (SIGTERM gives 143, SIGHUP 129) */
+};
+
+typedef struct {
+  const char *endpoints; /* etcd endpoint list, "HOST:PORT[,HOST:PORT]" or URLs */
+  char job_id[BAGUA_AGENT_ID_MAX];
+  char node_id[BAGUA_AGENT_ID_MAX];
+  char node_addr[256]; /* "" until resolved: the local address towards etcd */
+  const char *tag;     /* free-form label recorded in the node record, or "" */
+  const char *log_dir; /* per-rank log files under DIR/<node>/, or NULL */
+  int nnodes_min, nnodes_max;
+  int nproc;
+  int max_restarts;
+  int lease_ttl_s;
+  int rdzv_timeout_s;
+  int last_call_ms;
+  int settle_ms;
+  int grace_ms;
+  int etcd_timeout_ms;
+  char **argv; /* the worker program and its arguments, NULL-terminated (from main's argv) */
+  int argc;
+} bagua__agent_config_t;
+
+/*
+ * Parses the command line into `cfg`, with BAGUA_* environment parameters as defaults.
+ * Returns 0 to run, 1 when --help or --version was printed (exit 0), or 2 after printing a
+ * message that names the bad flag or variable and what is accepted (exit 2).
+ */
+int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg);
+
+/* Writes "bagua-agent[<node>]: <message>\n" to stderr in one write. */
+void bagua__agent_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The node name used by bagua__agent_err (set once the node id is known). */
+void bagua__agent_set_name(const char *node);
+
+/*
+ * Runs the agent until the job ends or the agent is interrupted and returns the exit status.
+ * `sigfd` is a signalfd for SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2,
+ * which the caller has blocked in every thread (main() does it before any thread starts).
+ */
+int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd);
+
+/* Wall-clock milliseconds since the epoch (for records other hosts compare). */
+int64_t bagua__agent_wall_ms(void);
+/* Formats wall-clock milliseconds as "YYYY-mm-ddTHH:MM:SS.mmmZ". */
+void bagua__agent_format_time(int64_t wall_ms, char *out, size_t len);
+
+#endif

@@ -1,0 +1,86 @@
+/*
+ * State shared by the agent's control-loop files: agent.c (loop, signals, job start and end),
+ * register.c (lease, node record, leadership), follow.c (rounds to workers, reports) and
+ * lead.c (carrying out the leader's decisions).
+ *
+ * Everything here is touched by the main thread only, except `watch_failed`, which the watch
+ * callback sets.
+ */
+#ifndef BAGUA_AGENT_AGENT_INTERNAL_H
+#define BAGUA_AGENT_AGENT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "agent.h"
+#include "common/etcd/etcd.h"
+#include "leader.h"
+#include "output.h"
+#include "schema.h"
+#include "workers.h"
+
+typedef struct {
+  bagua__agent_config_t *cfg;
+  int sigfd;                            /* signalfd: SIGCHLD and the signals the agent handles */
+  int wake_fd;                          /* eventfd written by the watch callback */
+  char prefix[BAGUA_AGENT_ID_MAX + 16]; /* "/bagua/<job>/" */
+  char host[256];
+  char bootstrap[1024]; /* "etcd://HOST:PORT[,...]" for workers, "" to leave the env's */
+
+  bagua__etcd_t *etcd;
+  bagua__etcd_keeper_t *keeper;
+  bagua__etcd_watch_t *watch;
+  int watch_failed; /* atomic: the watch ended by itself and must be restarted */
+  int64_t lease;
+  int master_port; /* advertised in the node record */
+  int64_t join_ms; /* wall clock of the (latest) registration */
+
+  bagua__outpump_t *out;
+  bagua__workers_t ws;
+
+  /* The round this node's worker state belongs to. */
+  int64_t cur_round;
+  int member;      /* this node is a member of cur_round */
+  int have_report; /* `report` is decided for cur_round */
+  int reported;    /* ... and written to etcd */
+  bagua__agent_done_t report;
+
+  int is_leader;
+  bagua__leader_state_t lead;
+
+  int term_sig;    /* first SIGINT/SIGTERM/SIGHUP/SIGQUIT received, 0 if none */
+  int term_again;  /* another one since: skip the grace period */
+  int64_t wake_at; /* monotonic ms the loop must look again (leader timers), 0: none */
+} bagua__agent_t;
+
+/* agent.c: waits up to `timeout_ms` for a signal, a watch event or a worker exit. */
+int bagua__agent_wait(void *agent, int timeout_ms);
+/* agent.c: stops the workers with `sig` and the configured grace period. */
+void bagua__agent_stop_workers(bagua__agent_t *a, int sig);
+
+/* register.c */
+int bagua__agent_pick_port(void);
+void bagua__agent_detect_addr(bagua__agent_t *a);
+/* Grants a lease, writes nodes/<id> and starts the keeper. Returns 0, 2 (the id is used by
+ * another live agent) or 3 (etcd unreachable / interrupted: a->term_sig is set then). */
+int bagua__agent_register(bagua__agent_t *a);
+/* Keeps the registration valid against `s`: re-puts a vanished node key, re-registers when the
+ * lease is lost. Returns 0, or an exit status. */
+int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t *s);
+/* Updates the node record (new master port) under the current lease. */
+void bagua__agent_refresh_record(bagua__agent_t *a);
+/* Campaigns for leadership when the leader key is free; updates a->is_leader. */
+void bagua__agent_check_leadership(bagua__agent_t *a, const bagua__agent_snap_t *s);
+/* Stops the keeper and revokes the lease (deleting nodes/<id> and a held leader key). */
+void bagua__agent_deregister(bagua__agent_t *a);
+
+/* follow.c: applies the snapshot's round to this node's workers and reports their end. */
+void bagua__agent_follow(bagua__agent_t *a, const bagua__agent_snap_t *s);
+
+/* lead.c: the leader's step for this snapshot. */
+void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s);
+
+/* Key helpers: "<prefix><suffix>" into buf. */
+void bagua__agent_key(const bagua__agent_t *a, char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif

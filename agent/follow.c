@@ -1,0 +1,165 @@
+/*
+ * What every agent does with a snapshot, leader or not: when a new round appears, stop this
+ * node's workers and start the round's (or wait as a spare), and report how the round's
+ * workers ended in rounds/<N>/done/<node>.
+ *
+ * A local worker failure is reported at once and the node's other workers are stopped: in
+ * restart mode the whole world is restarted anyway. When another node reports a failure, this
+ * node stops its workers too and reports "stopped", so the leader hears from every live
+ * member quickly and can tell a plain worker failure (all members answered) from a dead node
+ * (one never answers and its lease expires).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "agent_internal.h"
+#include "common/log.h"
+
+static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
+                        const bagua__agent_snap_t *s) {
+  const bagua__agent_config_t *cfg = a->cfg;
+  if (a->ws.nrunning > 0) {
+    BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: round %lld replaces round %lld: stopping workers",
+               (long long)R->round, (long long)a->cur_round);
+    bagua__agent_stop_workers(a, SIGTERM);
+  }
+  bagua__workers_clear(&a->ws);
+  a->cur_round = R->round;
+  a->member = 0;
+  a->have_report = 0;
+  a->reported = 0;
+
+  int idx = bagua__agent_round_find(R, cfg->node_id);
+  const bagua__agent_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
+  if (idx < 0) {
+    bagua__agent_err(
+        "round %lld formed with %d node(s) without this one (--nnodes %d:%d): "
+        "waiting as a spare",
+        (long long)R->round, R->nmembers, cfg->nnodes_min, cfg->nnodes_max);
+    return;
+  }
+  /* The round names an earlier registration of this node (its lease was lost since): the
+   * leader will form another round with the current one, so start nothing now. */
+  if (!me || me->lease != a->lease ||
+      (R->members[idx].rev && me->create_rev != R->members[idx].rev))
+    return;
+
+  int base = 0;
+  for (int i = 0; i < idx; i++) base += R->members[i].nproc;
+  if (R->members[idx].nproc != cfg->nproc)
+    BAGUA_WARN("agent: round %lld lists %d workers for this node, which runs %d",
+               (long long)R->round, R->members[idx].nproc, cfg->nproc);
+  bagua__worker_assign_t as = {
+      .round = R->round,
+      .restart_count = R->restart_count,
+      .group_rank = idx,
+      .group_world_size = R->nmembers,
+      .rank_base = base,
+      .world_size = R->world_size,
+      .master_addr = R->master_addr,
+      .master_port = R->master_port,
+      .bootstrap = a->bootstrap[0] ? a->bootstrap : NULL,
+  };
+  bagua__agent_err("round %lld (%s, restart %d): node %d of %d, ranks %d..%d of %d, master %s:%d",
+                   (long long)R->round, R->reason[0] ? R->reason : "?", R->restart_count, idx,
+                   R->nmembers, base, base + cfg->nproc - 1, R->world_size, R->master_addr,
+                   R->master_port);
+  a->member = 1;
+  if (bagua__workers_start(&a->ws, cfg, &as, a->out) != BAGUA_OK) {
+    /* The node cannot run its share (fork or pipe failed): report it as this node's failure
+     * so the leader restarts or fails the job instead of waiting for workers that never ran. */
+    bagua__agent_err("could not start the workers of round %lld: %s", (long long)R->round,
+                     bagua_last_error());
+    bagua__agent_stop_workers(a, SIGKILL);
+    a->have_report = 1;
+    memset(&a->report, 0, sizeof(a->report));
+    a->report.state = BAGUA__DONE_FAILED;
+    bagua__agent_failure_t *f = &a->report.f;
+    snprintf(f->node, sizeof(f->node), "%s", cfg->node_id);
+    snprintf(f->host, sizeof(f->host), "%s", a->host);
+    f->time_ms = bagua__agent_wall_ms();
+    f->round = R->round;
+    f->rank = base + a->ws.n;
+    f->local_rank = a->ws.n;
+    f->exit_code = 127;
+  }
+  /* The first node's port is now rank 0's; advertise a fresh one for the next round. */
+  if (idx == 0) bagua__agent_refresh_record(a);
+}
+
+static void fill_failure(const bagua__agent_t *a, const bagua__worker_t *w,
+                         bagua__agent_failure_t *f) {
+  memset(f, 0, sizeof(*f));
+  snprintf(f->node, sizeof(f->node), "%s", a->cfg->node_id);
+  snprintf(f->host, sizeof(f->host), "%s", a->host);
+  f->time_ms = w->exit_ms;
+  f->round = a->cur_round;
+  f->rank = w->rank;
+  f->local_rank = w->local_rank;
+  f->pid = (int)w->pid;
+  if (WIFSIGNALED(w->wait_status))
+    f->signal = WTERMSIG(w->wait_status);
+  else
+    f->exit_code = WEXITSTATUS(w->wait_status);
+}
+
+/* Another member's failure in our round, or NULL. */
+static const bagua__agent_done_t *peer_failure(const bagua__agent_t *a,
+                                               const bagua__agent_snap_t *s) {
+  if (!s->has_round || s->round.round != a->cur_round) return NULL;
+  for (size_t i = 0; i < s->ndone; i++)
+    if (s->done[i].done.state == BAGUA__DONE_FAILED && strcmp(s->done[i].node, a->cfg->node_id))
+      return &s->done[i].done;
+  return NULL;
+}
+
+static int put_report(bagua__agent_t *a) {
+  char key[512];
+  bagua__agent_key(a, key, sizeof(key), "rounds/%lld/done/%s", (long long)a->cur_round,
+                   a->cfg->node_id);
+  char *v = bagua__agent_done_encode(&a->report);
+  int ok = v && bagua__etcd_put(a->etcd, key, v, strlen(v), 0, NULL, NULL) == BAGUA_OK;
+  free(v);
+  return ok;
+}
+
+static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  if (!a->have_report) {
+    const bagua__worker_t *w = bagua__workers_first_failure(&a->ws);
+    const bagua__agent_done_t *peer = NULL;
+    memset(&a->report, 0, sizeof(a->report));
+    snprintf(a->report.f.node, sizeof(a->report.f.node), "%s", a->cfg->node_id);
+    a->report.f.time_ms = bagua__agent_wall_ms();
+    if (w) {
+      a->report.state = BAGUA__DONE_FAILED;
+      fill_failure(a, w, &a->report.f);
+      char when[40], what[512];
+      bagua__agent_format_time(w->exit_ms, when, sizeof(when));
+      bagua__agent_failure_describe(&a->report.f, what, sizeof(what));
+      bagua__agent_err("worker failed at %s on host %s: %s", when, a->host, what);
+      a->have_report = 1;
+      a->reported = put_report(a); /* the leader hears first, then the others are stopped */
+      bagua__agent_stop_workers(a, SIGTERM);
+    } else if (bagua__workers_all_succeeded(&a->ws)) {
+      a->report.state = BAGUA__DONE_SUCCEEDED;
+      a->have_report = 1;
+      BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: round %lld: all %d workers exited 0",
+                 (long long)a->cur_round, a->ws.n);
+    } else if (a->ws.nrunning > 0 && (peer = peer_failure(a, s)) != NULL) {
+      bagua__agent_err("rank %d on node %s failed: stopping this node's workers for a restart",
+                       peer->f.rank, peer->f.node);
+      a->report.state = BAGUA__DONE_STOPPED;
+      a->have_report = 1;
+      bagua__agent_stop_workers(a, SIGTERM);
+    }
+  }
+  if (a->have_report && !a->reported) a->reported = put_report(a);
+}
+
+void bagua__agent_follow(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  if (s->has_round && s->round.round != a->cur_round) start_round(a, &s->round, s);
+  if (a->member) report(a, s);
+}

@@ -1,0 +1,118 @@
+/*
+ * Carrying out the leader's decisions (leader.c decides, this file writes).
+ *
+ * Every write is a compare-and-swap on what the decision was based on: the round key's
+ * mod_revision for a new round, the status key's for the job's end. A leader that lost its
+ * lease without noticing, racing the new one, therefore cannot overwrite a newer round; the
+ * loser simply re-reads and decides again.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_internal.h"
+#include "common/log.h"
+#include "common/sock.h"
+
+static int write_status(bagua__agent_t *a, const bagua__agent_snap_t *s,
+                        const bagua__agent_status_t *st) {
+  char key[512];
+  bagua__agent_key(a, key, sizeof(key), "status");
+  char *v = bagua__agent_status_encode(st);
+  int swapped = 0;
+  if (v)
+    bagua__etcd_cas(a->etcd, key, s->has_status ? s->status_mod_rev : 0, v, strlen(v), 0, &swapped,
+                    NULL, NULL);
+  free(v);
+  return swapped;
+}
+
+/* Deletes rounds/<k>/ for every k <= N - 2: nothing reads them any more. */
+static void clean_rounds(bagua__agent_t *a, const bagua__agent_snap_t *s, int64_t n) {
+  for (size_t i = 0; i < s->nold_rounds; i++) {
+    if (s->old_rounds[i] > n - 2) continue;
+    char key[512];
+    bagua__agent_key(a, key, sizeof(key), "rounds/%lld/", (long long)s->old_rounds[i]);
+    bagua__etcd_delete_prefix(a->etcd, key, NULL);
+  }
+}
+
+static void publish(bagua__agent_t *a, const bagua__agent_snap_t *s,
+                    const bagua__agent_round_t *r) {
+  char key[512];
+  bagua__agent_key(a, key, sizeof(key), "round");
+  char *v = bagua__agent_round_encode(r);
+  int swapped = 0;
+  if (v)
+    bagua__etcd_cas(a->etcd, key, s->has_round ? s->round_mod_rev : 0, v, strlen(v), 0, &swapped,
+                    NULL, NULL);
+  free(v);
+  if (!swapped) return;
+  char members[1024] = "";
+  size_t off = 0;
+  for (int i = 0; i < r->nmembers && off + 2 < sizeof(members); i++)
+    off += (size_t)snprintf(members + off, sizeof(members) - off, "%s%s", i ? "," : "",
+                            r->members[i].id);
+  BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: published round %lld (%s, restart %d): [%s] world %d",
+             (long long)r->round, r->reason, r->restart_count, members, r->world_size);
+  if (!s->has_status) {
+    bagua__agent_status_t st;
+    memset(&st, 0, sizeof(st));
+    st.state = BAGUA__JOB_RUNNING;
+    st.time_ms = r->time_ms;
+    st.round = r->round;
+    write_status(a, s, &st);
+  }
+  clean_rounds(a, s, r->round);
+}
+
+void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  const bagua__agent_config_t *cfg = a->cfg;
+  bagua__leader_params_t p = {
+      .nnodes_min = cfg->nnodes_min,
+      .nnodes_max = cfg->nnodes_max,
+      .max_restarts = cfg->max_restarts,
+      .last_call_ms = cfg->last_call_ms,
+      .settle_ms = cfg->settle_ms,
+      .rdzv_timeout_s = cfg->rdzv_timeout_s,
+      .lease_ttl_s = cfg->lease_ttl_s,
+      .self = cfg->node_id,
+  };
+  bagua__lead_decision_t d;
+  bagua__leader_decide(&p, &a->lead, s, bagua__now_ms(), bagua__agent_wall_ms(), &d);
+  a->wake_at = d.wake_at;
+  bagua__agent_status_t st;
+  memset(&st, 0, sizeof(st));
+  st.time_ms = bagua__agent_wall_ms();
+  st.round = s->has_round ? s->round.round : 0;
+  switch (d.action) {
+    case BAGUA__LEAD_NONE:
+      break;
+    case BAGUA__LEAD_PUBLISH:
+      publish(a, s, &d.round);
+      break;
+    case BAGUA__LEAD_SUCCEEDED:
+      st.state = BAGUA__JOB_SUCCEEDED;
+      snprintf(st.message, sizeof(st.message), "every worker of round %lld exited 0",
+               (long long)st.round);
+      write_status(a, s, &st);
+      break;
+    case BAGUA__LEAD_FAILED:
+      st.state = BAGUA__JOB_FAILED;
+      st.has_root = 1;
+      st.root = d.root;
+      st.exit_code = bagua__agent_failure_exit_code(&d.root);
+      snprintf(st.message, sizeof(st.message),
+               "a worker failed after %d restart(s) (--max-restarts %d)",
+               s->has_round ? s->round.restart_count : 0, cfg->max_restarts);
+      write_status(a, s, &st);
+      break;
+    case BAGUA__LEAD_RDZV_FAILED:
+      st.state = BAGUA__JOB_FAILED;
+      st.exit_code = BAGUA_AGENT_EXIT_RDZV;
+      snprintf(st.message, sizeof(st.message), "%s", d.message);
+      write_status(a, s, &st);
+      break;
+  }
+  bagua__agent_round_clear(&d.round);
+}

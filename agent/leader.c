@@ -1,0 +1,225 @@
+/*
+ * Round formation (docs/agent.md, "Rounds"). The leader publishes round N+1 when:
+ *  - no round exists yet and at least MIN nodes are registered, after the last-call window
+ *    (at once when MAX are registered);
+ *  - the membership changed (a member's lease expired or it left, or a node joined while the
+ *    round has fewer than MAX members), after the settle window that batches simultaneous
+ *    changes; restart_count is unchanged, so membership changes are free;
+ *  - a worker failed and every member has reported (or a lease TTL passed, long enough for a
+ *    dead node's lease to expire), with restart_count + 1, until --max-restarts is used up
+ *    and the job fails with the earliest failure as root cause.
+ * Members are ordered previous members first (in their previous order) and then newcomers by
+ * registration revision, so the survivors keep the lowest ranks and rank 0 is a survivor.
+ */
+#include "leader.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+/* Nodes chosen for a round, as pointers into the snapshot. */
+typedef struct {
+  const bagua__agent_node_t **v;
+  int n;
+} pick_t;
+
+static int in_round(const bagua__agent_round_t *r, const char *id) {
+  return r && bagua__agent_round_find(r, id) >= 0;
+}
+
+/*
+ * The membership the leader wants: the previous members still registered, then (when
+ * `admit` is set) the other registered nodes, oldest first, up to MAX.
+ */
+static int desired_members(const bagua__leader_params_t *p, const bagua__agent_snap_t *s,
+                           const bagua__agent_round_t *prev, int admit, pick_t *out) {
+  out->n = 0;
+  out->v = calloc(s->nnodes ? s->nnodes : 1, sizeof(*out->v));
+  if (!out->v) return -1;
+  if (prev) {
+    for (int i = 0; i < prev->nmembers && out->n < p->nnodes_max; i++) {
+      const bagua__agent_node_t *node = bagua__agent_snap_node(s, prev->members[i].id);
+      if (node) out->v[out->n++] = node;
+    }
+  }
+  if (admit) {
+    for (size_t i = 0; i < s->nnodes && out->n < p->nnodes_max; i++)
+      if (!in_round(prev, s->nodes[i].id)) out->v[out->n++] = &s->nodes[i];
+  }
+  return 0;
+}
+
+static int build_round(const bagua__leader_params_t *p, const pick_t *pk, int64_t number,
+                       int restart_count, const char *reason, int64_t wall_ms,
+                       bagua__agent_round_t *r) {
+  memset(r, 0, sizeof(*r));
+  r->members = calloc((size_t)pk->n, sizeof(*r->members));
+  if (!r->members) return -1;
+  r->nmembers = pk->n;
+  for (int i = 0; i < pk->n; i++) {
+    snprintf(r->members[i].id, sizeof(r->members[i].id), "%s", pk->v[i]->id);
+    r->members[i].nproc = pk->v[i]->nproc;
+    r->members[i].rev = pk->v[i]->create_rev;
+    r->world_size += pk->v[i]->nproc;
+  }
+  r->round = number;
+  snprintf(r->master_addr, sizeof(r->master_addr), "%s", pk->v[0]->addr);
+  r->master_port = pk->v[0]->master_port;
+  r->restart_count = restart_count;
+  snprintf(r->reason, sizeof(r->reason), "%s", reason);
+  snprintf(r->leader, sizeof(r->leader), "%s", p->self);
+  r->time_ms = wall_ms;
+  return 0;
+}
+
+/* Below MIN: start or check the rendezvous timer. */
+static void below_min(const bagua__leader_params_t *p, bagua__leader_state_t *st, int have,
+                      int64_t now, bagua__lead_decision_t *d) {
+  st->settle_at = 0;
+  st->last_call_at = 0;
+  if (!st->below_min_since) st->below_min_since = now;
+  int64_t deadline = st->below_min_since + (int64_t)p->rdzv_timeout_s * 1000;
+  if (now >= deadline) {
+    d->action = BAGUA__LEAD_RDZV_FAILED;
+    snprintf(d->message, sizeof(d->message),
+             "rendezvous timed out: %d node(s) registered, fewer than the %d needed "
+             "(--nnodes %d:%d), for %d s (--rdzv-timeout)",
+             have, p->nnodes_min, p->nnodes_min, p->nnodes_max, p->rdzv_timeout_s);
+    return;
+  }
+  d->wake_at = deadline;
+}
+
+static int decide_initial(const bagua__leader_params_t *p, bagua__leader_state_t *st,
+                          const bagua__agent_snap_t *s, int64_t now, int64_t wall,
+                          bagua__lead_decision_t *d) {
+  int have = (int)s->nnodes;
+  if (have < p->nnodes_min) {
+    below_min(p, st, have, now, d);
+    return 0;
+  }
+  st->below_min_since = 0;
+  if (!st->last_call_at) st->last_call_at = now + p->last_call_ms;
+  if (have < p->nnodes_max && now < st->last_call_at) {
+    d->wake_at = st->last_call_at;
+    return 0;
+  }
+  pick_t pk;
+  if (desired_members(p, s, NULL, 1, &pk) != 0) return -1;
+  int64_t number = s->has_round ? s->round.round + 1 : 1;
+  int rc = build_round(p, &pk, number, 0, "initial", wall, &d->round);
+  free(pk.v);
+  if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
+  return rc;
+}
+
+/* The earliest reported failure of the round (lowest rank on a tie). */
+static const bagua__agent_failure_t *root_cause(const bagua__agent_snap_t *s) {
+  const bagua__agent_failure_t *best = NULL;
+  for (size_t i = 0; i < s->ndone; i++) {
+    const bagua__agent_done_t *dn = &s->done[i].done;
+    if (dn->state != BAGUA__DONE_FAILED) continue;
+    if (!best || dn->f.time_ms < best->time_ms ||
+        (dn->f.time_ms == best->time_ms && dn->f.rank < best->rank))
+      best = &dn->f;
+  }
+  return best;
+}
+
+int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t *st,
+                         const bagua__agent_snap_t *s, int64_t now, int64_t wall,
+                         bagua__lead_decision_t *d) {
+  memset(d, 0, sizeof(*d));
+  if (s->has_status && s->status.state != BAGUA__JOB_RUNNING) return 0;
+  const bagua__agent_round_t *R = s->has_round ? &s->round : NULL;
+  int64_t number = R ? R->round : 0;
+  if (st->round_seen != number) {
+    /* A new round settles every change seen so far: restart the windows. */
+    st->round_seen = number;
+    st->settle_at = 0;
+    st->last_call_at = 0;
+    st->failure_seen = 0;
+    st->below_min_since = 0;
+  }
+  /* A round from before a stale-state reset, or none: form the first one. */
+  if (!R) return decide_initial(p, st, s, now, wall, d);
+
+  int all_succeeded = 1, all_reported = 1, any_succeeded = 0, departed = 0;
+  for (int i = 0; i < R->nmembers; i++) {
+    const bagua__agent_member_t *m = &R->members[i];
+    const bagua__agent_done_t *dn = bagua__agent_snap_done(s, m->id);
+    const bagua__agent_node_t *node = bagua__agent_snap_node(s, m->id);
+    if (!dn) all_reported = 0;
+    if (!dn || dn->state != BAGUA__DONE_SUCCEEDED) all_succeeded = 0;
+    if (dn && dn->state == BAGUA__DONE_SUCCEEDED) {
+      any_succeeded = 1;
+      continue; /* a member that finished may leave without disturbing the others */
+    }
+    /* Gone, or registered again (its lease was lost): either way its workers are gone. */
+    if (!node || (m->rev && node->create_rev != m->rev)) departed++;
+  }
+  if (all_succeeded) {
+    d->action = BAGUA__LEAD_SUCCEEDED;
+    return 0;
+  }
+
+  /* Once any member succeeded the job is finishing: newcomers wait as spares. */
+  pick_t pk;
+  if (desired_members(p, s, R, !any_succeeded, &pk) != 0) return -1;
+  int joiners = 0;
+  for (int i = 0; i < pk.n; i++)
+    if (!in_round(R, pk.v[i]->id)) joiners++;
+  int rc = 0;
+
+  const bagua__agent_failure_t *root = root_cause(s);
+  if (root && !departed) {
+    if (!st->failure_seen) st->failure_seen = now;
+    /* A member that neither reported nor left may be dead with its lease still running:
+     * waiting one TTL lets its lease expire, so its death is a membership change. */
+    int64_t deadline = st->failure_seen + (int64_t)p->lease_ttl_s * 1000 + 1000;
+    if (!all_reported && now < deadline) {
+      d->wake_at = deadline;
+      goto out;
+    }
+    if (R->restart_count >= p->max_restarts) {
+      d->action = BAGUA__LEAD_FAILED;
+      d->root = *root;
+      goto out;
+    }
+    if (pk.n < p->nnodes_min) {
+      below_min(p, st, pk.n, now, d);
+      goto out;
+    }
+    rc = build_round(p, &pk, number + 1, R->restart_count + 1, "failure", wall, &d->round);
+    if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
+    goto out;
+  }
+
+  if (departed || joiners) {
+    if (pk.n < p->nnodes_min) {
+      below_min(p, st, pk.n, now, d);
+      goto out;
+    }
+    st->below_min_since = 0;
+    if (!st->settle_at) st->settle_at = now + p->settle_ms;
+    if (now < st->settle_at) {
+      d->wake_at = st->settle_at;
+      goto out;
+    }
+    rc = build_round(p, &pk, number + 1, R->restart_count, "membership", wall, &d->round);
+    if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
+    goto out;
+  }
+  st->settle_at = 0;
+  st->below_min_since = 0;
+out:
+  free(pk.v);
+  if (rc != 0) {
+    BAGUA_WARN("agent: out of memory forming round %lld", (long long)number + 1);
+    d->action = BAGUA__LEAD_NONE;
+    d->wake_at = now + 100;
+  }
+  return rc;
+}

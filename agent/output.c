@@ -1,0 +1,251 @@
+/*
+ * The output thread: poll() over every worker pipe plus an eventfd that announces new
+ * streams and the stop request. Lines are written with one write() each (prefix included),
+ * so lines from different workers never mix even when the agent's output is a shared pipe.
+ */
+#include "output.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/log.h"
+
+/* A longer line is cut into pieces of this size, each written as its own prefixed line. */
+#define LINE_MAX_BYTES 8192
+#define PREFIX_MAX 192
+
+typedef struct {
+  int fd, dest, log_fd;
+  char prefix[PREFIX_MAX];
+  size_t prefix_len;
+  char buf[LINE_MAX_BYTES];
+  size_t len;
+} stream_t;
+
+struct bagua__outpump {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* signalled when the stream count drops */
+  int wake_fd;
+  int stop; /* under mu */
+  stream_t **streams;
+  size_t n, cap; /* under mu; only the thread removes streams */
+};
+
+static void write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return; /* a closed console must not stop the workers: drop the line */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void emit(stream_t *s, const char *line, size_t n) {
+  char out[PREFIX_MAX + LINE_MAX_BYTES + 1];
+  memcpy(out, s->prefix, s->prefix_len);
+  memcpy(out + s->prefix_len, line, n);
+  out[s->prefix_len + n] = '\n';
+  write_all(s->dest, out, s->prefix_len + n + 1);
+  if (s->log_fd >= 0) write_all(s->log_fd, out + s->prefix_len, n + 1);
+}
+
+/* Emits every complete line in the buffer and keeps the tail; `eof` flushes the tail too. */
+static void flush_lines(stream_t *s, int eof) {
+  size_t start = 0;
+  for (size_t i = 0; i < s->len; i++) {
+    if (s->buf[i] != '\n') continue;
+    emit(s, s->buf + start, i - start);
+    start = i + 1;
+  }
+  if (start < s->len && (eof || (start == 0 && s->len == sizeof(s->buf)))) {
+    emit(s, s->buf + start, s->len - start);
+    start = s->len;
+  }
+  memmove(s->buf, s->buf + start, s->len - start);
+  s->len -= start;
+}
+
+/* Reads what is available; returns 0 while the stream lives, 1 at end-of-file or error. */
+static int pump(stream_t *s) {
+  for (;;) {
+    ssize_t r = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EAGAIN) return 0;
+    if (r <= 0) {
+      flush_lines(s, 1);
+      return 1;
+    }
+    s->len += (size_t)r;
+    flush_lines(s, 0);
+    /* One read per wake-up keeps one chatty worker from starving the others. */
+    return 0;
+  }
+}
+
+static void close_stream(stream_t *s) {
+  close(s->fd);
+  if (s->log_fd >= 0) close(s->log_fd);
+  free(s);
+}
+
+static void *thread_main(void *arg) {
+  bagua__outpump_t *p = arg;
+  struct pollfd *pfd = NULL;
+  stream_t **snap = NULL;
+  size_t cap = 0;
+  for (;;) {
+    pthread_mutex_lock(&p->mu);
+    int stop = p->stop;
+    size_t n = p->n;
+    if (n + 1 > cap) {
+      size_t nc = (n + 1) * 2;
+      struct pollfd *np = realloc(pfd, nc * sizeof(*np));
+      if (np) pfd = np;
+      stream_t **ns = np ? realloc(snap, nc * sizeof(*ns)) : NULL;
+      if (ns) snap = ns;
+      if (np && ns) cap = nc;
+    }
+    if (n + 1 > cap) n = cap ? cap - 1 : 0; /* out of memory: serve the first ones for now */
+    for (size_t i = 0; i < n; i++) {
+      snap[i] = p->streams[i];
+      pfd[i + 1] = (struct pollfd){.fd = snap[i]->fd, .events = POLLIN};
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (stop) break;
+    if (!pfd) {
+      struct timespec ts = {0, 50000000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    pfd[0] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
+    int rc = poll(pfd, n + 1, 1000);
+    if (rc < 0 && errno != EINTR) break;
+    if (rc <= 0) continue;
+    if (pfd[0].revents) {
+      uint64_t v;
+      ssize_t r = read(p->wake_fd, &v, sizeof(v));
+      (void)r;
+    }
+    for (size_t i = 0; i < n; i++) {
+      if (!pfd[i + 1].revents) continue;
+      if (!pump(snap[i])) continue;
+      pthread_mutex_lock(&p->mu);
+      for (size_t j = 0; j < p->n; j++)
+        if (p->streams[j] == snap[i]) {
+          p->streams[j] = p->streams[--p->n];
+          break;
+        }
+      pthread_cond_broadcast(&p->cv);
+      pthread_mutex_unlock(&p->mu);
+      close_stream(snap[i]);
+    }
+  }
+  free(pfd);
+  free(snap);
+  return NULL;
+}
+
+bagua_status_t bagua__outpump_start(bagua__outpump_t **out) {
+  *out = NULL;
+  bagua__outpump_t *p;
+  BAGUA_CALLOC(p, 1);
+  p->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (p->wake_fd < 0) {
+    BAGUA_WARN("agent: eventfd for the output thread failed: %s", strerror(errno));
+    free(p);
+    return BAGUA_ERR_SYSTEM;
+  }
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  int rc = pthread_create(&p->thread, NULL, thread_main, p);
+  if (rc != 0) {
+    BAGUA_WARN("agent: cannot start the output thread: %s", strerror(rc));
+    close(p->wake_fd);
+    free(p);
+    return BAGUA_ERR_SYSTEM;
+  }
+  *out = p;
+  return BAGUA_OK;
+}
+
+static void wake(bagua__outpump_t *p) {
+  uint64_t one = 1;
+  ssize_t w = write(p->wake_fd, &one, sizeof(one));
+  (void)w;
+}
+
+bagua_status_t bagua__outpump_add(bagua__outpump_t *p, int fd, int dest, const char *prefix,
+                                  int log_fd) {
+  stream_t *s = calloc(1, sizeof(*s));
+  if (!s) goto nomem;
+  s->fd = fd;
+  s->dest = dest;
+  s->log_fd = log_fd;
+  snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
+  s->prefix_len = strlen(s->prefix);
+  pthread_mutex_lock(&p->mu);
+  if (p->n == p->cap) {
+    size_t nc = p->cap ? p->cap * 2 : 16;
+    stream_t **ns = realloc(p->streams, nc * sizeof(*ns));
+    if (!ns) {
+      pthread_mutex_unlock(&p->mu);
+      free(s);
+      goto nomem;
+    }
+    p->streams = ns;
+    p->cap = nc;
+  }
+  p->streams[p->n++] = s;
+  pthread_mutex_unlock(&p->mu);
+  wake(p);
+  return BAGUA_OK;
+nomem:
+  close(fd);
+  if (log_fd >= 0) close(log_fd);
+  BAGUA_WARN("agent: out of memory adding a worker output stream");
+  return BAGUA_ERR_NO_MEMORY;
+}
+
+void bagua__outpump_drain(bagua__outpump_t *p, int timeout_ms) {
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += timeout_ms / 1000;
+  dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+  if (dl.tv_nsec >= 1000000000) {
+    dl.tv_sec++;
+    dl.tv_nsec -= 1000000000;
+  }
+  pthread_mutex_lock(&p->mu);
+  while (p->n > 0)
+    if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) != 0) break;
+  pthread_mutex_unlock(&p->mu);
+}
+
+void bagua__outpump_stop(bagua__outpump_t *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = 1;
+  pthread_mutex_unlock(&p->mu);
+  wake(p);
+  pthread_join(p->thread, NULL);
+  for (size_t i = 0; i < p->n; i++) {
+    flush_lines(p->streams[i], 1);
+    close_stream(p->streams[i]);
+  }
+  free(p->streams);
+  close(p->wake_fd);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}

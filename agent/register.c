@@ -1,0 +1,253 @@
+/*
+ * Membership of this node: its lease, its nodes/<id> record and its bid for leadership.
+ *
+ * The lease is the node's heartbeat: every key the agent must not leave behind when it dies
+ * (its node record, the leader key) is attached to it, so a dead agent's keys disappear one
+ * TTL after its last renewal and the others see a DELETE.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "agent_internal.h"
+#include "common/log.h"
+#include "common/sock.h"
+
+void bagua__agent_key(const bagua__agent_t *a, char *buf, size_t len, const char *fmt, ...) {
+  int n = snprintf(buf, len, "%s", a->prefix);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + n, len - (size_t)n, fmt, ap);
+  va_end(ap);
+}
+
+/*
+ * A port that is free on this host now, for MASTER_PORT should this node become the round's
+ * first node. Ports are picked afresh for every round, so a restarted rank 0 never has to
+ * bind a port whose old connections linger in TIME_WAIT.
+ */
+int bagua__agent_pick_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+  socklen_t len = sizeof(sa);
+  int port = -1;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+    port = ntohs(sa.sin_port);
+  close(fd);
+  return port;
+}
+
+/*
+ * The address other nodes reach this node at, when --node-addr is not given: the source
+ * address the kernel would use towards the first etcd endpoint. A connected UDP socket gives
+ * it without sending anything.
+ */
+void bagua__agent_detect_addr(bagua__agent_t *a) {
+  bagua__agent_config_t *cfg = a->cfg;
+  if (cfg->node_addr[0]) return;
+  char host[256];
+  const char *ep = cfg->endpoints;
+  const char *scheme = strstr(ep, "://");
+  if (scheme) ep = scheme + 3;
+  size_t n = strcspn(ep, ",/");
+  if (n >= sizeof(host)) n = sizeof(host) - 1;
+  memcpy(host, ep, n);
+  host[n] = '\0';
+  char *colon = strrchr(host, ':');
+  int port = colon ? atoi(colon + 1) : 2379;
+  if (colon) *colon = '\0';
+  uint32_t addr = 0;
+  int fd = -1;
+  if (bagua__resolve_ipv4(host, &addr) == BAGUA_OK &&
+      (fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0) {
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
+    struct sockaddr_in local;
+    socklen_t len = sizeof(local);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&local, &len) == 0) {
+      bagua__ipv4_str(local.sin_addr.s_addr, cfg->node_addr, sizeof(cfg->node_addr));
+    }
+  }
+  if (fd >= 0) close(fd);
+  if (!cfg->node_addr[0]) {
+    snprintf(cfg->node_addr, sizeof(cfg->node_addr), "%s", a->host);
+    BAGUA_WARN(
+        "agent: cannot tell the local address towards etcd at %s; advertising the host "
+        "name %s (use --node-addr to choose)",
+        cfg->endpoints, a->host);
+  }
+}
+
+static char *node_record(const bagua__agent_t *a) {
+  bagua__agent_node_t n;
+  memset(&n, 0, sizeof(n));
+  snprintf(n.host, sizeof(n.host), "%s", a->host);
+  snprintf(n.addr, sizeof(n.addr), "%s", a->cfg->node_addr);
+  snprintf(n.tag, sizeof(n.tag), "%s", a->cfg->tag);
+  snprintf(n.version, sizeof(n.version), "%s", BAGUA_AGENT_VERSION);
+  n.nproc = a->cfg->nproc;
+  n.pid = (int)getpid();
+  n.master_port = a->master_port;
+  n.join_ms = a->join_ms;
+  return bagua__agent_node_encode(&n);
+}
+
+int bagua__agent_register(bagua__agent_t *a) {
+  const bagua__agent_config_t *cfg = a->cfg;
+  char key[512];
+  bagua__agent_key(a, key, sizeof(key), "nodes/%s", cfg->node_id);
+  int64_t granted = 0;
+  if (bagua__etcd_lease_grant(a->etcd, cfg->lease_ttl_s, &a->lease, &granted) != BAGUA_OK) {
+    a->lease = 0;
+    return 3;
+  }
+  int port = bagua__agent_pick_port();
+  a->master_port = port > 0 ? port : 29500;
+  a->join_ms = bagua__agent_wall_ms();
+  char *rec = node_record(a);
+  if (!rec) return 3;
+  /* A key with our id on another lease is another agent, or a dead one whose lease has not
+   * expired yet: give it one TTL (plus etcd's expiry tick) to go away. */
+  int64_t deadline = bagua__now_ms() + (int64_t)cfg->lease_ttl_s * 1000 + 1500;
+  int said = 0, rc = 3;
+  for (;;) {
+    int created = 0;
+    bagua__etcd_kv_t cur;
+    if (bagua__etcd_create_if_absent(a->etcd, key, rec, strlen(rec), a->lease, &created, NULL,
+                                     &cur) != BAGUA_OK)
+      break;
+    if (created) {
+      bagua__etcd_kv_clear(&cur);
+      rc = 0;
+      break;
+    }
+    bagua__agent_node_t other;
+    memset(&other, 0, sizeof(other));
+    bagua__agent_node_decode(cur.value, &other);
+    bagua__etcd_kv_clear(&cur);
+    if (bagua__now_ms() > deadline) {
+      bagua__agent_err(
+          "node id \"%s\" is in use by a live agent (pid %d on host %s) of job %s; "
+          "give every agent its own --node-id",
+          cfg->node_id, other.pid, other.host, cfg->job_id);
+      rc = 2;
+      break;
+    }
+    if (!said) {
+      bagua__agent_err(
+          "node id \"%s\" is registered by pid %d on host %s; waiting up to %d s "
+          "for that registration to expire",
+          cfg->node_id, other.pid, other.host, cfg->lease_ttl_s + 1);
+      said = 1;
+    }
+    bagua__agent_wait(a, 200);
+    if (a->term_sig) break;
+  }
+  free(rec);
+  if (rc != 0) {
+    bagua__etcd_lease_revoke(a->etcd, a->lease);
+    a->lease = 0;
+    return rc;
+  }
+  if (bagua__etcd_keeper_start(a->etcd, a->lease, granted > 0 ? granted : cfg->lease_ttl_s,
+                               &a->keeper) != BAGUA_OK) {
+    bagua__etcd_lease_revoke(a->etcd, a->lease);
+    a->lease = 0;
+    return 3;
+  }
+  BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: registered %s (lease %lld, ttl %lld s, addr %s)", key,
+             (long long)a->lease, (long long)granted, cfg->node_addr);
+  return 0;
+}
+
+void bagua__agent_refresh_record(bagua__agent_t *a) {
+  int port = bagua__agent_pick_port();
+  if (port <= 0 || a->lease == 0) return;
+  a->master_port = port;
+  char key[512];
+  bagua__agent_key(a, key, sizeof(key), "nodes/%s", a->cfg->node_id);
+  char *rec = node_record(a);
+  /* A plain put keeps the key's create_revision, so the node keeps its registration order. */
+  if (rec) bagua__etcd_put(a->etcd, key, rec, strlen(rec), a->lease, NULL, NULL);
+  free(rec);
+}
+
+void bagua__agent_deregister(bagua__agent_t *a) {
+  bagua__etcd_keeper_stop(a->keeper);
+  a->keeper = NULL;
+  if (a->lease) bagua__etcd_lease_revoke(a->etcd, a->lease);
+  a->lease = 0;
+  a->is_leader = 0;
+}
+
+int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  const bagua__agent_node_t *me = bagua__agent_snap_node(s, a->cfg->node_id);
+  int lost = a->keeper == NULL || bagua__etcd_keeper_lost(a->keeper);
+  if (lost && a->keeper) {
+    /* The keeper also says "lost" during an outage longer than a TTL; etcd is answering
+     * again (we hold a fresh snapshot), so ask it whether the lease still exists. */
+    int64_t ttl = -1;
+    if (bagua__etcd_lease_keepalive_once(a->etcd, a->lease, &ttl) != BAGUA_OK) return 0;
+    lost = ttl == 0;
+  }
+  if (lost) {
+    if (a->keeper)
+      bagua__agent_err(
+          "lost the etcd lease (no renewal for a TTL); registering again as a new "
+          "node");
+    bagua__etcd_keeper_stop(a->keeper);
+    a->keeper = NULL;
+    a->lease = 0;
+    a->is_leader = 0;
+    int rc = bagua__agent_register(a);
+    return rc == 3 ? 0 : rc; /* etcd trouble: try again on the next pass */
+  }
+  if (me && me->lease == a->lease) return 0;
+  if (me) {
+    bagua__agent_err(
+        "node id \"%s\" was taken over by another agent (pid %d on host %s); "
+        "give every agent its own --node-id",
+        a->cfg->node_id, me->pid, me->host);
+    return BAGUA_AGENT_EXIT_USAGE;
+  }
+  /* The key vanished under a live lease: a concurrent stale-state reset removed it. */
+  char key[512];
+  bagua__agent_key(a, key, sizeof(key), "nodes/%s", a->cfg->node_id);
+  char *rec = node_record(a);
+  int created = 0;
+  if (rec)
+    bagua__etcd_create_if_absent(a->etcd, key, rec, strlen(rec), a->lease, &created, NULL, NULL);
+  free(rec);
+  return 0;
+}
+
+void bagua__agent_check_leadership(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  int was = a->is_leader;
+  a->is_leader = s->has_leader && a->lease != 0 && strcmp(s->leader, a->cfg->node_id) == 0 &&
+                 s->leader_lease == a->lease;
+  if (!s->has_leader && a->lease != 0 && bagua__agent_snap_node(s, a->cfg->node_id)) {
+    char key[512];
+    bagua__agent_key(a, key, sizeof(key), "leader");
+    int created = 0;
+    const char *id = a->cfg->node_id;
+    if (bagua__etcd_create_if_absent(a->etcd, key, id, strlen(id), a->lease, &created, NULL,
+                                     NULL) == BAGUA_OK &&
+        created)
+      a->is_leader = 1;
+  }
+  if (a->is_leader && !was) {
+    memset(&a->lead, 0, sizeof(a->lead));
+    a->lead.round_seen = -1;
+    BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: %s is now the leader of job %s", a->cfg->node_id,
+               a->cfg->job_id);
+  }
+}

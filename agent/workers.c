@@ -1,0 +1,335 @@
+/*
+ * Starting and stopping worker processes.
+ *
+ * The agent has other threads (etcd keeper and watch, output), so a child may only call
+ * async-signal-safe functions between fork() and exec(): the environment, argument vector,
+ * log file and messages are all prepared before fork(), and the child only rearranges
+ * descriptors, sets its process group, parent-death signal and signal mask, and execs.
+ */
+#include "workers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "common/params.h"
+#include "common/sock.h"
+
+extern char **environ;
+
+/* Variables the agent sets; copies inherited from its own environment are dropped. */
+static const char *const owned_vars[] = {"RANK",
+                                         "LOCAL_RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_WORLD_SIZE",
+                                         "GROUP_RANK",
+                                         "GROUP_WORLD_SIZE",
+                                         "ROLE_RANK",
+                                         "ROLE_WORLD_SIZE",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "BAGUA_JOB_ID",
+                                         "BAGUA_NODE_ID",
+                                         "BAGUA_ROUND",
+                                         "BAGUA_RESTART_COUNT",
+                                         "BAGUA_MAX_RESTARTS",
+                                         "BAGUA_RDZV_ENDPOINT",
+                                         "BAGUA_NODE_ADDR",
+                                         "TORCHELASTIC_RESTART_COUNT",
+                                         "TORCHELASTIC_MAX_RESTARTS",
+                                         "TORCHELASTIC_RUN_ID",
+                                         NULL};
+
+static int owned(const char *entry, const char *bootstrap) {
+  size_t n = strcspn(entry, "=");
+  for (int i = 0; owned_vars[i]; i++)
+    if (strlen(owned_vars[i]) == n && strncmp(entry, owned_vars[i], n) == 0) return 1;
+  return bootstrap && n == 15 && strncmp(entry, "BAGUA_BOOTSTRAP", 15) == 0;
+}
+
+typedef struct {
+  char **v;
+  size_t n, cap;
+} strvec_t;
+
+static int vec_add(strvec_t *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int vec_add(strvec_t *sv, const char *fmt, ...) {
+  if (sv->n + 2 > sv->cap) {
+    size_t nc = sv->cap ? sv->cap * 2 : 64;
+    char **nv = realloc(sv->v, nc * sizeof(*nv));
+    if (!nv) return -1;
+    sv->v = nv;
+    sv->cap = nc;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vasprintf(&sv->v[sv->n], fmt, ap);
+  va_end(ap);
+  if (rc < 0) return -1;
+  sv->v[++sv->n] = NULL;
+  return 0;
+}
+
+static void vec_free(strvec_t *sv) {
+  for (size_t i = 0; i < sv->n; i++) free(sv->v[i]);
+  free(sv->v);
+  memset(sv, 0, sizeof(*sv));
+}
+
+/* The environment of one worker: the agent's own, minus what the agent sets, plus the round. */
+static int build_env(const bagua__agent_config_t *cfg, const bagua__worker_assign_t *a,
+                     int local_rank, strvec_t *sv) {
+  for (char **e = environ; e && *e; e++)
+    if (!owned(*e, a->bootstrap) && vec_add(sv, "%s", *e) != 0) return -1;
+  int rc = 0;
+  rc |= vec_add(sv, "RANK=%d", a->rank_base + local_rank);
+  rc |= vec_add(sv, "LOCAL_RANK=%d", local_rank);
+  rc |= vec_add(sv, "WORLD_SIZE=%d", a->world_size);
+  rc |= vec_add(sv, "LOCAL_WORLD_SIZE=%d", cfg->nproc);
+  rc |= vec_add(sv, "GROUP_RANK=%d", a->group_rank);
+  rc |= vec_add(sv, "GROUP_WORLD_SIZE=%d", a->group_world_size);
+  rc |= vec_add(sv, "ROLE_RANK=%d", a->rank_base + local_rank);
+  rc |= vec_add(sv, "ROLE_WORLD_SIZE=%d", a->world_size);
+  rc |= vec_add(sv, "MASTER_ADDR=%s", a->master_addr);
+  rc |= vec_add(sv, "MASTER_PORT=%d", a->master_port);
+  rc |= vec_add(sv, "BAGUA_JOB_ID=%s", cfg->job_id);
+  rc |= vec_add(sv, "BAGUA_NODE_ID=%s", cfg->node_id);
+  rc |= vec_add(sv, "BAGUA_ROUND=%lld", (long long)a->round);
+  rc |= vec_add(sv, "BAGUA_RESTART_COUNT=%d", a->restart_count);
+  rc |= vec_add(sv, "BAGUA_MAX_RESTARTS=%d", cfg->max_restarts);
+  rc |= vec_add(sv, "BAGUA_RDZV_ENDPOINT=%s", cfg->endpoints);
+  rc |= vec_add(sv, "BAGUA_NODE_ADDR=%s", cfg->node_addr);
+  rc |= vec_add(sv, "TORCHELASTIC_RESTART_COUNT=%d", a->restart_count);
+  rc |= vec_add(sv, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->max_restarts);
+  rc |= vec_add(sv, "TORCHELASTIC_RUN_ID=%s", cfg->job_id);
+  if (a->bootstrap) rc |= vec_add(sv, "BAGUA_BOOTSTRAP=%s", a->bootstrap);
+  return rc ? -1 : 0;
+}
+
+/* mkdir -p for DIR/<node>; returns 0 or -1 with errno. */
+static int make_dirs(const char *path) {
+  char tmp[4096];
+  if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp)) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+  return 0;
+}
+
+static int open_log(const bagua__agent_config_t *cfg, const bagua__worker_assign_t *a, int rank) {
+  if (!cfg->log_dir) return -1;
+  char dir[4096], path[4200];
+  snprintf(dir, sizeof(dir), "%s/%s", cfg->log_dir, cfg->node_id);
+  if (make_dirs(dir) != 0) {
+    BAGUA_WARN("agent: cannot create log directory %s: %s (console output only)", dir,
+               strerror(errno));
+    return -1;
+  }
+  snprintf(path, sizeof(path), "%s/rank%d.log", dir, rank);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    BAGUA_WARN("agent: cannot open log file %s: %s (console output only)", path, strerror(errno));
+    return -1;
+  }
+  /* Ranks change between rounds, so each round's output is headed by its round and rank. */
+  char head[256];
+  int n =
+      snprintf(head, sizeof(head), "=== bagua-agent: job %s round %lld restart %d rank %d ===\n",
+               cfg->job_id, (long long)a->round, a->restart_count, rank);
+  ssize_t w = write(fd, head, (size_t)n);
+  (void)w;
+  return fd;
+}
+
+/* Appends src to the buffer without stdio (used between fork and exec). */
+static size_t cat(char *buf, size_t off, size_t cap, const char *src) {
+  while (*src && off + 1 < cap) buf[off++] = *src++;
+  buf[off] = '\0';
+  return off;
+}
+
+static void child(const bagua__agent_config_t *cfg, char **envp, int out_w, int err_w,
+                  pid_t parent) {
+  /* Own process group: the agent signals the whole group, and a terminal's Ctrl-C reaches
+   * only the agent, which then decides what the workers get. */
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  /* The agent may have died between fork() and prctl(): then nobody would kill us. */
+  if (getppid() != parent) _exit(127);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  /* Ignored signals stay ignored across exec; give the program the defaults. */
+  signal(SIGPIPE, SIG_DFL);
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0 && devnull != STDIN_FILENO) {
+    dup2(devnull, STDIN_FILENO);
+    close(devnull);
+  }
+  if (dup2(out_w, STDOUT_FILENO) < 0 || dup2(err_w, STDERR_FILENO) < 0) _exit(127);
+  if (out_w > STDERR_FILENO) close(out_w);
+  if (err_w > STDERR_FILENO) close(err_w);
+  closefrom(3);
+  execvpe(cfg->argv[0], cfg->argv, envp);
+  int e = errno;
+  char msg[512];
+  size_t n = cat(msg, 0, sizeof(msg), "bagua-agent: cannot run \"");
+  n = cat(msg, n, sizeof(msg), cfg->argv[0]);
+  n = cat(msg, n, sizeof(msg), "\": ");
+  n = cat(msg, n, sizeof(msg), strerrordesc_np(e) ? strerrordesc_np(e) : "error");
+  n = cat(msg, n, sizeof(msg), "\n");
+  ssize_t w = write(STDERR_FILENO, msg, n);
+  (void)w;
+  _exit(e == ENOENT ? 127 : 126);
+}
+
+static bagua_status_t start_one(bagua__workers_t *ws, const bagua__agent_config_t *cfg,
+                                const bagua__worker_assign_t *a, bagua__outpump_t *out, int lr) {
+  bagua__worker_t *w = &ws->w[lr];
+  int rank = a->rank_base + lr;
+  strvec_t env = {0};
+  int pout[2] = {-1, -1}, perr[2] = {-1, -1};
+  bagua_status_t st = BAGUA_OK;
+  if (build_env(cfg, a, lr, &env) != 0) {
+    BAGUA_WARN("agent: out of memory building the environment of rank %d", rank);
+    st = BAGUA_ERR_NO_MEMORY;
+    goto fail;
+  }
+  if (pipe2(pout, O_CLOEXEC) != 0 || pipe2(perr, O_CLOEXEC) != 0) {
+    BAGUA_WARN("agent: pipe for rank %d failed: %s", rank, strerror(errno));
+    st = BAGUA_ERR_SYSTEM;
+    goto fail;
+  }
+  int log_fd = open_log(cfg, a, rank);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    BAGUA_WARN("agent: fork for rank %d failed: %s", rank, strerror(errno));
+    if (log_fd >= 0) close(log_fd);
+    st = BAGUA_ERR_SYSTEM;
+    goto fail;
+  }
+  if (pid == 0) child(cfg, env.v, pout[1], perr[1], parent);
+  /* Also set the group here, so a signal sent right after fork() cannot miss it. */
+  setpgid(pid, pid);
+  close(pout[1]);
+  close(perr[1]);
+  w->pid = pid;
+  w->local_rank = lr;
+  w->rank = rank;
+  w->running = 1;
+  ws->nrunning++;
+  ws->n = lr + 1;
+  char prefix[192];
+  snprintf(prefix, sizeof(prefix), "[%s/%d] ", cfg->node_id, rank);
+  bagua__sock_set_nonblock(pout[0], 1);
+  bagua__sock_set_nonblock(perr[0], 1);
+  int log2 = log_fd >= 0 ? fcntl(log_fd, F_DUPFD_CLOEXEC, 0) : -1;
+  bagua__outpump_add(out, pout[0], STDOUT_FILENO, prefix, log_fd);
+  bagua__outpump_add(out, perr[0], STDERR_FILENO, prefix, log2);
+  vec_free(&env);
+  return BAGUA_OK;
+fail:
+  for (int i = 0; i < 2; i++) {
+    if (pout[i] >= 0) close(pout[i]);
+    if (perr[i] >= 0) close(perr[i]);
+  }
+  vec_free(&env);
+  return st;
+}
+
+bagua_status_t bagua__workers_start(bagua__workers_t *ws, const bagua__agent_config_t *cfg,
+                                    const bagua__worker_assign_t *a, bagua__outpump_t *out) {
+  bagua__workers_clear(ws);
+  BAGUA_CALLOC(ws->w, cfg->nproc);
+  ws->round = a->round;
+  for (int lr = 0; lr < cfg->nproc; lr++) {
+    bagua_status_t st = start_one(ws, cfg, a, out, lr);
+    if (st != BAGUA_OK) return st; /* the caller stops the ones already running */
+  }
+  return BAGUA_OK;
+}
+
+int bagua__workers_on_exit(bagua__workers_t *ws, pid_t pid, int wait_status) {
+  for (int i = 0; i < ws->n; i++) {
+    bagua__worker_t *w = &ws->w[i];
+    if (w->pid != pid || !w->running) continue;
+    w->running = 0;
+    w->wait_status = wait_status;
+    w->exit_ms = bagua__agent_wall_ms();
+    w->expected = ws->stopping;
+    ws->nrunning--;
+    return 1;
+  }
+  return 0;
+}
+
+void bagua__workers_signal(bagua__workers_t *ws, int sig) {
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].running) kill(-ws->w[i].pid, sig);
+}
+
+const bagua__worker_t *bagua__workers_first_failure(const bagua__workers_t *ws) {
+  const bagua__worker_t *best = NULL;
+  for (int i = 0; i < ws->n; i++) {
+    const bagua__worker_t *w = &ws->w[i];
+    if (w->running || w->expected) continue;
+    if (WIFEXITED(w->wait_status) && WEXITSTATUS(w->wait_status) == 0) continue;
+    if (!best || w->exit_ms < best->exit_ms) best = w;
+  }
+  return best;
+}
+
+int bagua__workers_all_succeeded(const bagua__workers_t *ws) {
+  if (ws->n == 0 || ws->nrunning > 0) return 0;
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].expected || !WIFEXITED(ws->w[i].wait_status) ||
+        WEXITSTATUS(ws->w[i].wait_status) != 0)
+      return 0;
+  return 1;
+}
+
+void bagua__workers_stop(bagua__workers_t *ws, int sig, int grace_ms, bagua__workers_wait_fn wait,
+                         void *arg) {
+  if (ws->nrunning == 0) return;
+  ws->stopping = 1;
+  if (sig) bagua__workers_signal(ws, sig);
+  int64_t deadline = bagua__now_ms() + grace_ms;
+  while (ws->nrunning > 0) {
+    int64_t left = deadline - bagua__now_ms();
+    if (left <= 0) break;
+    if (wait(arg, (int)(left < 200 ? left : 200))) break;
+  }
+  if (ws->nrunning == 0) return;
+  BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: %d worker(s) still running after %d ms: SIGKILL",
+             ws->nrunning, grace_ms);
+  bagua__workers_signal(ws, SIGKILL);
+  deadline = bagua__now_ms() + 5000;
+  while (ws->nrunning > 0 && bagua__now_ms() < deadline) wait(arg, 100);
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].running)
+      BAGUA_WARN("agent: worker pid %d (rank %d) did not die within 5 s of SIGKILL; leaving it",
+                 (int)ws->w[i].pid, ws->w[i].rank);
+}
+
+void bagua__workers_clear(bagua__workers_t *ws) {
+  free(ws->w);
+  memset(ws, 0, sizeof(*ws));
+}

@@ -1,0 +1,293 @@
+/*
+ * Unit tests of the leader's round logic (agent/leader.c) on hand-built snapshots: windows,
+ * member order, restart accounting, root cause, success and the rendezvous timeout.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "leader.h"
+#include "test.h"
+
+#define TTL_S 2
+
+static bagua__leader_params_t P = {.nnodes_min = 2,
+                                   .nnodes_max = 3,
+                                   .max_restarts = 1,
+                                   .last_call_ms = 1000,
+                                   .settle_ms = 500,
+                                   .rdzv_timeout_s = 10,
+                                   .lease_ttl_s = TTL_S,
+                                   .self = "a"};
+
+/* Snapshot builder: nodes are given in any order with their create revision. */
+static void add_node(bagua__agent_snap_t *s, const char *id, int64_t rev, int nproc) {
+  s->nodes = realloc(s->nodes, (s->nnodes + 1) * sizeof(*s->nodes));
+  bagua__agent_node_t *n = &s->nodes[s->nnodes++];
+  memset(n, 0, sizeof(*n));
+  snprintf(n->id, sizeof(n->id), "%s", id);
+  snprintf(n->addr, sizeof(n->addr), "10.0.0.%d", (int)rev);
+  n->master_port = 1000 + (int)rev;
+  n->nproc = nproc;
+  n->create_rev = rev;
+  /* Keep the snapshot's invariant: oldest first. */
+  for (size_t i = s->nnodes - 1; i > 0 && s->nodes[i].create_rev < s->nodes[i - 1].create_rev;
+       i--) {
+    bagua__agent_node_t t = s->nodes[i];
+    s->nodes[i] = s->nodes[i - 1];
+    s->nodes[i - 1] = t;
+  }
+}
+
+static void drop_node(bagua__agent_snap_t *s, const char *id) {
+  for (size_t i = 0; i < s->nnodes; i++)
+    if (!strcmp(s->nodes[i].id, id)) {
+      memmove(&s->nodes[i], &s->nodes[i + 1], (s->nnodes - i - 1) * sizeof(*s->nodes));
+      s->nnodes--;
+      return;
+    }
+}
+
+/* Installs a round with members "x,y,z" (revisions taken from the live nodes). */
+static void set_round(bagua__agent_snap_t *s, int64_t number, const char *csv, int restarts) {
+  bagua__agent_round_clear(&s->round);
+  s->has_round = 1;
+  s->round.round = number;
+  s->round.restart_count = restarts;
+  s->round.members = calloc(8, sizeof(*s->round.members));
+  char buf[128];
+  snprintf(buf, sizeof(buf), "%s", csv);
+  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+    bagua__agent_member_t *m = &s->round.members[s->round.nmembers++];
+    snprintf(m->id, sizeof(m->id), "%s", tok);
+    m->nproc = 1;
+    for (size_t i = 0; i < s->nnodes; i++)
+      if (!strcmp(s->nodes[i].id, tok)) m->rev = s->nodes[i].create_rev;
+  }
+  s->ndone = 0;
+}
+
+static void add_done(bagua__agent_snap_t *s, const char *node, bagua__done_state_t state,
+                     int64_t time_ms, int rank) {
+  s->done = realloc(s->done, (s->ndone + 1) * sizeof(*s->done));
+  bagua__agent_done_entry_t *e = &s->done[s->ndone++];
+  memset(e, 0, sizeof(*e));
+  snprintf(e->node, sizeof(e->node), "%s", node);
+  snprintf(e->done.f.node, sizeof(e->done.f.node), "%s", node);
+  e->done.state = state;
+  e->done.f.time_ms = time_ms;
+  e->done.f.rank = rank;
+  e->done.f.exit_code = state == BAGUA__DONE_FAILED ? 3 + rank : 0;
+}
+
+static bagua__lead_decision_t decide(bagua__leader_state_t *st, const bagua__agent_snap_t *s,
+                                     int64_t now) {
+  bagua__lead_decision_t d;
+  ASSERT_EQ(bagua__leader_decide(&P, st, s, now, 123456, &d), 0);
+  return d;
+}
+
+static void expect_members(const bagua__agent_round_t *r, const char *csv) {
+  char got[256] = "";
+  for (int i = 0; i < r->nmembers; i++) {
+    if (i) strcat(got, ",");
+    strcat(got, r->members[i].id);
+  }
+  ASSERT_STREQ(got, csv);
+}
+
+static void test_initial(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  /* Below MIN: wait for the rendezvous timeout, then fail. */
+  add_node(&s, "a", 10, 2);
+  bagua__lead_decision_t d = decide(&st, &s, 1000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 1000 + 10000);
+  /* MIN reached: the last-call window opens. */
+  add_node(&s, "c", 30, 1);
+  d = decide(&st, &s, 2000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 3000);
+  /* A node joins within the window, registered between the others: order is by revision. */
+  add_node(&s, "b", 20, 4);
+  add_node(&s, "d", 40, 1);
+  d = decide(&st, &s, 2500);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH); /* MAX (3) registered: no need to wait */
+  ASSERT_EQ(d.round.round, 1);
+  expect_members(&d.round, "a,b,c"); /* d is beyond MAX: a spare */
+  ASSERT_EQ(d.round.world_size, 7);
+  ASSERT_STREQ(d.round.master_addr, "10.0.0.10");
+  ASSERT_EQ(d.round.master_port, 1010);
+  ASSERT_EQ(d.round.restart_count, 0);
+  ASSERT_STREQ(d.round.reason, "initial");
+  ASSERT_EQ(d.round.members[1].rev, 20);
+  bagua__agent_round_clear(&d.round);
+
+  /* Last call expires with MIN < n < MAX. */
+  bagua__agent_snap_t s2;
+  memset(&s2, 0, sizeof(s2));
+  bagua__leader_state_t st2 = {.round_seen = -1};
+  add_node(&s2, "x", 5, 1);
+  add_node(&s2, "y", 6, 1);
+  ASSERT_EQ(decide(&st2, &s2, 0).action, BAGUA__LEAD_NONE);
+  d = decide(&st2, &s2, 1000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "x,y");
+  bagua__agent_round_clear(&d.round);
+
+  /* Below MIN for the whole timeout. */
+  bagua__agent_snap_t s3;
+  memset(&s3, 0, sizeof(s3));
+  bagua__leader_state_t st3 = {.round_seen = -1};
+  add_node(&s3, "x", 5, 1);
+  ASSERT_EQ(decide(&st3, &s3, 100).action, BAGUA__LEAD_NONE);
+  d = decide(&st3, &s3, 100 + 10000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_RDZV_FAILED);
+  ASSERT_TRUE(strstr(d.message, "rendezvous timed out: 1 node(s) registered") != NULL);
+  bagua__agent_snap_clear(&s);
+  bagua__agent_snap_clear(&s2);
+  bagua__agent_snap_clear(&s3);
+}
+
+static void test_membership(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  add_node(&s, "c", 30, 1);
+  set_round(&s, 4, "c,a,b", 1); /* an order that is not by revision: it must be kept */
+  ASSERT_EQ(decide(&st, &s, 0).action, BAGUA__LEAD_NONE);
+  /* a leaves: settle, then survivors in their previous order, restart count unchanged. */
+  drop_node(&s, "a");
+  bagua__lead_decision_t d = decide(&st, &s, 100);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 600);
+  /* A newcomer older than the survivors (lower revision) still comes after them. */
+  add_node(&s, "e", 5, 1);
+  d = decide(&st, &s, 600);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "c,b,e");
+  ASSERT_EQ(d.round.round, 5);
+  ASSERT_EQ(d.round.restart_count, 1);
+  ASSERT_STREQ(d.round.reason, "membership");
+  ASSERT_STREQ(d.round.master_addr, "10.0.0.30");
+  bagua__agent_round_clear(&d.round);
+
+  /* A member registered again (new revision: its lease was lost) is a membership change. */
+  set_round(&s, 5, "c,b,e", 1);
+  ASSERT_EQ(decide(&st, &s, 1000).action, BAGUA__LEAD_NONE);
+  drop_node(&s, "b");
+  add_node(&s, "b", 50, 1);
+  d = decide(&st, &s, 1000);
+  ASSERT_EQ(d.wake_at, 1500);
+  d = decide(&st, &s, 1500);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "c,b,e");
+  ASSERT_EQ(d.round.members[1].rev, 50);
+  bagua__agent_round_clear(&d.round);
+
+  /* Below MIN after a departure: wait up to the rendezvous timeout, then fail. */
+  set_round(&s, 6, "c,b,e", 1);
+  drop_node(&s, "b");
+  drop_node(&s, "e");
+  d = decide(&st, &s, 2000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 12000);
+  add_node(&s, "f", 60, 1); /* back to MIN within the timeout: re-form after settling */
+  d = decide(&st, &s, 5000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  d = decide(&st, &s, 5500);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "c,f");
+  bagua__agent_round_clear(&d.round);
+  drop_node(&s, "f");
+  decide(&st, &s, 6000);
+  d = decide(&st, &s, 16000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_RDZV_FAILED);
+  bagua__agent_snap_clear(&s);
+}
+
+static void test_failures(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  add_node(&s, "c", 30, 1);
+  set_round(&s, 1, "a,b,c", 0);
+  /* One failure; c has not answered: wait a TTL (+1 s) for a possibly dead node's lease. */
+  add_done(&s, "b", BAGUA__DONE_FAILED, 5000, 1);
+  bagua__lead_decision_t d = decide(&st, &s, 100);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 100 + TTL_S * 1000 + 1000);
+  /* Every member answered: restart now, counted. */
+  add_done(&s, "a", BAGUA__DONE_STOPPED, 5001, 0);
+  add_done(&s, "c", BAGUA__DONE_STOPPED, 5002, 2);
+  d = decide(&st, &s, 200);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_EQ(d.round.restart_count, 1);
+  ASSERT_STREQ(d.round.reason, "failure");
+  expect_members(&d.round, "a,b,c");
+  bagua__agent_round_clear(&d.round);
+
+  /* Restarts used up: the earliest failure is the root cause. */
+  set_round(&s, 2, "a,b,c", 1);
+  add_done(&s, "c", BAGUA__DONE_FAILED, 7000, 2);
+  add_done(&s, "a", BAGUA__DONE_FAILED, 6000, 0);
+  d = decide(&st, &s, 300);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE); /* b has not answered yet */
+  d = decide(&st, &s, 300 + TTL_S * 1000 + 1000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_FAILED);
+  ASSERT_EQ(d.root.rank, 0);
+  ASSERT_EQ(d.root.time_ms, 6000);
+
+  /* A failure while a member is gone is a membership change: not counted. */
+  bagua__leader_state_t st2 = {.round_seen = -1};
+  set_round(&s, 3, "a,b,c", 1);
+  add_done(&s, "a", BAGUA__DONE_FAILED, 8000, 0);
+  drop_node(&s, "c");
+  d = decide(&st2, &s, 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  d = decide(&st2, &s, 500);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_EQ(d.round.restart_count, 1);
+  ASSERT_STREQ(d.round.reason, "membership");
+  expect_members(&d.round, "a,b");
+  bagua__agent_round_clear(&d.round);
+  bagua__agent_snap_clear(&s);
+}
+
+static void test_success(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  set_round(&s, 2, "a,b", 0);
+  add_done(&s, "b", BAGUA__DONE_SUCCEEDED, 1, 1);
+  /* b finished and left, a newcomer arrived: neither re-forms a finishing job. */
+  drop_node(&s, "b");
+  add_node(&s, "c", 30, 1);
+  bagua__lead_decision_t d = decide(&st, &s, 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(decide(&st, &s, 5000).action, BAGUA__LEAD_NONE);
+  add_done(&s, "a", BAGUA__DONE_SUCCEEDED, 2, 0);
+  ASSERT_EQ(decide(&st, &s, 5001).action, BAGUA__LEAD_SUCCEEDED);
+  /* A terminal status stops all decisions. */
+  s.has_status = 1;
+  s.status.state = BAGUA__JOB_SUCCEEDED;
+  ASSERT_EQ(decide(&st, &s, 5002).action, BAGUA__LEAD_NONE);
+  bagua__agent_snap_clear(&s);
+}
+
+int main(void) {
+  test_initial();
+  test_membership();
+  test_failures();
+  test_success();
+  printf("PASS leader\n");
+  return 0;
+}
