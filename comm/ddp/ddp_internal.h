@@ -194,7 +194,8 @@ bagua_status_t bagua__ddp_optim_setup(bagua_ddp_t *d);
 bagua_status_t bagua__ddp_optim_step(bagua_ddp_t *d);
 /* QAdam after warm-up: p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), v frozen. */
 void bagua__ddp_qadam_frozen_step(float *p, const float *m, const float *v, size_t n, double lr,
-                                  double beta1, double beta2, double eps, int64_t step);
+                                  double beta1, double beta2, double eps, int64_t step,
+                                  int64_t v_step);
 
 /* ---- algorithms/decentralized.c ---- */
 /* shift_one's peer of `rank` among n at exchange `step` (itself: no exchange this step). */

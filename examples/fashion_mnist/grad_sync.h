@@ -34,11 +34,11 @@ int fm_grad_sync_supported(const fm_options_t *o, FILE *err);
 
 /*
  * Creates the synchroniser for `model`, whose parameters `opt` updates, over `comm`. All
- * three are borrowed and must outlive it. `o` selects the algorithm; algorithms other than
- * the baseline return BAGUA_ERR_NOT_SUPPORTED after printing why to stderr.
+ * three are borrowed and must outlive it. `o` selects the algorithm; `total_steps` (the whole
+ * run) sets QAdam's warm-up when --warmup-steps is not given.
  */
 bagua_status_t fm_grad_sync_create(bagua_comm_t *comm, fm_mlp_t *model, fm_sgd_t *opt,
-                                   const fm_options_t *o, fm_grad_sync_t **out);
+                                   const fm_options_t *o, long total_steps, fm_grad_sync_t **out);
 void fm_grad_sync_destroy(fm_grad_sync_t *s);
 
 /* The grad-ready hook (an fm_grad_ready_cb, ctx is the fm_grad_sync_t): layer `layer`'s

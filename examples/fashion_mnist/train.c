@@ -163,7 +163,8 @@ static int setup(trainer_t *t) {
     fprintf(stderr, "fashion_mnist: out of memory\n");
     return 1;
   }
-  bagua_status_t st = fm_grad_sync_create(t->comm, &t->model, &t->opt, o, &t->sync);
+  bagua_status_t st = fm_grad_sync_create(t->comm, &t->model, &t->opt, o,
+                                          (long)t->steps_per_epoch * o->epochs, &t->sync);
   if (st != BAGUA_OK) return st == BAGUA_ERR_NOT_SUPPORTED ? 2 : 1;
   return 0;
 }

@@ -4,8 +4,10 @@
  * plain Adam, updating m and v. From then on each ready bucket updates its momentum locally,
  * m = beta1 m + (1 - beta1)(g + weight_decay p), and averages m with ByteGrad's compressed
  * op (hierarchical by default); the step uses that m with v frozen at its warm-up value and
- * the bias corrections of the running step count:
- *   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+ * the bias correction of m at the running step count t and of v at the step tw where it froze:
+ *   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^tw) + eps).
+ * Bagua corrects v with t as well, which shrinks the frozen estimate over time and grows the
+ * effective step size (about 2x over a 5-epoch Fashion-MNIST run).
  * Bagua switches by rebuilding its buckets around m (need_reset); here the bucket op just
  * changes with the step count, since m shares the gradients' flat layout.
  */
@@ -42,7 +44,7 @@ static bagua_status_t bucket_op(bagua_ddp_t *d, void *arg) {
 static bagua_status_t update(bagua_ddp_t *d) {
   if (warm(d)) return bagua__ddp_optim_step(d);
   bagua__ddp_qadam_frozen_step(d->params, d->opt_m, d->opt_v, d->total, d->lr, d->s.beta1,
-                               d->s.beta2, d->s.eps, d->steps + 1);
+                               d->s.beta2, d->s.eps, d->steps + 1, d->s.warmup_steps);
   return BAGUA_OK;
 }
 
