@@ -2,6 +2,7 @@
  * Communicator life cycle: creation from a bootstrap, the TCP mesh, transport selection,
  * split, abort and destruction.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,8 @@ uint64_t bagua_comm_bytes_sent(const bagua_comm_t *c) {
 
 /* Derives node-local ranks and node counts from the endpoints' node hashes. */
 static void compute_topology(bagua_comm_t *c) {
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
   uint64_t mine = c->eps[c->rank].node_hash;
   c->local_rank = c->local_size = c->node_count = 0;
   c->node_index = -1;
@@ -137,6 +140,9 @@ static void compute_topology(bagua_comm_t *c) {
       c->local_size++;
     }
   }
+  /* Busy-polling before sleeping helps only while every rank of this node has a CPU. */
+  c->net_spin = (int)bagua__param_int(BAGUA_P_NET_SPIN);
+  if (!bagua__param_is_set(BAGUA_P_NET_SPIN) && c->local_size > cpus) c->net_spin = 0;
 }
 
 static bagua__wire_hdr_t stream_hdr(const bagua_comm_t *c, uint32_t type, uint32_t arg) {

@@ -60,6 +60,7 @@ struct bagua_comm_s {
   /* Hierarchical mode: node-local communicator and leaders' communicator (NULL if none). */
   bagua_comm_t *intra, *inter;
   size_t segment_bytes;
+  int net_spin;  /* busy-poll rounds before poll() in the TCP engine; 0 when oversubscribed */
   void *scratch; /* reduce staging for the TCP engine */
   size_t scratch_bytes;
   volatile int abort_flag;
