@@ -8,6 +8,7 @@
 #include "bagua/ddp.h"
 #include "bagua/nccl.h"
 #include "bagua/error.h"
+#include "bagua/loader.h"
 #include "bagua/params.h"
 #include "bagua/types.h"
 
