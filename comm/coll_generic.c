@@ -16,17 +16,6 @@
 
 #define SMALL_BYTES (64 * 1024)
 
-static int mod(int a, int n) {
-  return ((a % n) + n) % n;
-}
-
-/* Byte offset and length of chunk i when `count` elements are split over n chunks. */
-static void chunk(size_t count, int n, int i, size_t es, size_t *off, size_t *len) {
-  size_t base = count / (size_t)n, extra = count % (size_t)n, ui = (size_t)i;
-  *off = (ui * base + (ui < extra ? ui : extra)) * es;
-  *len = (base + (ui < extra ? 1 : 0)) * es;
-}
-
 static bagua_status_t sendrecv_bytes(bagua_comm_t *c, const void *s, size_t sb, int dst, void *r,
                                      size_t rb, int src, const void *local, bagua_dtype_t dt,
                                      bagua_op_t op) {
@@ -45,12 +34,12 @@ static bagua_status_t ring_reduce_scatter(bagua_comm_t *c, const char *sbuf, cha
                                           bagua_op_t op) {
   int n = c->size, r = c->rank;
   size_t es = bagua_dtype_size(dt);
-  int next = mod(r + 1, n), prev = mod(r - 1, n);
+  int next = bagua__mod(r + 1, n), prev = bagua__mod(r - 1, n);
   for (int s = 0; s < n - 1; s++) {
-    int si = mod(r - s - 1, n), ri = mod(r - s - 2, n);
+    int si = bagua__mod(r - s - 1, n), ri = bagua__mod(r - s - 2, n);
     size_t so, sl, ro, rl;
-    chunk(count, n, si, es, &so, &sl);
-    chunk(count, n, ri, es, &ro, &rl);
+    bagua__block(count, n, si, es, &so, &sl);
+    bagua__block(count, n, ri, es, &ro, &rl);
     const char *src = s == 0 ? sbuf + so : (work ? work + so : pp[(s - 1) & 1]);
     char *dst = s == n - 2 ? final : (work ? work + ro : pp[s & 1]);
     BAGUA_CHECK(sendrecv_bytes(c, src, sl, next, dst, rl, prev, sbuf + ro, dt, op));
@@ -62,12 +51,12 @@ static bagua_status_t ring_reduce_scatter(bagua_comm_t *c, const char *sbuf, cha
 static bagua_status_t ring_allgather(bagua_comm_t *c, char *buf, size_t count, size_t es) {
   if (bagua__ring_usable(c)) return bagua__ring_allgather(c, buf, count, es);
   int n = c->size, r = c->rank;
-  int next = mod(r + 1, n), prev = mod(r - 1, n);
+  int next = bagua__mod(r + 1, n), prev = bagua__mod(r - 1, n);
   for (int s = 0; s < n - 1; s++) {
-    int si = mod(r - s, n), ri = mod(r - s - 1, n);
+    int si = bagua__mod(r - s, n), ri = bagua__mod(r - s - 1, n);
     size_t so, sl, ro, rl;
-    chunk(count, n, si, es, &so, &sl);
-    chunk(count, n, ri, es, &ro, &rl);
+    bagua__block(count, n, si, es, &so, &sl);
+    bagua__block(count, n, ri, es, &ro, &rl);
     BAGUA_CHECK(sendrecv_bytes(c, buf + so, sl, next, buf + ro, rl, prev, NULL, 0, 0));
   }
   return BAGUA_OK;
@@ -130,7 +119,7 @@ static bagua_status_t g_allreduce(bagua_comm_t *c, const void *s, void *r, size_
   }
   if (bagua__ring_usable(c)) return bagua__ring_allreduce(c, s, r, count, dt, op);
   size_t off, len;
-  chunk(count, c->size, c->rank, es, &off, &len);
+  bagua__block(count, c->size, c->rank, es, &off, &len);
   BAGUA_CHECK(ring_reduce_scatter(c, s, r, NULL, (char *)r + off, count, dt, op));
   if (op == BAGUA_AVG) bagua__div(dt, (char *)r + off, len / es, c->size);
   return ring_allgather(c, r, count, es);
@@ -196,11 +185,11 @@ out:
 
 /* Binomial-tree broadcast in ranks relative to the root. */
 static bagua_status_t tree_bcast(bagua_comm_t *c, void *buf, size_t bytes, int root) {
-  int n = c->size, vr = mod(c->rank - root, n);
+  int n = c->size, vr = bagua__mod(c->rank - root, n);
   int mask = 1;
   while (mask < n) {
     if (vr & mask) {
-      bagua__recv_t rv = {mod(vr - mask + root, n), buf, bytes, NULL, 0, 0};
+      bagua__recv_t rv = {bagua__mod(vr - mask + root, n), buf, bytes, NULL, 0, 0};
       BAGUA_CHECK(bagua__exchange(c, NULL, 0, &rv, 1));
       break;
     }
@@ -209,7 +198,7 @@ static bagua_status_t tree_bcast(bagua_comm_t *c, void *buf, size_t bytes, int r
   bagua__send_t sends[32];
   int k = 0;
   for (mask >>= 1; mask > 0; mask >>= 1)
-    if (vr + mask < n) sends[k++] = (bagua__send_t){mod(vr + mask + root, n), buf, bytes};
+    if (vr + mask < n) sends[k++] = (bagua__send_t){bagua__mod(vr + mask + root, n), buf, bytes};
   return k ? bagua__exchange(c, sends, k, NULL, 0) : BAGUA_OK;
 }
 
@@ -228,7 +217,7 @@ static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_
     for (int p = 0; p < n; p++) {
       if (p == root) continue;
       size_t off, len;
-      chunk(count, n, p, es, &off, &len);
+      bagua__block(count, n, p, es, &off, &len);
       sends[k++] = (bagua__send_t){p, (char *)r + off, len};
     }
     bagua_status_t st = bagua__exchange(c, sends, k, NULL, 0);
@@ -236,7 +225,7 @@ static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_
     BAGUA_CHECK(st);
   } else {
     size_t off, len;
-    chunk(count, n, c->rank, es, &off, &len);
+    bagua__block(count, n, c->rank, es, &off, &len);
     bagua__recv_t rv = {root, (char *)r + off, len, NULL, 0, 0};
     BAGUA_CHECK(bagua__exchange(c, NULL, 0, &rv, 1));
   }
@@ -246,7 +235,7 @@ static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_
 static bagua_status_t g_reduce(bagua_comm_t *c, const void *s, void *r, size_t count,
                                bagua_dtype_t dt, bagua_op_t op, int root) {
   size_t es = bagua_dtype_size(dt), bytes = count * es;
-  int n = c->size, vr = mod(c->rank - root, n);
+  int n = c->size, vr = bagua__mod(c->rank - root, n);
   bagua_status_t st = BAGUA_OK;
   char *acc = malloc(bytes + 1);
   if (!acc) return BAGUA_ERR_NO_MEMORY;
@@ -255,12 +244,12 @@ static bagua_status_t g_reduce(bagua_comm_t *c, const void *s, void *r, size_t c
     /* Binomial tree: children fold into parents; the root ends with the total. */
     for (int mask = 1; mask < n; mask <<= 1) {
       if (vr & mask) {
-        bagua__send_t sd = {mod(vr - mask + root, n), acc, bytes};
+        bagua__send_t sd = {bagua__mod(vr - mask + root, n), acc, bytes};
         BAGUA_CHECK_GOTO(bagua__exchange(c, &sd, 1, NULL, 0), st, out);
         break;
       }
       if (vr + mask < n) {
-        bagua__recv_t rv = {mod(vr + mask + root, n), acc, bytes, acc, dt, op};
+        bagua__recv_t rv = {bagua__mod(vr + mask + root, n), acc, bytes, acc, dt, op};
         BAGUA_CHECK_GOTO(bagua__exchange(c, NULL, 0, &rv, 1), st, out);
       }
     }
@@ -268,7 +257,7 @@ static bagua_status_t g_reduce(bagua_comm_t *c, const void *s, void *r, size_t c
   } else {
     /* Ring reduce-scatter into acc, then every rank sends its reduced chunk to the root. */
     size_t off, len;
-    chunk(count, n, c->rank, es, &off, &len);
+    bagua__block(count, n, c->rank, es, &off, &len);
     BAGUA_CHECK_GOTO(ring_reduce_scatter(c, s, acc, NULL, acc + off, count, dt, op), st, out);
     if (c->rank == root) {
       bagua__recv_t *rv = calloc((size_t)n, sizeof(*rv));
@@ -279,7 +268,7 @@ static bagua_status_t g_reduce(bagua_comm_t *c, const void *s, void *r, size_t c
       int k = 0;
       for (int p = 0; p < n; p++) {
         size_t po, pl;
-        chunk(count, n, p, es, &po, &pl);
+        bagua__block(count, n, p, es, &po, &pl);
         if (p == root)
           memcpy((char *)r + po, acc + po, pl);
         else
@@ -341,8 +330,8 @@ static bagua_status_t g_scatter(bagua_comm_t *c, const void *s, void *r, size_t 
 bagua_status_t bagua__generic_barrier(bagua_comm_t *c) {
   int n = c->size;
   for (int k = 1; k < n; k <<= 1)
-    BAGUA_CHECK(
-        sendrecv_bytes(c, NULL, 0, mod(c->rank + k, n), NULL, 0, mod(c->rank - k, n), NULL, 0, 0));
+    BAGUA_CHECK(sendrecv_bytes(c, NULL, 0, bagua__mod(c->rank + k, n), NULL, 0,
+                               bagua__mod(c->rank - k, n), NULL, 0, 0));
   return BAGUA_OK;
 }
 

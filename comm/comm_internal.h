@@ -68,6 +68,20 @@ struct bagua_comm_s {
   _Atomic uint64_t bytes_sent;
 };
 
+/* a mod n in [0, n), for ring neighbour arithmetic with negative offsets. */
+static inline int bagua__mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
+
+/* Block i of `count` elements split over n blocks, as every transport splits messages: the
+ * first count % n blocks get one extra element. Offset and length are in elements times `es`
+ * (pass es = 1 for element units). */
+static inline void bagua__block(size_t count, int n, int i, size_t es, size_t *off, size_t *len) {
+  size_t base = count / (size_t)n, extra = count % (size_t)n, ui = (size_t)i;
+  *off = (ui * base + (ui < extra ? ui : extra)) * es;
+  *len = (base + (ui < extra ? 1 : 0)) * es;
+}
+
 /* Marks the communicator failed with `st` and shuts its connections down so every peer fails
  * promptly instead of waiting for its own timeout. Returns `st` for convenience. */
 bagua_status_t bagua__comm_poison(bagua_comm_t *c, bagua_status_t st);

@@ -181,9 +181,7 @@ static void count_sent(bagua__shm_t *s, size_t bytes) {
 }
 
 static void split(size_t count, int n, int i, size_t *off, size_t *len) {
-  size_t base = count / (size_t)n, extra = count % (size_t)n, ui = (size_t)i;
-  *off = ui * base + (ui < extra ? ui : extra);
-  *len = base + (ui < extra ? 1 : 0);
+  bagua__block(count, n, i, 1, off, len);
 }
 
 /* Reduces element range [off, off+len) of round k's slots (each at byte offset `at`) into dst. */

@@ -55,25 +55,20 @@ typedef struct {
   bagua_op_t op;
 } ring_t;
 
-static int mod(int a, int n) {
-  return ((a % n) + n) % n;
-}
-
 static void chunk(const ring_t *g, int i, size_t *off, size_t *len) {
-  size_t base = g->count / (size_t)g->n, extra = g->count % (size_t)g->n, ui = (size_t)i;
-  *off = (ui * base + (ui < extra ? ui : extra)) * g->es;
-  *len = (base + (ui < extra ? 1 : 0)) * g->es;
+  bagua__block(g->count, g->n, i, g->es, off, len);
 }
 
 /* Chunk carried by received message m. Allreduce: reduce-scatter steps, then allgather. */
 static int recv_chunk(const ring_t *g, int m) {
   if (g->allreduce)
-    return m < g->n - 1 ? mod(g->r - m - 2, g->n) : mod(g->r - (m - (g->n - 1)) - 1, g->n);
-  return mod(g->r - m - 1, g->n);
+    return m < g->n - 1 ? bagua__mod(g->r - m - 2, g->n)
+                        : bagua__mod(g->r - (m - (g->n - 1)) - 1, g->n);
+  return bagua__mod(g->r - m - 1, g->n);
 }
 
 static int send_chunk(const ring_t *g, int k) {
-  if (k == 0) return g->allreduce ? mod(g->r - 1, g->n) : g->r;
+  if (k == 0) return g->allreduce ? bagua__mod(g->r - 1, g->n) : g->r;
   return recv_chunk(g, k - 1);
 }
 
