@@ -6,6 +6,7 @@
 
 #include "bagua/comm.h"
 #include "bagua/ddp.h"
+#include "bagua/elastic.h"
 #include "bagua/nccl.h"
 #include "bagua/error.h"
 #include "bagua/loader.h"

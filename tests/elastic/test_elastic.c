@@ -1,0 +1,342 @@
+/*
+ * In-process elasticity against a real etcd, with the test playing bagua-agent: it publishes
+ * the round key and starts worker processes (fork, one emulated node each).
+ *
+ *   shrink: 3 workers train; one is SIGKILLed mid-run; round 2 (2 members) is published a
+ *           little later, so the survivors first see a failed collective, restore the last
+ *           commit, wait for the new round and rebuild.
+ *   shrink_skip: as shrink, but round 2 still lists the dead node and round 3 drops it; the
+ *           survivors abandon round 2's bootstrap when round 3 appears.
+ *   grow:   2 workers train; round 2 adds a third node whose worker joins, receives the state
+ *           from rank 0 through sync, and the old workers notice the round at a step boundary.
+ *   grow_mixed: as grow, but only one old worker pauses between steps, so the other one is
+ *           inside a collective when the first rebuilds and notices through its failure.
+ *   errors: one process: argument checks, commit/restore, rebuild timeout, node left out.
+ *
+ * The model is exact integer arithmetic: every step s adds (s+1)*(i+1) to element i, computed
+ * as an allreduce of rank-weighted contributions divided by the rank weights' sum, so the
+ * result does not depend on the world size and the final vector shows whether every step was
+ * counted exactly once. Survivors (and the newcomer) must end with identical state.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../test.h"
+#include "bagua/comm.h"
+#include "bagua/elastic.h"
+#include "common/etcd/etcd.h"
+#include "common/params.h"
+#include "etcd_fixture.h"
+
+#define STEPS 80
+#define DIM 8
+#define JOB "elastic-test"
+
+typedef struct {
+  int64_t x[DIM];
+  int64_t sizes[STEPS]; /* world size each committed step ran with */
+} model_t;
+
+typedef struct {
+  int64_t step;
+  int64_t resets;    /* reset callbacks seen */
+  int64_t last_size; /* world size reported by the last reset */
+  int64_t final_round;
+  int64_t via_check, via_error; /* how the world change was noticed */
+  model_t m;
+} result_t;
+
+/* Set before the workers are forked: the grow_mixed case. */
+static int mixed;
+
+/* Shared with the workers (MAP_SHARED before fork): each worker's committed step. */
+static volatile int64_t *progress;
+
+static void put_json(const char *endpoint, const char *json) {
+  bagua__etcd_t *c = NULL;
+  ASSERT_OK(bagua__etcd_create(endpoint, 5000, &c));
+  char key[128];
+  snprintf(key, sizeof(key), "/bagua/%s/round", JOB);
+  ASSERT_OK(bagua__etcd_put(c, key, json, strlen(json), 0, NULL, NULL));
+  bagua__etcd_destroy(c);
+}
+
+static void put_round(const char *endpoint, int round, int n) {
+  /* The same round record bagua-agent's leader writes (docs/agent.md), through the same
+   * internal etcd client the agent uses. */
+  char json[512], *p = json;
+  p += sprintf(p, "{\"round\":%d,\"members\":[", round);
+  for (int i = 0; i < n; i++) p += sprintf(p, "%s\"n%d\"", i ? "," : "", i);
+  p += sprintf(p, "],\"nprocs\":[");
+  for (int i = 0; i < n; i++) p += sprintf(p, "%s1", i ? "," : "");
+  sprintf(p, "],\"world_size\":%d,\"reason\":\"test\"}", n);
+  put_json(endpoint, json);
+}
+
+static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *info, void *arg) {
+  result_t *r = arg;
+  (void)e;
+  r->resets++;
+  r->last_size = info->new_size;
+  /* The step counter was synchronised before callbacks run, so every rank sees the same. */
+  return info->new_size >= 1 ? BAGUA_OK : BAGUA_ERR_INTERNAL;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static int worker(const char *endpoint, int round, int rank, int size, int slot, int wfd) {
+  char buf[128];
+  snprintf(buf, sizeof(buf), "etcd://%s", endpoint);
+  setenv("BAGUA_BOOTSTRAP", buf, 1);
+  setenv("BAGUA_JOB_ID", JOB, 1);
+  snprintf(buf, sizeof(buf), "%d", round);
+  setenv("BAGUA_ROUND", buf, 1);
+  snprintf(buf, sizeof(buf), "%d", rank);
+  setenv("RANK", buf, 1);
+  snprintf(buf, sizeof(buf), "%d", size);
+  setenv("WORLD_SIZE", buf, 1);
+  snprintf(buf, sizeof(buf), "n%d", slot);
+  setenv("BAGUA_NODE_ID", buf, 1);
+  setenv("LOCAL_RANK", "0", 1);
+  setenv("BAGUA_TRANSPORT", "tcp", 1);
+  setenv("BAGUA_CONNECT_TIMEOUT_MS", "15000", 1);
+  setenv("BAGUA_COMM_TIMEOUT_MS", "10000", 1);
+  setenv("BAGUA_RDZV_TIMEOUT_S", "20", 1);
+  bagua__params_reload();
+
+  result_t res;
+  memset(&res, 0, sizeof(res));
+  bagua_elastic_t *e = NULL;
+  ASSERT_OK(bagua_elastic_create(NULL, &e));
+  ASSERT_OK(bagua_elastic_register(e, "model", &res.m, sizeof(res.m)));
+  ASSERT_OK(bagua_elastic_on_reset(e, on_reset, &res));
+  ASSERT_OK(bagua_elastic_sync(e));
+  int rebuilds = 0;
+  while (bagua_elastic_step(e) < STEPS) {
+    if (bagua_elastic_check(e)) {
+      ASSERT_OK(bagua_elastic_rebuild(e));
+      rebuilds++;
+      res.via_check++;
+      continue;
+    }
+    int64_t s = bagua_elastic_step(e), r = bagua_elastic_rank(e), n = bagua_elastic_size(e);
+    int64_t g[DIM], sum[DIM];
+    for (int i = 0; i < DIM; i++) g[i] = (s + 1) * (i + 1) * (r + 1);
+    bagua_status_t st = bagua_allreduce(bagua_elastic_comm(e), g, sum, DIM, BAGUA_I64, BAGUA_SUM);
+    if (st != BAGUA_OK) {
+      /* A peer died or left: roll back to the last completed step and join the new round. */
+      ASSERT_TRUE(st == BAGUA_ERR_REMOTE || st == BAGUA_ERR_ABORTED || st == BAGUA_ERR_TIMEOUT);
+      ASSERT_OK(bagua_elastic_restore(e));
+      ASSERT_OK(bagua_elastic_rebuild(e));
+      rebuilds++;
+      res.via_error++;
+      continue;
+    }
+    for (int i = 0; i < DIM; i++) res.m.x[i] += sum[i] / (n * (n + 1) / 2);
+    res.m.sizes[s] = n;
+    bagua_elastic_set_step(e, s + 1);
+    ASSERT_OK(bagua_elastic_commit(e));
+    progress[slot] = s + 1;
+    /* In the mixed case only n0 pauses, so n1 waits inside the next allreduce when n0 sees
+     * the new round: n0 rebuilds through check, n1 through the collective n0 cut off. */
+    if (!mixed || slot == 0) sleep_ms(15);
+  }
+  res.step = bagua_elastic_step(e);
+  res.final_round = bagua_elastic_round(e);
+  printf(
+      "worker n%d: rank %d of %d in round %lld after %d rebuilds (%lld via check, %lld via "
+      "a failed collective)\n",
+      slot, bagua_elastic_rank(e), bagua_elastic_size(e), (long long)res.final_round, rebuilds,
+      (long long)res.via_check, (long long)res.via_error);
+  fflush(stdout); /* the worker leaves through _exit, which does not flush stdio */
+  bagua_elastic_destroy(e);
+  ASSERT_TRUE(write(wfd, &res, sizeof(res)) == (ssize_t)sizeof(res));
+  return 0;
+}
+
+typedef struct {
+  pid_t pid;
+  int rfd;
+} proc_t;
+
+static proc_t spawn(const char *endpoint, int round, int rank, int size, int slot) {
+  int fds[2];
+  ASSERT_TRUE(pipe(fds) == 0);
+  proc_t p = {fork(), fds[0]};
+  ASSERT_TRUE(p.pid >= 0);
+  if (p.pid == 0) {
+    close(fds[0]);
+    _exit(worker(endpoint, round, rank, size, slot, fds[1]));
+  }
+  close(fds[1]);
+  return p;
+}
+
+/* Waits for a worker that must succeed and reads its result. */
+static void finish(proc_t p, result_t *r) {
+  int status;
+  ASSERT_TRUE(waitpid(p.pid, &status, 0) == p.pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(read(p.rfd, r, sizeof(*r)) == (ssize_t)sizeof(*r));
+  close(p.rfd);
+}
+
+static void wait_progress(int slot, int64_t step) {
+  long long deadline = etcd_fixture_now_ms() + 30000;
+  while (progress[slot] < step) {
+    ASSERT_LT(etcd_fixture_now_ms(), deadline);
+    sleep_ms(2);
+  }
+}
+
+static void check_results(result_t *rs, int n, int64_t want_size_before, int64_t want_after,
+                          int64_t want_round) {
+  for (int k = 0; k < n; k++) {
+    ASSERT_EQ(rs[k].step, STEPS);
+    ASSERT_EQ(rs[k].final_round, want_round);
+    ASSERT_EQ(rs[k].last_size, want_after);
+    ASSERT_TRUE(memcmp(&rs[k].m, &rs[0].m, sizeof(model_t)) == 0);
+  }
+  for (int i = 0; i < DIM; i++) ASSERT_EQ(rs[0].m.x[i], (int64_t)(i + 1) * STEPS * (STEPS + 1) / 2);
+  /* The world changed once, from before to after, at some step in the middle. */
+  int changes = 0;
+  ASSERT_EQ(rs[0].m.sizes[0], want_size_before);
+  ASSERT_EQ(rs[0].m.sizes[STEPS - 1], want_after);
+  for (int s = 1; s < STEPS; s++) changes += rs[0].m.sizes[s] != rs[0].m.sizes[s - 1];
+  ASSERT_EQ(changes, 1);
+}
+
+static void test_shrink(const etcd_fixture_t *fx, int skip) {
+  long long t0 = etcd_fixture_now_ms();
+  progress[0] = progress[1] = progress[2] = 0;
+  put_round(fx->host_port, 1, 3);
+  proc_t p[3];
+  for (int r = 0; r < 3; r++) p[r] = spawn(fx->host_port, 1, r, 3, r);
+  wait_progress(2, 20);
+  ASSERT_TRUE(kill(p[2].pid, SIGKILL) == 0);
+  int status;
+  waitpid(p[2].pid, &status, 0);
+  close(p[2].rfd);
+  /* The agent needs its lease TTL plus the settle window; meanwhile the survivors' collective
+   * fails and they wait for the round. */
+  sleep_ms(300);
+  if (skip) {
+    /* A round that still lists the dead node: the survivors' bootstrap of it cannot complete
+     * until round 3 drops the node, and the watch must cut that bootstrap short (the connect
+     * timeout is 15 s, so the test also bounds how long that takes). */
+    put_round(fx->host_port, 2, 3);
+    sleep_ms(500);
+    put_round(fx->host_port, 3, 2);
+  } else {
+    put_round(fx->host_port, 2, 2);
+  }
+  result_t rs[2];
+  finish(p[0], &rs[0]);
+  finish(p[1], &rs[1]);
+  for (int k = 0; k < 2; k++) ASSERT_GE(rs[k].resets, 1);
+  check_results(rs, 2, 3, 2, skip ? 3 : 2);
+  /* Well below BAGUA_CONNECT_TIMEOUT_MS (15 s): round 2's bootstrap was abandoned at once. */
+  ASSERT_LT(etcd_fixture_now_ms() - t0, 10000);
+  printf("passed elastic shrink 3 -> 2%s\n", skip ? " (skipping round 2)" : "");
+}
+
+static void test_grow(const etcd_fixture_t *fx) {
+  progress[0] = progress[1] = progress[2] = 0;
+  put_round(fx->host_port, 1, 2);
+  proc_t p[3];
+  for (int r = 0; r < 2; r++) p[r] = spawn(fx->host_port, 1, r, 2, r);
+  wait_progress(0, 20);
+  put_round(fx->host_port, 2, 3);
+  p[2] = spawn(fx->host_port, 2, 2, 3, 2);
+  result_t rs[3];
+  for (int k = 0; k < 3; k++) finish(p[k], &rs[k]);
+  ASSERT_GE(rs[0].resets, 1);
+  ASSERT_GE(rs[1].resets, 1);
+  ASSERT_EQ(rs[2].resets, 0); /* the newcomer synced at start and never rebuilt */
+  /* Nothing cuts the old communicator before a survivor rebuilds, so the first one to move
+   * must have seen the round through the watch. */
+  ASSERT_GE(rs[0].via_check + rs[1].via_check, 1);
+  rs[2].last_size = 3;
+  check_results(rs, 3, 2, 3, 2);
+  printf("passed elastic grow 2 -> 3\n");
+}
+
+/*
+ * One process, explicit config: argument checks, commit/restore, a rebuild that finds no new
+ * round (timeout), and a round that leaves this node out (BAGUA_ERR_ABORTED).
+ */
+static void test_errors(const etcd_fixture_t *fx) {
+  bagua__params_reload(); /* nothing set: BAGUA_NODE_ID is missing */
+  bagua_elastic_t *e = NULL;
+  ASSERT_STATUS(bagua_elastic_create(NULL, &e), BAGUA_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(bagua_last_error(), "BAGUA_NODE_ID") != NULL);
+  put_json(fx->host_port, "{\"round\":1,\"members\":[\"solo\"],\"world_size\":1}");
+  bagua_elastic_config_t cfg = BAGUA_ELASTIC_CONFIG_INIT;
+  cfg.etcd = fx->host_port;
+  cfg.job_id = JOB;
+  cfg.node_id = "solo";
+  cfg.round = 1;
+  cfg.rank = 0;
+  cfg.size = 1;
+  cfg.round_wait_ms = 300;
+  ASSERT_OK(bagua_elastic_create(&cfg, &e));
+  int64_t a[4] = {1, 2, 3, 4};
+  ASSERT_OK(bagua_elastic_register(e, "a", a, sizeof(a)));
+  ASSERT_STATUS(bagua_elastic_register(e, "a", a, sizeof(a)), BAGUA_ERR_INVALID_ARG);
+  ASSERT_OK(bagua_elastic_sync(e));
+  a[0] = 10;
+  bagua_elastic_set_step(e, 7);
+  ASSERT_OK(bagua_elastic_commit(e));
+  a[0] = 99;
+  bagua_elastic_set_step(e, 8);
+  ASSERT_OK(bagua_elastic_restore(e));
+  ASSERT_EQ(a[0], 10);
+  ASSERT_EQ(bagua_elastic_step(e), 7);
+  ASSERT_EQ(bagua_elastic_check(e), 0);
+  long long t0 = etcd_fixture_now_ms();
+  ASSERT_STATUS(bagua_elastic_rebuild(e), BAGUA_ERR_TIMEOUT);
+  ASSERT_LT(etcd_fixture_now_ms() - t0, 5000);
+  ASSERT_TRUE(bagua_elastic_comm(e) == NULL);
+  ASSERT_STATUS(bagua_elastic_sync(e), BAGUA_ERR_INVALID_USAGE);
+  put_json(fx->host_port, "{\"round\":2,\"members\":[\"other\"],\"world_size\":1}");
+  long long deadline = etcd_fixture_now_ms() + 10000;
+  while (!bagua_elastic_check(e)) {
+    ASSERT_LT(etcd_fixture_now_ms(), deadline);
+    sleep_ms(2);
+  }
+  ASSERT_STATUS(bagua_elastic_rebuild(e), BAGUA_ERR_ABORTED);
+  ASSERT_TRUE(strstr(bagua_last_error(), "not a member") != NULL);
+  bagua_elastic_destroy(e);
+  printf("passed elastic errors\n");
+}
+
+int main(int argc, char **argv) {
+  const char *which = argc > 1 ? argv[1] : "shrink";
+  progress = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_TRUE(progress != MAP_FAILED);
+  etcd_fixture_t fx;
+  etcd_fixture_start(&fx);
+  if (strcmp(which, "shrink") == 0)
+    test_shrink(&fx, 0);
+  else if (strcmp(which, "shrink_skip") == 0)
+    test_shrink(&fx, 1);
+  else if (strcmp(which, "grow") == 0)
+    test_grow(&fx);
+  else if (strcmp(which, "grow_mixed") == 0)
+    mixed = 1, test_grow(&fx);
+  else if (strcmp(which, "errors") == 0)
+    test_errors(&fx);
+  else
+    TEST_FAIL("unknown case %s (shrink, shrink_skip, grow, grow_mixed, errors)", which);
+  etcd_fixture_stop(&fx);
+  return 0;
+}
