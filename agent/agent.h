@@ -45,7 +45,8 @@ typedef struct {
   int settle_ms;
   int grace_ms;
   int etcd_timeout_ms;
-  char **argv; /* the worker program and its arguments, NULL-terminated (from main's argv) */
+  int in_process; /* --elastic-mode in-process: membership rounds keep running workers */
+  char **argv;    /* the worker program and its arguments, NULL-terminated (from main's argv) */
   int argc;
 } bagua__agent_config_t;
 

@@ -57,6 +57,9 @@ static const char usage_text[] =
     "  --settle-ms MS      batch membership changes (BAGUA_RDZV_SETTLE_MS)\n"
     "  --grace-ms MS       SIGTERM-to-SIGKILL grace for workers (BAGUA_STOP_GRACE_MS)\n"
     "  --log-dir DIR       also write DIR/<node>/rank<R>.log (BAGUA_LOG_DIR)\n"
+    "  --elastic-mode M    restart (default): every new round restarts the workers;\n"
+    "                      in-process: a membership change keeps running workers, which\n"
+    "                      move to the new round through bagua_elastic_rebuild\n"
     "  --tag NAME          label recorded in this node's etcd record\n"
     "  --help, --version\n"
     "\n"
@@ -78,6 +81,7 @@ enum {
   OPT_LOG_DIR,
   OPT_GRACE,
   OPT_TAG,
+  OPT_ELASTIC_MODE,
   OPT_HELP,
   OPT_VERSION
 };
@@ -97,6 +101,7 @@ static const struct option long_opts[] = {
     {"log-dir", required_argument, NULL, OPT_LOG_DIR},
     {"grace-ms", required_argument, NULL, OPT_GRACE},
     {"tag", required_argument, NULL, OPT_TAG},
+    {"elastic-mode", required_argument, NULL, OPT_ELASTIC_MODE},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0}};
@@ -204,6 +209,7 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   cfg->log_dir = bagua__param_str(BAGUA_P_LOG_DIR);
   snprintf(cfg->node_addr, sizeof(cfg->node_addr), "%s", bagua__param_str(BAGUA_P_NODE_ADDR));
   cfg->tag = "";
+  cfg->in_process = strcmp(bagua__param_str(BAGUA_P_ELASTIC_MODE), "in-process") == 0;
 
   opterr = 0; /* our own messages name the flag and what is accepted */
   optind = 1;
@@ -252,6 +258,16 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
         break;
       case OPT_TAG:
         cfg->tag = v;
+        break;
+      case OPT_ELASTIC_MODE:
+        if (strcmp(v, "restart") == 0) {
+          cfg->in_process = 0;
+        } else if (strcmp(v, "in-process") == 0) {
+          cfg->in_process = 1;
+        } else {
+          bagua__agent_err("--elastic-mode \"%s\" is invalid; accepted: restart or in-process", v);
+          rc = 1;
+        }
         break;
       case 'h':
       case OPT_HELP:

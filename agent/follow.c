@@ -18,9 +18,41 @@
 #include "agent_internal.h"
 #include "common/log.h"
 
+/*
+ * In-process mode (--elastic-mode in-process): a round formed by a membership change leaves
+ * this node's running workers alone when they are all still running, none failed, and the
+ * node keeps its place with the same number of workers; they move to the new round themselves
+ * (bagua_elastic_rebuild watches the round key). Returns 1 when the round was adopted so.
+ */
+static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
+                       const bagua__agent_snap_t *s) {
+  const bagua__agent_config_t *cfg = a->cfg;
+  if (!cfg->in_process || strcmp(R->reason, "membership") != 0 || !a->member) return 0;
+  if (a->ws.n != cfg->nproc || a->ws.nrunning != a->ws.n || a->ws.stopping || a->have_report)
+    return 0;
+  int idx = bagua__agent_round_find(R, cfg->node_id);
+  const bagua__agent_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
+  if (idx < 0 || R->members[idx].nproc != cfg->nproc || !me || me->lease != a->lease ||
+      (R->members[idx].rev && me->create_rev != R->members[idx].rev))
+    return 0;
+  int base = 0;
+  for (int i = 0; i < idx; i++) base += R->members[i].nproc;
+  for (int i = 0; i < a->ws.n; i++) a->ws.w[i].rank = base + a->ws.w[i].local_rank;
+  bagua__agent_err(
+      "round %lld (membership, in-process): node %d of %d, ranks %d..%d of %d; workers keep "
+      "running and rebuild",
+      (long long)R->round, idx, R->nmembers, base, base + cfg->nproc - 1, R->world_size);
+  a->ws.round = R->round;
+  a->cur_round = R->round;
+  a->have_report = 0;
+  a->reported = 0;
+  return 1;
+}
+
 static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
                         const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
+  if (adopt_round(a, R, s)) return;
   if (a->ws.nrunning > 0) {
     BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: round %lld replaces round %lld: stopping workers",
                (long long)R->round, (long long)a->cur_round);

@@ -45,6 +45,7 @@ static const char *const owned_vars[] = {"RANK",
                                          "BAGUA_MAX_RESTARTS",
                                          "BAGUA_RDZV_ENDPOINT",
                                          "BAGUA_NODE_ADDR",
+                                         "BAGUA_ELASTIC_MODE",
                                          "TORCHELASTIC_RESTART_COUNT",
                                          "TORCHELASTIC_MAX_RESTARTS",
                                          "TORCHELASTIC_RUN_ID",
@@ -109,6 +110,7 @@ static int build_env(const bagua__agent_config_t *cfg, const bagua__worker_assig
   rc |= vec_add(sv, "BAGUA_MAX_RESTARTS=%d", cfg->max_restarts);
   rc |= vec_add(sv, "BAGUA_RDZV_ENDPOINT=%s", cfg->endpoints);
   rc |= vec_add(sv, "BAGUA_NODE_ADDR=%s", cfg->node_addr);
+  rc |= vec_add(sv, "BAGUA_ELASTIC_MODE=%s", cfg->in_process ? "in-process" : "restart");
   rc |= vec_add(sv, "TORCHELASTIC_RESTART_COUNT=%d", a->restart_count);
   rc |= vec_add(sv, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->max_restarts);
   rc |= vec_add(sv, "TORCHELASTIC_RUN_ID=%s", cfg->job_id);

@@ -80,6 +80,9 @@ static const opt_spec_t specs[] = {
      FM_OPT_SYNC_INTERVAL_MS, "async model averaging period (500)"},
     {"--bucket-mb", "MB", V_REQUIRED, "a number of MiB from 0.00390625 (4 KiB) to 4096", ALL_ALGS,
      FM_OPT_BUCKET_MB, "gradient bucket size (library default: BAGUA_BUCKET_SIZE, 10 MiB)"},
+    {"--elastic", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off",
+     ALG(FM_ALG_GRADIENT_ALLREDUCE), FM_OPT_ELASTIC,
+     "in-process elasticity under bagua-agent --elastic-mode in-process (off)"},
     {"--help", "", V_NONE, "", 0, 0, "print this help and exit"},
 };
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
@@ -217,6 +220,8 @@ static int apply(const opt_spec_t *s, const char *v, fm_options_t *o) {
   } else if (!strcmp(n, "--sync-interval-ms")) {
     if (parse_long(v, 1, 3600000, &l)) return -1;
     o->sync_interval_ms = (int)l;
+  } else if (!strcmp(n, "--elastic")) {
+    return parse_bool(v, &o->elastic);
   } else if (!strcmp(n, "--bucket-mb")) {
     if (parse_double(v, &d) || !(d >= 1.0 / 256 && d <= 4096.0)) return -1;
     o->bucket_mb = d;

@@ -45,6 +45,7 @@ typedef struct {
   long warmup_steps;
   int sync_interval_ms;
   double bucket_mb; /* 0: the library's default (BAGUA_BUCKET_SIZE) */
+  int elastic;      /* --elastic: in-process elasticity through bagua/elastic.h */
   /* Which algorithm options appeared on the command line (bit per fm_cli_alg_opt_t). */
   unsigned given;
 } fm_options_t;
@@ -56,7 +57,8 @@ typedef enum {
   FM_OPT_ERROR_FEEDBACK = 1u << 3,
   FM_OPT_WARMUP_STEPS = 1u << 4,
   FM_OPT_SYNC_INTERVAL_MS = 1u << 5,
-  FM_OPT_BUCKET_MB = 1u << 6
+  FM_OPT_BUCKET_MB = 1u << 6,
+  FM_OPT_ELASTIC = 1u << 7
 } fm_cli_alg_opt_t;
 
 enum { FM_CLI_OK = 0, FM_CLI_HELP = 1, FM_CLI_ERROR = 2 };

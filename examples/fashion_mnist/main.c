@@ -52,7 +52,15 @@ int main(int argc, char **argv) {
   if (rc != FM_CLI_OK) return rc == FM_CLI_HELP ? 0 : 2;
   if (!fm_grad_sync_supported(&o, stderr)) return 2;
 
-  bagua_status_t st = join(&comm);
+  bagua_elastic_t *elastic = NULL;
+  bagua_status_t st;
+  if (o.elastic) {
+    /* Round, rank and world come from bagua-agent (--elastic-mode in-process). */
+    st = bagua_elastic_create(NULL, &elastic);
+    if (st == BAGUA_OK) comm = bagua_elastic_comm(elastic);
+  } else {
+    st = join(&comm);
+  }
   if (st != BAGUA_OK) {
     fprintf(stderr, "fashion_mnist: joining the job failed: %s%s%s\n", bagua_strerror(st),
             *bagua_last_error() ? ": " : "", bagua_last_error());
@@ -61,16 +69,21 @@ int main(int argc, char **argv) {
   fm_idx_status_t ds = fm_dataset_load(o.data_dir, (size_t)o.limit_train, (size_t)o.limit_test,
                                        &data, err, sizeof(err));
   if (ds != FM_IDX_OK) fprintf(stderr, "fashion_mnist: %s\n", err);
-  if (!all_ranks_ok(comm, ds == FM_IDX_OK)) {
-    if (ds == FM_IDX_OK)
+  /* An elastic worker may join a running job, whose ranks are in the middle of training (or
+   * of the rebuild that admits it) and take part in no such check: it fails on its own. */
+  if (elastic ? ds != FM_IDX_OK : !all_ranks_ok(comm, ds == FM_IDX_OK)) {
+    if (ds == FM_IDX_OK && !elastic)
       fprintf(stderr, "fashion_mnist: rank %d: another rank could not load the data set\n",
               bagua_comm_rank(comm));
     status = ds == FM_IDX_NOMEM ? 1 : 2;
     goto out;
   }
-  status = fm_train_run(&o, comm, &data);
+  status = elastic ? fm_train_run_elastic(&o, elastic, &data) : fm_train_run(&o, comm, &data);
 out:
   fm_dataset_free(&data);
-  bagua_comm_destroy(comm);
+  if (elastic)
+    bagua_elastic_destroy(elastic); /* also destroys the communicator */
+  else
+    bagua_comm_destroy(comm);
   return status;
 }

@@ -44,6 +44,7 @@ static const char *const dumped[] = {"RANK",
                                      "BAGUA_RDZV_ENDPOINT",
                                      "TORCHELASTIC_RESTART_COUNT",
                                      "TORCHELASTIC_RUN_ID",
+                                     "BAGUA_ELASTIC_MODE",
                                      "AGENT_TEST_MARK",
                                      NULL};
 

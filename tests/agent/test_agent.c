@@ -86,6 +86,7 @@ static void test_ranks(void) {
     expect_env(&h, 1, n, want[i].lr, "BAGUA_ROUND", "1");
     expect_env(&h, 1, n, want[i].lr, "BAGUA_RESTART_COUNT", "0");
     expect_env(&h, 1, n, want[i].lr, "TORCHELASTIC_RESTART_COUNT", "0");
+    expect_env(&h, 1, n, want[i].lr, "BAGUA_ELASTIC_MODE", "restart");
   }
   char boot[128];
   snprintf(boot, sizeof(boot), "etcd://%s", h.fx.host_port);
@@ -357,6 +358,9 @@ static void test_badcli(void) {
       {{"--nnodes", "1", "--nproc-per-node", "1", "--settle-ms", NULL},
        0,
        "--settle-ms needs a value"},
+      {{"--nnodes", "1", "--nproc-per-node", "1", "--elastic-mode", "live", NULL},
+       1,
+       "--elastic-mode \"live\" is invalid; accepted: restart or in-process"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     agent_proc_t ap;
@@ -627,6 +631,294 @@ static void test_torch(void) {
   h_fini(&h);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* In-process mode                                                                           */
+
+/* The file's contents (NUL-terminated, malloc'd; "" when unreadable). */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) TEST_FAIL("out of memory");
+  while (f) {
+    if (n + 4096 > cap) {
+      cap *= 2;
+      char *nb = realloc(buf, cap);
+      if (!nb) TEST_FAIL("out of memory");
+      buf = nb;
+    }
+    size_t r = fread(buf + n, 1, cap - n - 1, f);
+    if (r == 0) break;
+    n += r;
+  }
+  if (f) fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+static int count_in(const char *hay, const char *needle) {
+  int k = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) k++;
+  return k;
+}
+
+/* The integer after the first `needle` in the file, or -1. */
+static long long file_value_after(const char *path, const char *needle) {
+  char *buf = slurp(path);
+  const char *p = strstr(buf, needle);
+  long long v = p ? atoll(p + strlen(needle)) : -1;
+  free(buf);
+  return v;
+}
+
+static long long wait_value_after(const char *path, const char *needle, int timeout_ms) {
+  long long deadline = etcd_fixture_now_ms() + timeout_ms;
+  for (;;) {
+    long long v = file_value_after(path, needle);
+    if (v >= 0) return v;
+    if (etcd_fixture_now_ms() > deadline) TEST_FAIL("%s lacks \"%s\"", path, needle);
+    usleep(5000);
+  }
+}
+
+#define INPROC_STEPS 300
+
+/* --elastic-mode in-process: two nodes run an elastic worker; a third joins mid-run. The
+ * first two nodes' workers keep running (one start each, same pid) and rebuild into round 2;
+ * the newcomer starts in round 2 and gets the state through sync; every worker ends with the
+ * same counter. */
+static void test_inprocess(void) {
+  harness_t h;
+  h_init(&h, "inprocess", 1);
+  const char *a[] = {"--nnodes",
+                     "2:3",
+                     "--nproc-per-node",
+                     "1",
+                     "--max-restarts",
+                     "0",
+                     "--elastic-mode",
+                     "in-process",
+                     FAST,
+                     NULL};
+  char steps[16];
+  snprintf(steps, sizeof(steps), "%d", INPROC_STEPS);
+  const char *cmd[] = {ELASTIC_WORKER_BIN, steps, "20", NULL};
+  agent_proc_t ap[3];
+  const char *nodes[] = {"n1", "n2", "n3"};
+  for (int i = 0; i < 2; i++) {
+    h_spawn_cmd(&h, &ap[i], nodes[i], NULL, a, cmd);
+    h_wait_registered(&h, nodes[i], 10000);
+  }
+  long long pid0[2];
+  for (int i = 0; i < 2; i++) {
+    pid0[i] = wait_value_after(ap[i].out_path, "started pid=", 20000);
+    wait_value_after(ap[i].out_path, "first_step_ms=", 20000);
+  }
+  h_spawn_cmd(&h, &ap[2], "n3", NULL, a, cmd);
+  h_wait_registered(&h, "n3", 10000);
+  long long t_reg = etcd_fixture_now_ms();
+  long long t_first = wait_value_after(ap[2].out_path, "first_step_ms=", 20000);
+  printf("in-process join: n3 registered -> its worker's first step in %lld ms\n", t_first - t_reg);
+  for (int i = 0; i < 3; i++) {
+    int code = h_wait_exit(&ap[i], 40000);
+    if (code != 0) {
+      h_dump(ap, 3);
+      TEST_FAIL("agent %s exited %d", ap[i].node, code);
+    }
+  }
+  long long value[3];
+  for (int i = 0; i < 3; i++) {
+    char *out = slurp(ap[i].out_path);
+    int starts = count_in(out, "started pid=");
+    free(out);
+    if (starts != 1) {
+      h_dump(ap, 3);
+      TEST_FAIL("node %s started %d workers, expected 1", ap[i].node, starts);
+    }
+    char want[64];
+    snprintf(want, sizeof(want), "step=%d value=", INPROC_STEPS);
+    value[i] = file_value_after(ap[i].out_path, want);
+    if (value[i] < 0) {
+      h_dump(ap, 3);
+      TEST_FAIL("node %s lacks \"final ... %s\"", ap[i].node, want);
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    ASSERT_EQ(file_value_after(ap[i].out_path, "started pid="), pid0[i]);
+    expect_stdout(&ap[i], "rebuilt round=2");
+    expect_stdout(&ap[i], "mode=in-process");
+    expect_stderr(&ap[i], "in-process");
+  }
+  expect_stdout(&ap[2], "started pid=");
+  expect_stdout(&ap[2], "round=2 rank=2 size=3");
+  expect_stdout(&ap[2], "final rank=2 step=");
+  ASSERT_EQ(value[1], value[0]);
+  ASSERT_EQ(value[2], value[0]);
+  /* Every step counted once: 2 per step before the join, 3 after. */
+  if (!(value[0] > 2LL * INPROC_STEPS && value[0] < 3LL * INPROC_STEPS))
+    TEST_FAIL("final value %lld outside (%d, %d)", value[0], 2 * INPROC_STEPS, 3 * INPROC_STEPS);
+  printf("in-process: final value %lld on all 3 workers, %lld steps at world 2\n", value[0],
+         3LL * INPROC_STEPS - value[0]);
+  ASSERT_EQ(h_count_round_files(&h, 3), 0);
+  h_fini(&h);
+}
+
+/* --elastic-mode in-process, a node lost: three nodes run an elastic worker, one agent is
+ * SIGKILLed (its worker dies with it). The survivors' collective fails, they restore, wait for
+ * the membership round that drops the dead node and rebuild into it without being restarted;
+ * both finish with the same counter. */
+static void test_inprocess_shrink(void) {
+  harness_t h;
+  h_init(&h, "inprocess_shrink", 1);
+  const char *a[] = {"--nnodes",
+                     "2:3",
+                     "--nproc-per-node",
+                     "1",
+                     "--max-restarts",
+                     "0",
+                     "--elastic-mode",
+                     "in-process",
+                     FAST,
+                     NULL};
+  char steps[16];
+  snprintf(steps, sizeof(steps), "%d", INPROC_STEPS);
+  const char *cmd[] = {ELASTIC_WORKER_BIN, steps, "20", NULL};
+  agent_proc_t ap[3];
+  const char *nodes[] = {"n1", "n2", "n3"};
+  for (int i = 0; i < 3; i++) {
+    h_spawn_cmd(&h, &ap[i], nodes[i], NULL, a, cmd);
+    h_wait_registered(&h, nodes[i], 10000);
+  }
+  /* Wait for a round of all three (a join after a 2-node round is in-process too). */
+  long long deadline = etcd_fixture_now_ms() + 20000;
+  for (;;) {
+    bagua__agent_round_t r;
+    int three = 0;
+    if (h_round(&h, &r) == 0) {
+      three = r.nmembers == 3;
+      bagua__agent_round_clear(&r);
+    }
+    if (three && file_value_after(ap[2].out_path, "first_step_ms=") >= 0) break;
+    if (etcd_fixture_now_ms() > deadline) {
+      h_dump(ap, 3);
+      TEST_FAIL("no round with 3 members running within 20 s");
+    }
+    usleep(10000);
+  }
+  long long pid0[2];
+  for (int i = 0; i < 2; i++) pid0[i] = file_value_after(ap[i].out_path, "started pid=");
+  long long t_kill = etcd_fixture_now_ms();
+  h_kill(&ap[2], SIGKILL);
+  h_wait_exit(&ap[2], 5000);
+  for (int i = 0; i < 2; i++) {
+    int code = h_wait_exit(&ap[i], 40000);
+    if (code != 0) {
+      h_dump(ap, 3);
+      TEST_FAIL("agent %s exited %d", ap[i].node, code);
+    }
+  }
+  printf("in-process shrink: survivors finished %lld ms after the kill\n",
+         etcd_fixture_now_ms() - t_kill);
+  long long value[2];
+  for (int i = 0; i < 2; i++) {
+    char *out = slurp(ap[i].out_path);
+    int starts = count_in(out, "started pid=");
+    free(out);
+    if (starts != 1) {
+      h_dump(ap, 3);
+      TEST_FAIL("node %s started %d workers, expected 1", ap[i].node, starts);
+    }
+    ASSERT_EQ(file_value_after(ap[i].out_path, "started pid="), pid0[i]);
+    expect_stdout(&ap[i], "size=2\n");
+    char want[64];
+    snprintf(want, sizeof(want), "step=%d value=", INPROC_STEPS);
+    value[i] = file_value_after(ap[i].out_path, want);
+    if (value[i] < 0) {
+      h_dump(ap, 3);
+      TEST_FAIL("node %s lacks \"final ... %s\"", ap[i].node, want);
+    }
+  }
+  ASSERT_EQ(value[1], value[0]);
+  if (!(value[0] > 2LL * INPROC_STEPS && value[0] < 3LL * INPROC_STEPS))
+    TEST_FAIL("final value %lld outside (%d, %d)", value[0], 2 * INPROC_STEPS, 3 * INPROC_STEPS);
+  printf("in-process shrink: final value %lld on both survivors\n", value[0]);
+  bagua__agent_status_t st;
+  ASSERT_EQ(h_status(&h, &st), 0);
+  ASSERT_EQ((int)st.state, (int)BAGUA__JOB_SUCCEEDED);
+  h_fini(&h);
+}
+
+/* The 8 hex digits after "params_crc=" in the file into buf ("" when missing). */
+static const char *file_crc(const char *path, char *buf, size_t len) {
+  char *out = slurp(path);
+  const char *p = strstr(out, "params_crc=");
+  snprintf(buf, len, "%.8s", p ? p + strlen("params_crc=") : "");
+  free(out);
+  return buf;
+}
+
+/* examples/fashion_mnist --elastic under --elastic-mode in-process: two nodes train, a third
+ * joins mid-run; rank 0 reports the round change, the first two workers are not restarted,
+ * and all three end with the same parameters and samples_seen. */
+static void test_fm_elastic(void) {
+#ifndef FM_BIN
+  TEST_SKIP("examples/fashion_mnist is not built (zlib missing)");
+#else
+  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+    TEST_SKIP("Fashion-MNIST not found in /usr/share/datasets/fashion-mnist");
+  harness_t h;
+  h_init(&h, "fm_elastic", 1);
+  const char *a[] = {"--nnodes",
+                     "2:3",
+                     "--nproc-per-node",
+                     "1",
+                     "--max-restarts",
+                     "0",
+                     "--elastic-mode",
+                     "in-process",
+                     FAST,
+                     NULL};
+  const char *cmd[] = {FM_BIN,  "--elastic",    "--epochs", "6", "--limit-train",
+                       "20000", "--limit-test", "500",      NULL};
+  agent_proc_t ap[3];
+  const char *nodes[] = {"n1", "n2", "n3"};
+  for (int i = 0; i < 2; i++) {
+    h_spawn_cmd(&h, &ap[i], nodes[i], NULL, a, cmd);
+    h_wait_registered(&h, nodes[i], 10000);
+  }
+  wait_value_after(ap[0].out_path, "elastic, round 1 world ", 30000);
+  h_spawn_cmd(&h, &ap[2], "n3", NULL, a, cmd);
+  for (int i = 0; i < 3; i++) {
+    int code = h_wait_exit(&ap[i], 50000);
+    if (code != 0) {
+      h_dump(ap, 3);
+      TEST_FAIL("agent %s exited %d", ap[i].node, code);
+    }
+  }
+  long long rec = file_value_after(ap[0].out_path, "world 3 recovery_ms ");
+  if (rec < 0) {
+    h_dump(ap, 3);
+    TEST_FAIL("rank 0 printed no \"round N world 3 recovery_ms T\" line");
+  }
+  printf("fashion_mnist --elastic: join recovery_ms %lld\n", rec);
+  char crc0[16], crc[16];
+  file_crc(ap[0].out_path, crc0, sizeof(crc0));
+  ASSERT_TRUE(strlen(crc0) == 8);
+  long long seen0 = file_value_after(ap[0].out_path, "samples_seen=");
+  for (int i = 0; i < 3; i++) {
+    ASSERT_STREQ(file_crc(ap[i].out_path, crc, sizeof(crc)), crc0);
+    ASSERT_EQ(file_value_after(ap[i].out_path, "samples_seen="), seen0);
+    if (i < 2) expect_stderr(&ap[i], "(membership, in-process)");
+  }
+  expect_stdout(&ap[2], "[n3/2] final rank=2 ");
+  /* drop_last leaves out at most world - 1 samples per epoch. */
+  if (!(seen0 <= 6 * 20000LL && seen0 >= 6 * 20000LL - 6 * 2))
+    TEST_FAIL("samples_seen=%lld, expected about %d", seen0, 6 * 20000);
+  printf("fashion_mnist --elastic: params_crc %s samples_seen %lld on all 3 ranks\n", crc0, seen0);
+  h_fini(&h);
+#endif
+}
+
 int main(int argc, char **argv) {
   static const struct {
     const char *name;
@@ -646,7 +938,10 @@ int main(int argc, char **argv) {
                {"scale", test_scale},
                {"lease_lost", test_lease_lost},
                {"libbagua", test_libbagua},
-               {"torch", test_torch}};
+               {"torch", test_torch},
+               {"inprocess", test_inprocess},
+               {"inprocess_shrink", test_inprocess_shrink},
+               {"fm_elastic", test_fm_elastic}};
   setvbuf(stdout, NULL, _IOLBF, 0);
   for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
     if (strcmp(argv[1], tests[i].name) != 0) continue;
