@@ -288,6 +288,7 @@ done:
 /* Chooses the node identity: explicit id, then the launcher's node rank, then the host. */
 static uint64_t node_hash(const char *node_id) {
   char buf[256];
+  if (!node_id || !node_id[0]) node_id = bagua__param_str(BAGUA_P_NODE_ID);
   if (node_id && node_id[0]) {
     snprintf(buf, sizeof(buf), "id:%s", node_id);
   } else if (bagua__param_int(BAGUA_P_GROUP_RANK) >= 0) {
@@ -298,6 +299,18 @@ static uint64_t node_hash(const char *node_id) {
     snprintf(buf, sizeof(buf), "host:%s", host);
   }
   return bagua__hash64(buf, strlen(buf), 0);
+}
+
+bagua_status_t bagua__endpoint_init(bagua__endpoint_t *ep, const char *node_id, uint16_t port,
+                                    int rank) {
+  memset(ep, 0, sizeof(*ep));
+  ep->port = port;
+  ep->node_hash = node_hash(node_id);
+  ep->pid = (int32_t)getpid();
+  ep->rank = rank;
+  if (bagua__param_str(BAGUA_P_NODE_ADDR)[0])
+    return bagua__resolve_ipv4(bagua__param_str(BAGUA_P_NODE_ADDR), &ep->addr);
+  return BAGUA_OK;
 }
 
 bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out) {
@@ -395,17 +408,11 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
   int lfd = -1;
   uint16_t port = 0;
   BAGUA_CHECK_GOTO(bagua__listen(0 /* INADDR_ANY */, 0, &lfd, &port), st, fail);
-  bagua__endpoint_t mine = {0};
-  mine.port = port;
-  mine.node_hash = node_hash(cfg->node_id ? cfg->node_id : bagua__param_str(BAGUA_P_NODE_ID));
-  mine.pid = (int32_t)getpid();
-  mine.rank = rank;
+  bagua__endpoint_t mine;
   bagua__boot_ctx_t ctx = {
       rank, size, c->job_hash, c->comm_id, bagua__now_ms() + c->connect_timeout_ms, &c->abort_flag};
-  if (bagua__param_str(BAGUA_P_NODE_ADDR)[0])
-    BAGUA_CHECK_GOTO(bagua__resolve_ipv4(bagua__param_str(BAGUA_P_NODE_ADDR), &mine.addr), st,
-                     fail);
-  st = boot_fn(boot_arg, &ctx, &mine, c->eps);
+  st = bagua__endpoint_init(&mine, cfg->node_id, port, rank);
+  if (st == BAGUA_OK) st = boot_fn(boot_arg, &ctx, &mine, c->eps);
   if (st != BAGUA_OK) {
     close(lfd);
     goto fail;

@@ -130,6 +130,11 @@ bagua_status_t bagua__hier_setup(bagua_comm_t *c);
  * sets up the transport. Used by every way of creating a communicator. Takes ownership of
  * lfd. On failure the caller destroys the half-built communicator. */
 bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd);
+/* Fills this rank's endpoint record (listen port, node hash, pid, rank, BAGUA_NODE_ADDR when
+ * set) the same way for every creation path, so all of them group ranks into nodes by one
+ * rule. `node_id` NULL or "" falls back to BAGUA_NODE_ID, then GROUP_RANK, then the host. */
+bagua_status_t bagua__endpoint_init(bagua__endpoint_t *ep, const char *node_id, uint16_t port,
+                                    int rank);
 /* Allocates a communicator with the fields every creation path needs. */
 bagua_status_t bagua__comm_alloc(int rank, int size, bagua_comm_t **out);
 

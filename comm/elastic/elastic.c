@@ -182,16 +182,8 @@ static bagua_status_t comm_for_round(bagua_elastic_t *e, int64_t round, int rank
   if (atomic_load(&e->seen_round) > round) bagua_comm_abort(c);
   uint16_t port = 0;
   BAGUA_CHECK_GOTO(bagua__listen(0, 0, &lfd, &port), st, fail);
-  bagua__endpoint_t mine = {0};
-  char node[300];
-  snprintf(node, sizeof(node), "id:%s", e->node_id);
-  mine.port = port;
-  mine.node_hash = bagua__hash64(node, strlen(node), 0);
-  mine.pid = (int32_t)getpid();
-  mine.rank = rank;
-  if (bagua__param_str(BAGUA_P_NODE_ADDR)[0])
-    BAGUA_CHECK_GOTO(bagua__resolve_ipv4(bagua__param_str(BAGUA_P_NODE_ADDR), &mine.addr), st,
-                     fail);
+  bagua__endpoint_t mine;
+  BAGUA_CHECK_GOTO(bagua__endpoint_init(&mine, e->node_id, port, rank), st, fail);
   bagua__boot_etcd_t boot = {e->endpoint, e->job_id, round, e->etcd_timeout_ms};
   bagua__boot_ctx_t ctx = {
       rank, size, c->job_hash, c->comm_id, bagua__now_ms() + c->connect_timeout_ms, &c->abort_flag};

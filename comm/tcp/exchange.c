@@ -64,7 +64,7 @@ static bagua_status_t ensure_scratch(bagua_comm_t *c, size_t bytes) {
 }
 
 /* Combines the whole elements in the staging buffer into the destination. */
-static void flush_stage(part_t *p, int final) {
+static void flush_stage(part_t *p) {
   size_t n = p->staged / p->esize * p->esize;
   if (n == 0) return;
   bagua__reduce_out(p->dt, p->op, p->ptr, p->local, p->stage, n / p->esize);
@@ -72,7 +72,6 @@ static void flush_stage(part_t *p, int final) {
   p->local += n;
   p->staged -= n;
   if (p->staged) memmove(p->stage, p->stage + n, p->staged);
-  (void) final;
 }
 
 /* One non-blocking step of a send part. Returns 1 on progress, 0 if it would block. */
@@ -167,7 +166,7 @@ static int step_recv(bagua_comm_t *c, part_t *p, bagua_status_t *st) {
     /* Reduce in batches so each reduction call covers a useful amount of data. */
     if (p->staged == p->left || p->staged >= STAGE_BYTES / 2) {
       size_t before = p->staged;
-      flush_stage(p, p->staged == p->left);
+      flush_stage(p);
       p->left -= before - p->staged;
     }
   } else {
