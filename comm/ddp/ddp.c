@@ -56,6 +56,50 @@ static bagua_status_t sticky(const bagua_ddp_t *d) {
 /* creation and registration                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
+bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
+  bagua_comm_t *c = NULL, *intra = NULL, *inter = NULL, *async_comm = NULL;
+  bagua_status_t st;
+  /* A private communicator: the communication thread may then use it while the caller keeps
+   * using its own (a communicator admits one calling thread at a time). */
+  BAGUA_CHECK(bagua_comm_split(comm, 0, bagua_comm_rank(comm), &c));
+  if (d->s.hierarchical) BAGUA_CHECK_GOTO(bagua_comm_split_node(c, &intra, &inter), st, fail);
+  if (d->s.algo == &bagua__ddp_async)
+    BAGUA_CHECK_GOTO(bagua_comm_split(c, 0, bagua_comm_rank(c), &async_comm), st, fail);
+  pthread_mutex_lock(&d->comm_mu);
+  d->comm = c;
+  d->intra = intra;
+  d->inter = inter;
+  d->async_comm = async_comm;
+  d->rank = bagua_comm_rank(c);
+  d->size = bagua_comm_size(c);
+  d->node_count = bagua_comm_node_count(c);
+  pthread_mutex_unlock(&d->comm_mu);
+  return BAGUA_OK;
+fail:
+  bagua_comm_destroy(async_comm);
+  bagua_comm_destroy(inter);
+  bagua_comm_destroy(intra);
+  bagua_comm_destroy(c);
+  return st;
+}
+
+void bagua__ddp_comms_abort(bagua_ddp_t *d) {
+  pthread_mutex_lock(&d->comm_mu);
+  bagua_comm_abort(d->comm);
+  bagua_comm_abort(d->intra);
+  bagua_comm_abort(d->inter);
+  bagua_comm_abort(d->async_comm);
+  pthread_mutex_unlock(&d->comm_mu);
+}
+
+void bagua__ddp_comms_close(bagua_ddp_t *d) {
+  pthread_mutex_lock(&d->comm_mu);
+  bagua_comm_t *c[4] = {d->async_comm, d->inter, d->intra, d->comm};
+  d->comm = d->intra = d->inter = d->async_comm = NULL;
+  pthread_mutex_unlock(&d->comm_mu);
+  for (int i = 0; i < 4; i++) bagua_comm_destroy(c[i]);
+}
+
 bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cfg,
                                 bagua_ddp_t **out) {
   bagua_ddp_config_t def = BAGUA_DDP_CONFIG_INIT;
@@ -75,16 +119,8 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
   if (!d) return BAGUA_ERR_NO_MEMORY;
   d->s = s;
   d->lr = s.lr;
-  /* A private communicator: the communication thread may then use it while the caller keeps
-   * using its own (a communicator admits one calling thread at a time). */
-  BAGUA_CHECK_GOTO(bagua_comm_split(comm, 0, bagua_comm_rank(comm), &d->comm), st, fail);
-  d->rank = bagua_comm_rank(d->comm);
-  d->size = bagua_comm_size(d->comm);
-  d->node_count = bagua_comm_node_count(d->comm);
-  if (s.hierarchical)
-    BAGUA_CHECK_GOTO(bagua_comm_split_node(d->comm, &d->intra, &d->inter), st, fail);
-  if (s.algo == &bagua__ddp_async)
-    BAGUA_CHECK_GOTO(bagua_comm_split(d->comm, 0, d->rank, &d->async_comm), st, fail);
+  pthread_mutex_init(&d->comm_mu, NULL);
+  BAGUA_CHECK_GOTO(bagua__ddp_comms_open(d, comm), st, fail);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
              "ddp: %s on %d ranks (%d nodes), hierarchical %d, bucket %zu bytes, lr %g",
              s.algo->name, d->size, d->node_count, s.hierarchical, s.bucket_bytes, s.lr);
@@ -177,12 +213,28 @@ static bagua_status_t check_same_layout(bagua_ddp_t *d) {
 }
 
 bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
-  bagua_status_t st;
   if (!d) return BAGUA_ERR_INVALID_ARG;
   if (d->is_ready) return usage("bagua_ddp_ready", "called twice");
   if (sticky(d)) return sticky(d);
   if (d->ntensors == 0) return usage("bagua_ddp_ready", "no tensor was registered");
   d->bytes_start = bagua__ddp_bytes_sent(d);
+  return bagua__ddp_build(d, NULL, NULL);
+}
+
+/* Rank 0's step count and learning rate, so that a rank joining a running job (elastic)
+ * continues the schedule (warm-up, communication interval) where the others are. */
+static bagua_status_t sync_scalars(bagua_ddp_t *d) {
+  int64_t v[2] = {d->steps, 0};
+  memcpy(&v[1], &d->lr, sizeof(double));
+  BAGUA_CHECK(bagua_broadcast(d->comm, v, v, 2, BAGUA_I64, 0));
+  d->steps = v[0];
+  memcpy(&d->lr, &v[1], sizeof(double));
+  d->st.steps = d->steps;
+  return BAGUA_OK;
+}
+
+bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const float *carry_m, const float *carry_v) {
+  bagua_status_t st;
   size_t n = (size_t)d->size, m = (size_t)d->node_count;
   size_t align = n / gcd(n, m) * m * 16;
   BAGUA_CHECK_GOTO(bagua__ddp_partition(d->tensors, d->ntensors, d->s.bucket_bytes, align,
@@ -200,9 +252,14 @@ bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
     memcpy(d->params + t->offset, t->user_param, t->count * sizeof(float));
   }
   BAGUA_CHECK_GOTO(check_same_layout(d), st, fail);
+  BAGUA_CHECK_GOTO(sync_scalars(d), st, fail);
   BAGUA_CHECK_GOTO(bagua_broadcast(d->comm, d->params, d->params, d->total, BAGUA_F32, 0), st,
                    fail);
   BAGUA_CHECK_GOTO(bagua__ddp_optim_setup(d), st, fail);
+  /* An elastic rebuild carries the optimizer state over in registration order (the bucket
+   * padding depends on the world size, so the flat layout may have changed). */
+  bagua__ddp_unpack(d, carry_m, d->opt_m);
+  bagua__ddp_unpack(d, carry_v, d->opt_v);
   /* The state is zero on a fresh start; broadcasting it keeps ranks identical should a
    * caller ever load state on rank 0 only. */
   if (d->opt_m)
@@ -357,26 +414,33 @@ void bagua_ddp_abort(bagua_ddp_t *d) {
   if (!d) return;
   atomic_store(&d->aborted, 1);
   bagua__ddp_fail(d, BAGUA_ERR_ABORTED);
-  bagua_comm_abort(d->comm);
-  bagua_comm_abort(d->intra);
-  bagua_comm_abort(d->inter);
-  bagua_comm_abort(d->async_comm);
+  bagua__ddp_comms_abort(d);
 }
 
-void bagua_ddp_destroy(bagua_ddp_t *d) {
-  if (!d) return;
+void bagua__ddp_unbuild(bagua_ddp_t *d) {
   bagua__ddp_sched_stop(d);
   if (d->setup_called && d->s.algo->teardown) d->s.algo->teardown(d);
-  bagua_comm_destroy(d->async_comm);
-  bagua_comm_destroy(d->inter);
-  bagua_comm_destroy(d->intra);
-  bagua_comm_destroy(d->comm);
-  for (int i = 0; i < d->ntensors; i++) free(d->tensors[i].name);
-  free(d->tensors);
+  d->setup_called = 0;
+  d->is_ready = 0;
   free(d->buckets);
   free(d->params);
   free(d->grads);
   free(d->opt_m);
   free(d->opt_v);
+  d->buckets = NULL;
+  d->params = d->grads = d->opt_m = d->opt_v = NULL;
+  d->nbuckets = 0;
+  d->total = d->max_bucket = 0;
+  memset(&d->sched, 0, sizeof(d->sched));
+}
+
+void bagua_ddp_destroy(bagua_ddp_t *d) {
+  if (!d) return;
+  bagua__ddp_elastic_detach(d);
+  bagua__ddp_unbuild(d);
+  bagua__ddp_comms_close(d);
+  for (int i = 0; i < d->ntensors; i++) free(d->tensors[i].name);
+  free(d->tensors);
+  pthread_mutex_destroy(&d->comm_mu);
   free(d);
 }

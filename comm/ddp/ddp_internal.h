@@ -113,8 +113,22 @@ typedef struct {
   int stop;                      /* under mu */
 } bagua__ddp_sched_t;
 
+/* What an elastic context (include/bagua/elastic.h) needs of a bagua_ddp_t (comm/ddp/elastic.c):
+ * the last commit in registration order, so that it survives a change of the flat layout. */
+typedef struct {
+  struct bagua_elastic_s *e; /* attached to, or NULL */
+  float *params, *m, *v;     /* `nparams` elements each (m, v when the optimizer has them) */
+  size_t nparams;
+  int64_t steps;
+  double lr;
+  int restore_pending; /* bagua_elastic_restore() was called since the last commit */
+} bagua__ddp_elastic_t;
+
 struct bagua_ddp_s {
   bagua__ddp_settings_t s;
+  /* Guards the communicator pointers against bagua_ddp_abort() from other threads while an
+   * elastic rebuild replaces them. */
+  pthread_mutex_t comm_mu;
   bagua_comm_t *comm;          /* private split of the caller's communicator */
   bagua_comm_t *intra, *inter; /* node split of `comm` when hierarchical (inter on leaders) */
   bagua_comm_t *async_comm;    /* async: the averaging thread's own communicator */
@@ -147,6 +161,7 @@ struct bagua_ddp_s {
   uint64_t bytes_mark, bytes_start;
   bagua_ddp_stats_t st;
   _Atomic uint64_t async_rounds;
+  bagua__ddp_elastic_t el;
 };
 
 /* ---- helpers (ddp.c) ---- */
@@ -159,6 +174,29 @@ uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d);
 void bagua__ddp_copy_back(bagua_ddp_t *d);
 /* 64-byte aligned, zeroed allocation of n floats (n may be 0); free with free(). */
 float *bagua__ddp_alloc_floats(size_t n);
+
+/* Splits the private communicators off `comm` (collective over it). */
+bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm);
+/* Aborts them (any thread) / destroys them (training thread). */
+void bagua__ddp_comms_abort(bagua_ddp_t *d);
+void bagua__ddp_comms_close(bagua_ddp_t *d);
+/*
+ * The collective part of bagua_ddp_ready(): layout, allocation, rank 0's weights (read from the
+ * registered `param` arrays), step count, learning rate and optimizer state (carry_m/carry_v in
+ * registration order when not NULL, else zero) to every rank, the algorithm's setup and the
+ * communication thread. bagua__ddp_unbuild() undoes it (joining the threads) but keeps the
+ * tensors and communicators.
+ */
+bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const float *carry_m, const float *carry_v);
+void bagua__ddp_unbuild(bagua_ddp_t *d);
+
+/* ---- elasticity (elastic.c) ---- */
+/* Copies flat storage `flat` into `packed` (registration order, no padding), and back.
+ * NULL on either side does nothing. */
+void bagua__ddp_pack(const bagua_ddp_t *d, const float *flat, float *packed);
+void bagua__ddp_unpack(const bagua_ddp_t *d, const float *packed, float *flat);
+/* Leaves the elastic context, if attached (bagua_ddp_destroy). */
+void bagua__ddp_elastic_detach(bagua_ddp_t *d);
 
 /* ---- configuration (config.c) ---- */
 bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *cfg, bagua__ddp_settings_t *out);

@@ -5,6 +5,7 @@
 #include "bagua/elastic.h"
 
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 
 #define NAME_MAX_LEN 64
 #define MAX_CALLBACKS 16
+#define MAX_MEMBERS 4096
 
 typedef struct {
   char name[NAME_MAX_LEN];
@@ -47,14 +49,28 @@ struct bagua_elastic_s {
   pthread_mutex_t lock;
   bagua_comm_t *building;
   int64_t building_round;
+  /* Under `lock`: the current round's number and member node ids (NULL when unknown), read
+   * by the watch to tell whether a new round dropped a member. e->comm changes under it too,
+   * so that the departure abort never touches a destroyed communicator. */
+  int64_t cur_round;
+  char **members;
+  int nmembers;
+  /* The departure timer: when a new round drops a member, communication still running in the
+   * old round is aborted `abort_delay_ms` later (a node that left gracefully meets the others
+   * at the next step boundary first). Under `lock`; the thread sleeps on `timer_cv`. */
+  pthread_t timer;
+  int timer_started, timer_stop;
+  int abort_delay_ms;
+  int64_t abort_at_ms, abort_round; /* 0: nothing pending */
+  pthread_cond_t timer_cv;
   entry_t *entries;
   size_t nentries, cap;
   int64_t step, epoch;
   struct {
-    bagua_elastic_reset_cb cb;
+    bagua_elastic_participant_t p;
     void *arg;
-  } cbs[MAX_CALLBACKS];
-  int ncbs;
+  } parts[MAX_CALLBACKS];
+  int nparts;
 };
 
 static char *dup_str(const char *s) {
@@ -74,12 +90,103 @@ static int64_t parse_round_number(const char *json) {
   return r;
 }
 
+static void free_members(char **m, int n) {
+  for (int i = 0; i < n; i++) free(m[i]);
+  free(m);
+}
+
+/* The member node ids of a round JSON (malloc'ed array of strings). */
+static bagua_status_t parse_members(const char *json, char ***out, int *n) {
+  *out = NULL;
+  *n = 0;
+  cJSON *o = cJSON_Parse(json);
+  const cJSON *members = cJSON_GetObjectItemCaseSensitive(o, "members");
+  int count = cJSON_IsArray(members) ? cJSON_GetArraySize(members) : -1;
+  if (count < 0 || count > MAX_MEMBERS) {
+    cJSON_Delete(o);
+    return BAGUA_ERR_ETCD;
+  }
+  char **m = calloc((size_t)count + 1, sizeof(*m));
+  if (!m) {
+    cJSON_Delete(o);
+    return BAGUA_ERR_NO_MEMORY;
+  }
+  const cJSON *it;
+  int i = 0;
+  cJSON_ArrayForEach(it, members) {
+    m[i] = dup_str(cJSON_IsString(it) ? it->valuestring : "");
+    if (!m[i]) {
+      free_members(m, i);
+      cJSON_Delete(o);
+      return BAGUA_ERR_NO_MEMORY;
+    }
+    i++;
+  }
+  cJSON_Delete(o);
+  *out = m;
+  *n = count;
+  return BAGUA_OK;
+}
+
+/* 1 when some member of the current round is missing from `json`'s members (under lock). */
+static int drops_member(const bagua_elastic_t *e, const char *json) {
+  char **m = NULL;
+  int n = 0, dropped = 0;
+  if (!e->members || parse_members(json, &m, &n) != BAGUA_OK) return 0;
+  for (int i = 0; i < e->nmembers && !dropped; i++) {
+    int found = 0;
+    for (int j = 0; j < n && !found; j++) found = strcmp(e->members[i], m[j]) == 0;
+    dropped = !found;
+  }
+  free_members(m, n);
+  return dropped;
+}
+
+/* Ends communication of the current round (under lock): the world communicator and every
+ * participant's. */
+static void abort_current(bagua_elastic_t *e) {
+  if (e->comm) bagua_comm_abort(e->comm);
+  for (int i = 0; i < e->nparts; i++)
+    if (e->parts[i].p.abort) e->parts[i].p.abort(e->parts[i].arg);
+}
+
+static void *timer_main(void *arg) {
+  bagua_elastic_t *e = arg;
+  pthread_mutex_lock(&e->lock);
+  while (!e->timer_stop) {
+    if (!e->abort_at_ms) {
+      pthread_cond_wait(&e->timer_cv, &e->lock);
+      continue;
+    }
+    int64_t now = bagua__now_ms();
+    if (now < e->abort_at_ms) {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      int64_t ns = (int64_t)ts.tv_nsec + (e->abort_at_ms - now) * 1000000;
+      ts.tv_sec += ns / 1000000000;
+      ts.tv_nsec = ns % 1000000000;
+      pthread_cond_timedwait(&e->timer_cv, &e->lock, &ts);
+      continue;
+    }
+    /* Still in a round older than the one that dropped a member: cut it off. */
+    if (e->cur_round < e->abort_round) {
+      BAGUA_INFO(BAGUA_SUBSYS_COMM,
+                 "elastic: round %lld dropped a member; aborting communication of round %lld",
+                 (long long)e->abort_round, (long long)e->cur_round);
+      abort_current(e);
+    }
+    e->abort_at_ms = 0;
+  }
+  pthread_mutex_unlock(&e->lock);
+  return NULL;
+}
+
 /*
  * Applies the agent's rank rule to a round JSON: rank = sum of nprocs of the members before
  * our node + local_rank. Fills round/rank/size; BAGUA_ERR_ABORTED when we are not a member.
  */
 static bagua_status_t parse_round(const bagua_elastic_t *e, const char *json, int64_t *round,
-                                  int *rank, int *size) {
+                                  int *rank, int *size, char ***members_out, int *nmembers_out) {
   bagua_status_t st = BAGUA_ERR_ETCD;
   cJSON *o = cJSON_Parse(json);
   const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "round");
@@ -124,18 +231,25 @@ static bagua_status_t parse_round(const bagua_elastic_t *e, const char *json, in
                *rank, e->node_id, *size, (long long)*round);
     goto out;
   }
+  if (members_out && (st = parse_members(json, members_out, nmembers_out)) != BAGUA_OK) goto out;
   st = BAGUA_OK;
 out:
   cJSON_Delete(o);
   return st;
 }
 
-static void note_round(bagua_elastic_t *e, int64_t r) {
+/* Records round `r` as seen; `json` (may be NULL) is its record, checked for departures. */
+static void note_round(bagua_elastic_t *e, int64_t r, const char *json) {
   int64_t cur = atomic_load(&e->seen_round);
   while (r > cur && !atomic_compare_exchange_weak(&e->seen_round, &cur, r)) {
   }
   pthread_mutex_lock(&e->lock);
   if (e->building && r > e->building_round) bagua_comm_abort(e->building);
+  if (json && r > e->cur_round && r > e->abort_round && drops_member(e, json)) {
+    e->abort_round = r;
+    e->abort_at_ms = bagua__now_ms() + e->abort_delay_ms;
+    pthread_cond_signal(&e->timer_cv);
+  }
   pthread_mutex_unlock(&e->lock);
 }
 
@@ -144,7 +258,7 @@ static int on_round_event(void *arg, const bagua__etcd_event_t *ev) {
   if (ev->type == BAGUA__ETCD_EVENT_PUT) {
     int64_t r = parse_round_number(ev->value);
     BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: round key now holds round %lld", (long long)r);
-    if (r >= 0) note_round(e, r);
+    if (r >= 0) note_round(e, r, ev->value);
   } else if (ev->type == BAGUA__ETCD_EVENT_FAILED) {
     /* The watch only speeds things up: rebuild reads the key itself, and a dead peer still
      * surfaces through the collectives. */
@@ -240,10 +354,16 @@ bagua_status_t bagua_elastic_register(bagua_elastic_t *e, const char *name, void
   return BAGUA_OK;
 }
 
-bagua_status_t bagua_elastic_commit(bagua_elastic_t *e) {
-  if (!e) return BAGUA_ERR_INVALID_ARG;
+static void commit_entries(bagua_elastic_t *e) {
   for (size_t i = 0; i < e->nentries; i++)
     if (e->entries[i].bytes) memcpy(e->entries[i].copy, e->entries[i].ptr, e->entries[i].bytes);
+}
+
+bagua_status_t bagua_elastic_commit(bagua_elastic_t *e) {
+  if (!e) return BAGUA_ERR_INVALID_ARG;
+  commit_entries(e);
+  for (int i = 0; i < e->nparts; i++)
+    if (e->parts[i].p.commit) BAGUA_CHECK(e->parts[i].p.commit(e->parts[i].arg));
   return BAGUA_OK;
 }
 
@@ -251,6 +371,8 @@ bagua_status_t bagua_elastic_restore(bagua_elastic_t *e) {
   if (!e) return BAGUA_ERR_INVALID_ARG;
   for (size_t i = 0; i < e->nentries; i++)
     if (e->entries[i].bytes) memcpy(e->entries[i].ptr, e->entries[i].copy, e->entries[i].bytes);
+  for (int i = 0; i < e->nparts; i++)
+    if (e->parts[i].p.restore) e->parts[i].p.restore(e->parts[i].arg);
   return BAGUA_OK;
 }
 
@@ -285,11 +407,27 @@ bagua_status_t bagua_elastic_sync(bagua_elastic_t *e) {
     entry_t *en = &e->entries[i];
     BAGUA_CHECK(bagua_broadcast(e->comm, en->ptr, en->ptr, en->bytes, BAGUA_U8, 0));
   }
-  return bagua_elastic_commit(e);
+  /* Participants synchronise in their reset hook, which decides from their own restore state
+   * what to carry; committing them here would overwrite a pending restore. */
+  commit_entries(e);
+  return BAGUA_OK;
 }
 
 int bagua_elastic_check(const bagua_elastic_t *e) {
   return e && atomic_load(&((bagua_elastic_t *)e)->seen_round) > e->round;
+}
+
+bagua_status_t bagua_elastic_check_all(bagua_elastic_t *e, int *changed) {
+  if (!e || !changed) return BAGUA_ERR_INVALID_ARG;
+  *changed = 0;
+  if (!e->comm) {
+    BAGUA_WARN("bagua_elastic_check_all: no communicator (a failed rebuild left none)");
+    return BAGUA_ERR_INVALID_USAGE;
+  }
+  int64_t seen = atomic_load(&e->seen_round);
+  BAGUA_CHECK(bagua_allreduce(e->comm, &seen, &seen, 1, BAGUA_I64, BAGUA_MAX));
+  *changed = seen > e->round;
+  return BAGUA_OK;
 }
 
 /* Waits for a round newer than the current one and returns its JSON (malloc'ed). */
@@ -304,7 +442,7 @@ static bagua_status_t wait_new_round(bagua_elastic_t *e, char **json) {
     if (st == BAGUA_OK && found) {
       int64_t r = parse_round_number(kv.value);
       if (r > e->round) {
-        note_round(e, r);
+        note_round(e, r, kv.value);
         *json = kv.value; /* take ownership of the value string */
         kv.value = NULL;
         bagua__etcd_kv_clear(&kv);
@@ -331,19 +469,23 @@ bagua_status_t bagua_elastic_rebuild(bagua_elastic_t *e) {
   bagua_elastic_reset_t info = {e->round, 0, e->rank, 0, e->size, 0};
   bagua_status_t st;
   char *json = NULL;
-  if (e->comm) {
+  pthread_mutex_lock(&e->lock);
+  bagua_comm_t *old = e->comm;
+  e->comm = NULL;
+  pthread_mutex_unlock(&e->lock);
+  if (old) {
     /* Abort first so that peers blocked on us fail promptly instead of timing out. */
-    bagua_comm_abort(e->comm);
-    bagua_comm_destroy(e->comm);
-    e->comm = NULL;
+    bagua_comm_abort(old);
+    bagua_comm_destroy(old);
   }
   /* A newer round can appear while we bootstrap the one we read (a second failure during
    * the settle window): the watch aborts that bootstrap and we move on to the newest. */
   for (;;) {
     int64_t round;
-    int rank, size;
+    int rank, size, nm = 0;
+    char **members = NULL;
     BAGUA_CHECK_GOTO(wait_new_round(e, &json), st, out);
-    BAGUA_CHECK_GOTO(parse_round(e, json, &round, &rank, &size), st, out);
+    BAGUA_CHECK_GOTO(parse_round(e, json, &round, &rank, &size, &members, &nm), st, out);
     free(json);
     json = NULL;
     BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: joining round %lld as rank %d of %d", (long long)round,
@@ -351,12 +493,19 @@ bagua_status_t bagua_elastic_rebuild(bagua_elastic_t *e) {
     bagua_comm_t *c = NULL;
     st = comm_for_round(e, round, rank, size, &c);
     if (st == BAGUA_OK) {
+      pthread_mutex_lock(&e->lock);
       e->comm = c;
+      e->cur_round = round;
+      free_members(e->members, e->nmembers);
+      e->members = members;
+      e->nmembers = nm;
+      pthread_mutex_unlock(&e->lock);
       e->round = round;
       e->rank = rank;
       e->size = size;
       break;
     }
+    free_members(members, nm);
     if (atomic_load(&e->seen_round) <= round) {
       BAGUA_WARN("elastic: could not build the communicator of round %lld: %s", (long long)round,
                  bagua_err_name(st));
@@ -370,8 +519,9 @@ bagua_status_t bagua_elastic_rebuild(bagua_elastic_t *e) {
   info.new_round = e->round;
   info.new_rank = e->rank;
   info.new_size = e->size;
-  for (int i = 0; i < e->ncbs; i++)
-    BAGUA_CHECK_GOTO(e->cbs[i].cb(e, &info, e->cbs[i].arg), st, out);
+  for (int i = 0; i < e->nparts; i++)
+    if (e->parts[i].p.reset)
+      BAGUA_CHECK_GOTO(e->parts[i].p.reset(e, &info, e->parts[i].arg), st, out);
   BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: round %lld running, rank %d of %d", (long long)e->round,
              e->rank, e->size);
   st = BAGUA_OK;
@@ -380,16 +530,58 @@ out:
   return st;
 }
 
-bagua_status_t bagua_elastic_on_reset(bagua_elastic_t *e, bagua_elastic_reset_cb cb, void *arg) {
-  if (!e || !cb) return BAGUA_ERR_INVALID_ARG;
-  if (e->ncbs == MAX_CALLBACKS) {
-    BAGUA_WARN("bagua_elastic_on_reset: at most %d callbacks", MAX_CALLBACKS);
+bagua_status_t bagua_elastic_attach(bagua_elastic_t *e, const bagua_elastic_participant_t *p,
+                                    void *arg) {
+  if (!e || !p || p->struct_size < sizeof(bagua_elastic_participant_t)) {
+    BAGUA_WARN("bagua_elastic_attach: need a context and a participant with struct_size set");
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  pthread_mutex_lock(&e->lock);
+  if (e->nparts == MAX_CALLBACKS) {
+    pthread_mutex_unlock(&e->lock);
+    BAGUA_WARN("bagua_elastic_attach: at most %d callbacks and participants", MAX_CALLBACKS);
     return BAGUA_ERR_INVALID_USAGE;
   }
-  e->cbs[e->ncbs].cb = cb;
-  e->cbs[e->ncbs].arg = arg;
-  e->ncbs++;
+  e->parts[e->nparts].p = *p;
+  e->parts[e->nparts].arg = arg;
+  e->nparts++;
+  pthread_mutex_unlock(&e->lock);
   return BAGUA_OK;
+}
+
+void bagua_elastic_detach(bagua_elastic_t *e, void *arg) {
+  if (!e) return;
+  pthread_mutex_lock(&e->lock);
+  int k = 0;
+  for (int i = 0; i < e->nparts; i++)
+    if (e->parts[i].arg != arg) e->parts[k++] = e->parts[i];
+  e->nparts = k;
+  pthread_mutex_unlock(&e->lock);
+}
+
+bagua_status_t bagua_elastic_on_reset(bagua_elastic_t *e, bagua_elastic_reset_cb cb, void *arg) {
+  if (!e || !cb) return BAGUA_ERR_INVALID_ARG;
+  bagua_elastic_participant_t p = {sizeof(p), NULL, NULL, NULL, cb};
+  return bagua_elastic_attach(e, &p, arg);
+}
+
+/*
+ * Tells bagua-agent (auto elastic mode) that this worker runs the elastic API, by creating
+ * the file it named in BAGUA_ELASTIC_MARK. Failing to is not fatal: the agent then restarts
+ * the worker on a membership change, which is still correct, only slower.
+ */
+static void announce_elastic(void) {
+  const char *mark = bagua__param_str(BAGUA_P_ELASTIC_MARK);
+  if (!mark || !mark[0]) return;
+  int fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    BAGUA_WARN(
+        "elastic: cannot create BAGUA_ELASTIC_MARK file %s; bagua-agent will restart this "
+        "worker on membership changes",
+        mark);
+    return;
+  }
+  close(fd);
 }
 
 bagua_status_t bagua_elastic_create(const bagua_elastic_config_t *cfg, bagua_elastic_t **out) {
@@ -435,6 +627,19 @@ bagua_status_t bagua_elastic_create(const bagua_elastic_config_t *cfg, bagua_ela
   }
   BAGUA_CALLOC(e, 1);
   pthread_mutex_init(&e->lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&e->timer_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  e->cur_round = round;
+  e->abort_delay_ms = (int)bagua__param_int(BAGUA_P_ELASTIC_ABORT_DELAY_MS);
+  if (pthread_create(&e->timer, NULL, timer_main, e) != 0) {
+    BAGUA_WARN("bagua_elastic_create: cannot start the departure timer thread");
+    st = BAGUA_ERR_SYSTEM;
+    goto fail;
+  }
+  e->timer_started = 1;
   e->endpoint = dup_str(endpoint);
   e->job_id = dup_str(job);
   e->node_id = dup_str(node);
@@ -467,7 +672,16 @@ bagua_status_t bagua_elastic_create(const bagua_elastic_config_t *cfg, bagua_ela
   int found = 0;
   int64_t rev = 0;
   BAGUA_CHECK_GOTO(bagua__etcd_get(e->etcd, e->round_key, &kv, &found, &rev), st, fail);
-  if (found) note_round(e, parse_round_number(kv.value));
+  if (found) {
+    int64_t r = parse_round_number(kv.value);
+    /* The members of our own round, so that a later round dropping one is noticed. */
+    if (r == round) {
+      pthread_mutex_lock(&e->lock);
+      parse_members(kv.value, &e->members, &e->nmembers);
+      pthread_mutex_unlock(&e->lock);
+    }
+    note_round(e, r, kv.value);
+  }
   bagua__etcd_kv_clear(&kv);
   bagua__etcd_watch_opts_t wo = {0, rev + 1, 0};
   BAGUA_CHECK_GOTO(
@@ -475,7 +689,12 @@ bagua_status_t bagua_elastic_create(const bagua_elastic_config_t *cfg, bagua_ela
   BAGUA_CHECK_GOTO(bagua_elastic_register(e, "bagua.step", &e->step, sizeof(e->step)), st, fail);
   BAGUA_CHECK_GOTO(bagua_elastic_register(e, "bagua.epoch", &e->epoch, sizeof(e->epoch)), st, fail);
   bagua__log_set_rank(rank);
-  BAGUA_CHECK_GOTO(comm_for_round(e, round, rank, size, &e->comm), st, fail);
+  bagua_comm_t *c = NULL;
+  BAGUA_CHECK_GOTO(comm_for_round(e, round, rank, size, &c), st, fail);
+  pthread_mutex_lock(&e->lock);
+  e->comm = c;
+  pthread_mutex_unlock(&e->lock);
+  announce_elastic();
   *out = e;
   return BAGUA_OK;
 fail:
@@ -485,6 +704,13 @@ fail:
 
 void bagua_elastic_destroy(bagua_elastic_t *e) {
   if (!e) return;
+  if (e->timer_started) {
+    pthread_mutex_lock(&e->lock);
+    e->timer_stop = 1;
+    pthread_cond_signal(&e->timer_cv);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->timer, NULL);
+  }
   bagua__etcd_watch_stop(e->watch);
   bagua__etcd_destroy(e->etcd);
   bagua_comm_destroy(e->comm);
@@ -493,6 +719,8 @@ void bagua_elastic_destroy(bagua_elastic_t *e) {
   free(e->endpoint);
   free(e->job_id);
   free(e->node_id);
+  free_members(e->members, e->nmembers);
+  pthread_cond_destroy(&e->timer_cv);
   pthread_mutex_destroy(&e->lock);
   free(e);
 }

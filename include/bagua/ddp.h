@@ -208,6 +208,33 @@ BAGUA_EXTERN bagua_status_t bagua_ddp_set_lr(bagua_ddp_t *ddp, double lr);
 BAGUA_EXTERN bagua_status_t bagua_ddp_async_abort(bagua_ddp_t *ddp);
 BAGUA_EXTERN bagua_status_t bagua_ddp_async_resume(bagua_ddp_t *ddp);
 
+/*
+ * Elastic training (include/bagua/elastic.h). Makes the context follow `e` through world
+ * changes: bagua_elastic_commit() also snapshots the context's weights, optimizer state, step
+ * count and learning rate (in registration order, independent of the bucket layout);
+ * bagua_elastic_restore() returns them to that snapshot; bagua_elastic_rebuild() stops the
+ * communication (and async averaging) threads, moves the context onto private communicators
+ * split from the new round's communicator, lays the buckets out again for the new world and
+ * gives every rank rank 0's weights, optimizer state, step count and learning rate, as
+ * bagua_ddp_ready() does. When a round drops a member, communication still in flight is
+ * aborted (BAGUA_ELASTIC_ABORT_DELAY_MS after it is published), so a stalled peer cannot hold
+ * a step until the communication timeout. Algorithm-local state that only makes sense within
+ * one world is reset on a rebuild: error-feedback residuals, decentralized peer replicas, and
+ * a paused async averaging (it restarts once past the warm-up).
+ *
+ * Order, on every worker, newcomers included:
+ *   bagua_elastic_create(); register the program's own state; bagua_elastic_sync();
+ *   bagua_ddp_create(bagua_elastic_comm(e)); register tensors; bagua_ddp_ready();
+ *   bagua_ddp_elastic_attach(ddp, e);
+ * so that a newcomer's bagua_ddp_create()/ready() meet the survivors' rebuild collectives.
+ * Reset callbacks added before the attach run before the context is rebuilt (they may change
+ * the learning rate with bagua_ddp_set_lr: rank 0's value is adopted by all). The context must
+ * be destroyed before `e`. Not collective. BAGUA_ERR_INVALID_USAGE before bagua_ddp_ready() or
+ * when already attached.
+ */
+struct bagua_elastic_s;
+BAGUA_EXTERN bagua_status_t bagua_ddp_elastic_attach(bagua_ddp_t *ddp, struct bagua_elastic_s *e);
+
 /* Copies this rank's counters into *out (fields up to out->struct_size). Does not block. */
 BAGUA_EXTERN bagua_status_t bagua_ddp_stats(const bagua_ddp_t *ddp, bagua_ddp_stats_t *out);
 

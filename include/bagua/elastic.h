@@ -130,9 +130,47 @@ BAGUA_EXTERN int bagua_elastic_check(const bagua_elastic_t *e);
  */
 BAGUA_EXTERN bagua_status_t bagua_elastic_rebuild(bagua_elastic_t *e);
 
-/* Adds a reset callback (at most 16). */
+/* Adds a reset callback (at most 16 callbacks and participants together). Reset callbacks
+ * must not communicate: a newcomer runs none, so its collectives would not match. */
 BAGUA_EXTERN bagua_status_t bagua_elastic_on_reset(bagua_elastic_t *e, bagua_elastic_reset_cb cb,
                                                    void *arg);
+
+/*
+ * Collective over the current communicator: sets *changed to 1 on every rank when any rank
+ * has seen a newer round. Calling it at each step boundary (instead of bagua_elastic_check)
+ * makes all ranks leave the round after the same step, so a graceful change (a join, a node
+ * leaving on SIGTERM) cuts off no collective and rolls nothing back. It costs one 8-byte
+ * allreduce. On failure (a dead peer) restore and rebuild as for any failed collective.
+ */
+BAGUA_EXTERN bagua_status_t bagua_elastic_check_all(bagua_elastic_t *e, int *changed);
+
+/*
+ * A participant is a component with private state that follows the elastic context, such as
+ * a bagua_ddp_t (bagua_ddp_elastic_attach()). Every hook may be NULL; `arg` is passed back.
+ *  - commit: in bagua_elastic_commit(), after the registered buffers were copied.
+ *  - restore: in bagua_elastic_restore(); the participant returns to its last commit.
+ *  - abort: called from the watch thread (under an internal lock, so it must not block or call
+ *    back into the context) when a published round no longer lists a member of the current
+ *    round: the participant ends its communication in flight, which could otherwise wait for
+ *    a stalled node until the communication timeout. The world communicator is aborted too.
+ *  - reset: in bagua_elastic_rebuild(), in order with the reset callbacks. It may communicate
+ *    (on the new world communicator) only in the same sequence that a newcomer's set-up of the
+ *    participant performs after its bagua_elastic_sync().
+ */
+typedef struct {
+  size_t struct_size; /* sizeof(bagua_elastic_participant_t) */
+  bagua_status_t (*commit)(void *arg);
+  void (*restore)(void *arg);
+  void (*abort)(void *arg);
+  bagua_elastic_reset_cb reset;
+} bagua_elastic_participant_t;
+
+/* Adds a participant (the struct is copied). Detach it before `arg` goes away. */
+BAGUA_EXTERN bagua_status_t bagua_elastic_attach(bagua_elastic_t *e,
+                                                 const bagua_elastic_participant_t *p, void *arg);
+/* Removes every participant and reset callback registered with `arg`. Thread-safe against the
+ * abort hook: when it returns, no hook of `arg` runs any more. */
+BAGUA_EXTERN void bagua_elastic_detach(bagua_elastic_t *e, void *arg);
 
 #ifdef __cplusplus
 }

@@ -33,6 +33,7 @@
 #include "common/etcd/etcd.h"
 #include "common/params.h"
 #include "etcd_fixture.h"
+#include "rounds.h"
 
 #define STEPS 80
 #define DIM 8
@@ -59,24 +60,11 @@ static int mixed;
 static volatile int64_t *progress;
 
 static void put_json(const char *endpoint, const char *json) {
-  bagua__etcd_t *c = NULL;
-  ASSERT_OK(bagua__etcd_create(endpoint, 5000, &c));
-  char key[128];
-  snprintf(key, sizeof(key), "/bagua/%s/round", JOB);
-  ASSERT_OK(bagua__etcd_put(c, key, json, strlen(json), 0, NULL, NULL));
-  bagua__etcd_destroy(c);
+  rounds_put_json(endpoint, JOB, json);
 }
 
 static void put_round(const char *endpoint, int round, int n) {
-  /* The same round record bagua-agent's leader writes (docs/agent.md), through the same
-   * internal etcd client the agent uses. */
-  char json[512], *p = json;
-  p += sprintf(p, "{\"round\":%d,\"members\":[", round);
-  for (int i = 0; i < n; i++) p += sprintf(p, "%s\"n%d\"", i ? "," : "", i);
-  p += sprintf(p, "],\"nprocs\":[");
-  for (int i = 0; i < n; i++) p += sprintf(p, "%s1", i ? "," : "");
-  sprintf(p, "],\"world_size\":%d,\"reason\":\"test\"}", n);
-  put_json(endpoint, json);
+  rounds_put(endpoint, JOB, round, 0, n);
 }
 
 static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *info, void *arg) {
@@ -89,29 +77,11 @@ static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *
 }
 
 static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
+  rounds_sleep_ms(ms);
 }
 
 static int worker(const char *endpoint, int round, int rank, int size, int slot, int wfd) {
-  char buf[128];
-  snprintf(buf, sizeof(buf), "etcd://%s", endpoint);
-  setenv("BAGUA_BOOTSTRAP", buf, 1);
-  setenv("BAGUA_JOB_ID", JOB, 1);
-  snprintf(buf, sizeof(buf), "%d", round);
-  setenv("BAGUA_ROUND", buf, 1);
-  snprintf(buf, sizeof(buf), "%d", rank);
-  setenv("RANK", buf, 1);
-  snprintf(buf, sizeof(buf), "%d", size);
-  setenv("WORLD_SIZE", buf, 1);
-  snprintf(buf, sizeof(buf), "n%d", slot);
-  setenv("BAGUA_NODE_ID", buf, 1);
-  setenv("LOCAL_RANK", "0", 1);
-  setenv("BAGUA_TRANSPORT", "tcp", 1);
-  setenv("BAGUA_CONNECT_TIMEOUT_MS", "15000", 1);
-  setenv("BAGUA_COMM_TIMEOUT_MS", "10000", 1);
-  setenv("BAGUA_RDZV_TIMEOUT_S", "20", 1);
-  bagua__params_reload();
+  rounds_worker_env(endpoint, JOB, round, rank, size, slot);
 
   result_t res;
   memset(&res, 0, sizeof(res));
