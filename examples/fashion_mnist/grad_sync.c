@@ -24,8 +24,22 @@ static const char *optimizer_for(const fm_options_t *o) {
   return o->algorithm == FM_ALG_QADAM ? "qadam" : "sgd";
 }
 
+static bagua_status_t create(bagua_comm_t *comm, bagua_elastic_t *e, fm_mlp_t *model, fm_sgd_t *opt,
+                             const fm_options_t *o, long total_steps, fm_grad_sync_t **out);
+
 bagua_status_t fm_grad_sync_create(bagua_comm_t *comm, fm_mlp_t *model, fm_sgd_t *opt,
                                    const fm_options_t *o, long total_steps, fm_grad_sync_t **out) {
+  return create(comm, NULL, model, opt, o, total_steps, out);
+}
+
+bagua_status_t fm_grad_sync_create_elastic(bagua_elastic_t *e, fm_mlp_t *model, fm_sgd_t *opt,
+                                           const fm_options_t *o, long total_steps,
+                                           fm_grad_sync_t **out) {
+  return create(bagua_elastic_comm(e), e, model, opt, o, total_steps, out);
+}
+
+static bagua_status_t create(bagua_comm_t *comm, bagua_elastic_t *e, fm_mlp_t *model, fm_sgd_t *opt,
+                             const fm_options_t *o, long total_steps, fm_grad_sync_t **out) {
   bagua_status_t st = BAGUA_OK;
   *out = NULL;
   fm_grad_sync_t *s = calloc(1, sizeof(*s));
@@ -34,7 +48,7 @@ bagua_status_t fm_grad_sync_create(bagua_comm_t *comm, fm_mlp_t *model, fm_sgd_t
   s->model = model;
   s->opt = opt;
   s->expected_layer = model->nlayers - 1;
-  if (bagua_comm_size(comm) > 1) {
+  if (e || bagua_comm_size(comm) > 1) {
     bagua_ddp_config_t cfg = BAGUA_DDP_CONFIG_INIT;
     cfg.algorithm = fm_algorithm_name(o->algorithm);
     cfg.bucket_bytes = (int64_t)(o->bucket_mb * 1024 * 1024);
@@ -79,6 +93,7 @@ bagua_status_t fm_grad_sync_create(bagua_comm_t *comm, fm_mlp_t *model, fm_sgd_t
     }
     st = bagua_ddp_ready(s->ddp);
     if (st != BAGUA_OK) goto fail;
+    if (e && (st = bagua_ddp_elastic_attach(s->ddp, e)) != BAGUA_OK) goto fail;
   }
   *out = s;
   return BAGUA_OK;

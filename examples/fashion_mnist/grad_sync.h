@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #include "bagua/bagua.h"
+#include "bagua/elastic.h"
 #include "cli.h"
 #include "mlp.h"
 #include "optim.h"
@@ -39,6 +40,14 @@ int fm_grad_sync_supported(const fm_options_t *o, FILE *err);
  */
 bagua_status_t fm_grad_sync_create(bagua_comm_t *comm, fm_mlp_t *model, fm_sgd_t *opt,
                                    const fm_options_t *o, long total_steps, fm_grad_sync_t **out);
+/*
+ * --elastic: the same over the current round of `e`, always through the data-parallel layer
+ * (also with one rank, since the world may grow), attached to `e` so that the context's
+ * weights and optimizer state follow commits, restores and rebuilds.
+ */
+bagua_status_t fm_grad_sync_create_elastic(bagua_elastic_t *e, fm_mlp_t *model, fm_sgd_t *opt,
+                                           const fm_options_t *o, long total_steps,
+                                           fm_grad_sync_t **out);
 void fm_grad_sync_destroy(fm_grad_sync_t *s);
 
 /* The grad-ready hook (an fm_grad_ready_cb, ctx is the fm_grad_sync_t): layer `layer`'s

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
   bagua_elastic_t *elastic = NULL;
   bagua_status_t st;
   if (o.elastic) {
-    /* Round, rank and world come from bagua-agent (--elastic-mode in-process). */
+    /* Round, rank and world come from bagua-agent (auto or in-process elastic mode). */
     st = bagua_elastic_create(NULL, &elastic);
     if (st == BAGUA_OK) comm = bagua_elastic_comm(elastic);
   } else {

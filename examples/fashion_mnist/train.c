@@ -9,7 +9,6 @@
 #include <time.h>
 #include <zlib.h>
 
-#include "bagua/loader.h"
 #include "grad_sync.h"
 #include "mlp.h"
 #include "optim.h"
@@ -24,8 +23,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Fraction of the test split classified correctly by the current parameters. */
-static double evaluate(fm_mlp_t *m, const fm_split_t *test, float *x, uint8_t *y) {
+double fm_evaluate(fm_mlp_t *m, const fm_split_t *test, float *x, uint8_t *y) {
   size_t correct = 0;
   for (size_t first = 0; first < test->count; first += (size_t)m->max_batch) {
     size_t n =
@@ -37,7 +35,7 @@ static double evaluate(fm_mlp_t *m, const fm_split_t *test, float *x, uint8_t *y
   return test->count ? (double)correct / (double)test->count : 0.0;
 }
 
-static uint32_t params_crc(const fm_mlp_t *m) {
+uint32_t fm_params_crc(const fm_mlp_t *m) {
   uLong crc = crc32(0L, Z_NULL, 0);
   return (uint32_t)crc32_z(crc, (const Bytef *)m->params, m->nparams * sizeof(float));
 }
@@ -128,7 +126,7 @@ static bagua_status_t report_epoch(trainer_t *t, int epoch, const epoch_stats_t 
   }
   if (t->rank != 0) return BAGUA_OK;
   double total = (double)t->per_rank * t->world;
-  double acc = evaluate(&t->model, &t->data->test, t->x, t->y);
+  double acc = fm_evaluate(&t->model, &t->data->test, t->x, t->y);
   printf(
       "epoch %d/%d loss %.4f train_acc %.4f test_acc %.4f time %.2fs samples/s %.0f "
       "bytes/step %.0f comm %.1f%% overlap %.1f%%\n",
@@ -184,11 +182,11 @@ int fm_train_run(const fm_options_t *o, bagua_comm_t *comm, const fm_dataset_t *
     if (run_epoch(&t, epoch, &es) != BAGUA_OK || report_epoch(&t, epoch, &es) != BAGUA_OK) goto out;
     train_seconds += es.seconds;
   }
-  double acc = evaluate(&t.model, &data->test, t.x, t.y);
+  double acc = fm_evaluate(&t.model, &data->test, t.x, t.y);
   if (t.rank == 0)
     printf("done: %lld steps in %.1fs of training\n", (long long)t.step, train_seconds);
   printf("final rank=%d step=%lld params_crc=%08x test_acc=%.4f\n", t.rank, (long long)t.step,
-         params_crc(&t.model), acc);
+         fm_params_crc(&t.model), acc);
   status = 0;
 out:
   fm_grad_sync_destroy(t.sync);
@@ -196,201 +194,6 @@ out:
   fm_mlp_destroy(&t.model);
   free(t.perm);
   free(t.idx);
-  free(t.x);
-  free(t.y);
-  return status;
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* --elastic                                                                                 */
-/* ---------------------------------------------------------------------------------------- */
-
-typedef struct {
-  const fm_options_t *o;
-  bagua_elastic_t *e;
-  const fm_dataset_t *data;
-  fm_mlp_t model;
-  fm_sgd_t opt;
-  bagua_sampler_t *sampler;
-  bagua_sampler_state_t pos; /* registered: the sampler position of the last commit */
-  int64_t samples_seen;      /* registered: examples processed by all ranks */
-  int64_t *batch;            /* this rank's sample indices for the step */
-  size_t *bidx;              /* the same as size_t, for fm_dataset_gather */
-  float *x;
-  uint8_t *y;
-} elastic_trainer_t;
-
-static double now_ms(void) {
-  return now_s() * 1000.0;
-}
-
-/* Puts the sampler at the registered position, as this rank of the current world. */
-static bagua_status_t adopt_position(elastic_trainer_t *t) {
-  bagua_status_t st = bagua_sampler_set_state(t->sampler, 0, &t->pos);
-  if (st == BAGUA_OK)
-    st = bagua_sampler_set_world(t->sampler, bagua_elastic_rank(t->e), bagua_elastic_size(t->e),
-                                 t->pos.committed_steps);
-  if (st != BAGUA_OK)
-    fprintf(stderr, "fashion_mnist: rank %d: cannot position the sampler: %s\n",
-            bagua_elastic_rank(t->e), bagua_strerror(st));
-  return st;
-}
-
-static bagua_status_t commit(elastic_trainer_t *t) {
-  bagua_sampler_commit(t->sampler);
-  bagua_sampler_get_state(t->sampler, &t->pos);
-  return bagua_elastic_commit(t->e);
-}
-
-/* Moves to the newest round (after a restore when `failed`) and reports it on the new rank 0. */
-static bagua_status_t change_round(elastic_trainer_t *t, int failed) {
-  double t0 = now_ms();
-  if (failed) bagua_elastic_restore(t->e);
-  bagua_status_t st = bagua_elastic_rebuild(t->e);
-  if (st != BAGUA_OK) {
-    fprintf(stderr, "fashion_mnist: rebuild failed: %s%s%s\n", bagua_strerror(st),
-            *bagua_last_error() ? ": " : "", bagua_last_error());
-    return st;
-  }
-  if ((st = adopt_position(t)) != BAGUA_OK) return st;
-  if (bagua_elastic_rank(t->e) == 0)
-    printf("round %lld world %d recovery_ms %.0f\n", (long long)bagua_elastic_round(t->e),
-           bagua_elastic_size(t->e), now_ms() - t0);
-  return BAGUA_OK;
-}
-
-static int no_hook(void *ctx, int layer) {
-  (void)ctx;
-  (void)layer;
-  return 0;
-}
-
-/* One training step on `n` samples; BAGUA_OK, or the allreduce's error. */
-static bagua_status_t elastic_step(elastic_trainer_t *t, size_t n) {
-  fm_mlp_t *m = &t->model;
-  for (size_t i = 0; i < n; i++) t->bidx[i] = (size_t)t->batch[i];
-  fm_dataset_gather(&t->data->train, t->bidx, 0, n, t->x, t->y);
-  fm_mlp_forward(m, t->x, (int)n);
-  int correct = 0;
-  fm_mlp_loss(m, t->y, &correct);
-  fm_mlp_backward(m, no_hook, NULL);
-  int world = bagua_elastic_size(t->e);
-  if (world > 1) {
-    bagua_status_t st = bagua_allreduce(bagua_elastic_comm(t->e), m->grads, m->grads, m->nparams,
-                                        BAGUA_F32, BAGUA_SUM);
-    if (st != BAGUA_OK) return st;
-    float inv = 1.0f / (float)world;
-    for (size_t i = 0; i < m->nparams; i++) m->grads[i] *= inv;
-  }
-  fm_sgd_step(&t->opt, m);
-  return BAGUA_OK;
-}
-
-int fm_train_run_elastic(const fm_options_t *o, bagua_elastic_t *e, const fm_dataset_t *data) {
-  elastic_trainer_t t = {.o = o, .e = e, .data = data};
-  int status = 1;
-  double *cx = NULL;
-  size_t n = data->train.count;
-  int sizes[FM_MAX_HIDDEN + 2];
-  sizes[0] = FM_IMAGE_PIXELS;
-  for (int i = 0; i < o->nhidden; i++) sizes[i + 1] = o->hidden[i];
-  sizes[o->nhidden + 1] = FM_CLASSES;
-  int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
-  t.batch = malloc(sizeof(int64_t) * (size_t)o->batch_size);
-  t.bidx = malloc(sizeof(size_t) * (size_t)o->batch_size);
-  t.x = malloc(sizeof(float) * (size_t)max_batch * FM_IMAGE_PIXELS);
-  t.y = malloc((size_t)max_batch);
-  cx = calloc(n ? n : 1, sizeof(double)); /* equal complexities: a plain shuffled sampler */
-  if (!t.batch || !t.bidx || !t.x || !t.y || !cx ||
-      fm_mlp_create(&t.model, sizes, o->nhidden + 2, max_batch, o->seed) != 0 ||
-      fm_sgd_init(&t.opt, t.model.nparams, o->lr, o->momentum, o->weight_decay) != 0) {
-    fprintf(stderr, "fashion_mnist: out of memory\n");
-    goto out;
-  }
-  if (t.opt.momentum_buf) memset(t.opt.momentum_buf, 0, sizeof(float) * t.model.nparams);
-  bagua_sampler_config_t sc = BAGUA_SAMPLER_CONFIG_INIT;
-  sc.num_samples = (int64_t)n;
-  sc.complexities = cx;
-  sc.seed = o->seed;
-  sc.shuffle = 1;
-  sc.batch_size = o->batch_size;
-  sc.drop_last = 1;
-  sc.rank = bagua_elastic_rank(e);
-  sc.world = bagua_elastic_size(e);
-  bagua_status_t st = bagua_sampler_create(&sc, &t.sampler);
-  if (st == BAGUA_OK) st = bagua_sampler_set_epoch(t.sampler, 0);
-  if (st != BAGUA_OK) {
-    fprintf(stderr, "fashion_mnist: sampler: %s\n", bagua_strerror(st));
-    status = 2;
-    goto out;
-  }
-  bagua_sampler_get_state(t.sampler, &t.pos);
-  if ((st = bagua_elastic_register(e, "params", t.model.params, sizeof(float) * t.model.nparams)) !=
-          BAGUA_OK ||
-      (t.opt.momentum_buf &&
-       (st = bagua_elastic_register(e, "momentum", t.opt.momentum_buf,
-                                    sizeof(float) * t.model.nparams)) != BAGUA_OK) ||
-      (st = bagua_elastic_register(e, "sgd.steps", &t.opt.steps, sizeof(t.opt.steps))) !=
-          BAGUA_OK ||
-      (st = bagua_elastic_register(e, "sampler", &t.pos, sizeof(t.pos))) != BAGUA_OK ||
-      (st = bagua_elastic_register(e, "samples_seen", &t.samples_seen, sizeof(t.samples_seen))) !=
-          BAGUA_OK ||
-      (st = bagua_elastic_sync(e)) != BAGUA_OK || (st = adopt_position(&t)) != BAGUA_OK) {
-    fprintf(stderr, "fashion_mnist: elastic state: %s%s%s\n", bagua_strerror(st),
-            *bagua_last_error() ? ": " : "", bagua_last_error());
-    goto out;
-  }
-  if (bagua_elastic_rank(e) == 0)
-    printf("fashion_mnist: elastic, round %lld world %d, model %zu params, epoch %lld step %lld\n",
-           (long long)bagua_elastic_round(e), bagua_elastic_size(e), t.model.nparams,
-           (long long)bagua_elastic_epoch(e), (long long)bagua_elastic_step(e));
-  double t0 = now_s();
-  while (bagua_elastic_epoch(e) < o->epochs) {
-    if (bagua_elastic_check(e)) {
-      if (change_round(&t, 0) != BAGUA_OK) goto out;
-      continue;
-    }
-    size_t got = 0;
-    st = bagua_sampler_next_batch(t.sampler, t.batch, (size_t)o->batch_size, &got);
-    if (st != BAGUA_OK) {
-      fprintf(stderr, "fashion_mnist: sampler: %s\n", bagua_strerror(st));
-      goto out;
-    }
-    if (got == 0) { /* the epoch is exhausted: the next one starts with the current world */
-      int64_t epoch = bagua_elastic_epoch(e) + 1;
-      if (bagua_elastic_rank(e) == 0)
-        printf("epoch %lld/%d done: step %lld samples_seen %lld test_acc %.4f\n", (long long)epoch,
-               o->epochs, (long long)bagua_elastic_step(e), (long long)t.samples_seen,
-               evaluate(&t.model, &data->test, t.x, t.y));
-      bagua_elastic_set_epoch(e, epoch);
-      if ((st = bagua_sampler_set_epoch(t.sampler, (uint64_t)epoch)) != BAGUA_OK ||
-          (st = commit(&t)) != BAGUA_OK)
-        goto out;
-      continue;
-    }
-    st = elastic_step(&t, got);
-    if (st != BAGUA_OK) {
-      if (change_round(&t, 1) != BAGUA_OK) goto out;
-      continue;
-    }
-    t.samples_seen += (int64_t)got * bagua_elastic_size(e);
-    bagua_elastic_set_step(e, bagua_elastic_step(e) + 1);
-    if (commit(&t) != BAGUA_OK) goto out;
-  }
-  double acc = evaluate(&t.model, &data->test, t.x, t.y);
-  if (bagua_elastic_rank(e) == 0)
-    printf("done: %lld steps in %.1fs\n", (long long)bagua_elastic_step(e), now_s() - t0);
-  printf("final rank=%d step=%lld params_crc=%08x test_acc=%.4f samples_seen=%lld\n",
-         bagua_elastic_rank(e), (long long)bagua_elastic_step(e), params_crc(&t.model), acc,
-         (long long)t.samples_seen);
-  status = 0;
-out:
-  bagua_sampler_destroy(t.sampler);
-  fm_sgd_free(&t.opt);
-  fm_mlp_destroy(&t.model);
-  free(cx);
-  free(t.batch);
-  free(t.bidx);
   free(t.x);
   free(t.y);
   return status;
