@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "common/sock.h"
+#include "marks.h"
 
 int64_t bagua__agent_wall_ms(void) {
   struct timespec ts;
@@ -248,23 +249,6 @@ static bagua_status_t start_watch(bagua__agent_t *a) {
   return bagua__etcd_watch_start(a->etcd, a->prefix, &opts, on_watch, a, &a->watch);
 }
 
-/* SIGINT/SIGTERM/SIGHUP: leave the job without ending it for the others. */
-static int leave(bagua__agent_t *a) {
-  int sig = a->term_sig;
-  const char *name = sigabbrev_np(sig);
-  bagua__agent_err("received SIG%s: leaving job %s (the other nodes carry on without this one)",
-                   name ? name : "?", a->cfg->job_id);
-  /* The workers get the signal at once; then the lease is revoked, so the others see this
-   * node leave without waiting for its lease to expire. This node never reports the round,
-   * so the failures its dying workers cause elsewhere are not counted as a worker failure:
-   * the leader waits for every member's report or its departure. */
-  a->ws.stopping = 1;
-  bagua__workers_signal(&a->ws, sig);
-  bagua__agent_deregister(a);
-  bagua__agent_stop_workers(a, 0);
-  return interrupted_code(sig);
-}
-
 static int finish(bagua__agent_t *a, const bagua__agent_status_t *st) {
   describe_end(a, st, "");
   bagua__agent_stop_workers(a, SIGTERM);
@@ -288,7 +272,7 @@ static int loop(bagua__agent_t *a) {
   int64_t down_since = 0;
   int retry_ms = 250;
   for (;;) {
-    if (a->term_sig) return leave(a);
+    if (a->term_sig) return bagua__agent_leave(a);
     if (__atomic_load_n(&a->watch_failed, __ATOMIC_ACQUIRE)) {
       bagua__etcd_watch_stop(a->watch);
       a->watch = NULL;
@@ -357,6 +341,14 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
   int rc = BAGUA_AGENT_EXIT_RDZV;
   bagua__agent_snap_t s;
   memset(&s, 0, sizeof(s));
+  /* Auto mode learns from marks in a private directory which workers run the elastic API;
+   * without one it can only restart them. */
+  if (cfg->elastic_mode == BAGUA__ELASTIC_AUTO &&
+      bagua__marks_create(cfg->node_id, a.mark_dir, sizeof(a.mark_dir)) != 0)
+    bagua__agent_err(
+        "cannot create a directory for the workers' elastic marks under %s: %s; "
+        "--elastic-mode auto restarts the workers on every new round",
+        getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp", strerror(errno));
   a.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (a.wake_fd < 0) {
     bagua__agent_err("eventfd failed: %s", strerror(errno));
@@ -393,6 +385,7 @@ out:
     bagua__outpump_stop(a.out);
   }
   bagua__workers_clear(&a.ws);
+  bagua__marks_remove(a.mark_dir);
   bagua__etcd_destroy(a.etcd);
   if (a.wake_fd >= 0) close(a.wake_fd);
   return rc;

@@ -1,6 +1,7 @@
 /*
  * bagua-agent: one per node. Registers the node in etcd, takes part in leader election and
- * rendezvous rounds, and supervises the node's worker processes (restart mode).
+ * rendezvous rounds, and supervises the node's worker processes (restart, in-process and auto
+ * elastic modes).
  *
  * This header holds what the agent's files share: the configuration, exit statuses, and the
  * entry points of the pieces (cli.c, agent.c). docs/agent.md documents the etcd schema, the
@@ -20,6 +21,20 @@
 
 /* Node and job ids: 1..127 bytes of [A-Za-z0-9._-], so they can be etcd path segments. */
 #define BAGUA_AGENT_ID_MAX 128
+
+/*
+ * --elastic-mode: what a round formed for a membership change does to this node's running
+ * workers. AUTO keeps them when every one has announced that it runs libbagua's elastic API
+ * (it created its BAGUA_ELASTIC_MARK file), and restarts them otherwise.
+ */
+typedef enum {
+  BAGUA__ELASTIC_AUTO = 0,
+  BAGUA__ELASTIC_RESTART,
+  BAGUA__ELASTIC_IN_PROCESS
+} bagua__elastic_mode_t;
+
+/* "auto", "restart" or "in-process": the value workers get as BAGUA_ELASTIC_MODE. */
+const char *bagua__elastic_mode_name(bagua__elastic_mode_t m);
 
 /* Exit statuses (docs/agent.md). A failed job exits with its root-cause worker's code. */
 enum {
@@ -45,8 +60,8 @@ typedef struct {
   int settle_ms;
   int grace_ms;
   int etcd_timeout_ms;
-  int in_process; /* --elastic-mode in-process: membership rounds keep running workers */
-  char **argv;    /* the worker program and its arguments, NULL-terminated (from main's argv) */
+  bagua__elastic_mode_t elastic_mode; /* --elastic-mode */
+  char **argv; /* the worker program and its arguments, NULL-terminated (from main's argv) */
   int argc;
 } bagua__agent_config_t;
 

@@ -1,7 +1,7 @@
 /*
  * State shared by the agent's control-loop files: agent.c (loop, signals, job start and end),
- * register.c (lease, node record, leadership), follow.c (rounds to workers, reports) and
- * lead.c (carrying out the leader's decisions).
+ * register.c (lease, node record, leadership), follow.c (rounds to workers, reports), lead.c
+ * (carrying out the leader's decisions) and leave.c (leaving the job on a signal).
  *
  * Everything here is touched by the main thread only, except `watch_failed`, which the watch
  * callback sets.
@@ -9,6 +9,7 @@
 #ifndef BAGUA_AGENT_AGENT_INTERNAL_H
 #define BAGUA_AGENT_AGENT_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "agent.h"
@@ -25,6 +26,7 @@ typedef struct {
   char prefix[BAGUA_AGENT_ID_MAX + 16]; /* "/bagua/<job>/" */
   char host[256];
   char bootstrap[1024]; /* "etcd://HOST:PORT[,...]" for workers, "" to leave the env's */
+  char mark_dir[512];   /* auto mode: the private directory of elastic marks (marks.h), or "" */
 
   bagua__etcd_t *etcd;
   bagua__etcd_keeper_t *keeper;
@@ -75,6 +77,15 @@ void bagua__agent_deregister(bagua__agent_t *a);
 
 /* follow.c: applies the snapshot's round to this node's workers and reports their end. */
 void bagua__agent_follow(bagua__agent_t *a, const bagua__agent_snap_t *s);
+/*
+ * follow.c: 1 when this node's running workers follow rounds by themselves: always in
+ * in-process mode, never in restart mode, and in auto mode when every running worker has
+ * created its elastic mark. Otherwise 0, with the reason in `why` (auto mode only; "" else).
+ */
+int bagua__agent_workers_elastic(const bagua__agent_t *a, char *why, size_t len);
+
+/* leave.c: SIGINT/SIGTERM/SIGHUP/SIGQUIT: leaves the job; returns the exit status. */
+int bagua__agent_leave(bagua__agent_t *a);
 
 /* lead.c: the leader's step for this snapshot. */
 void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s);

@@ -41,7 +41,7 @@ static const char usage_text[] =
     "                   --nproc-per-node N [options] -- PROGRAM [ARGS...]\n"
     "\n"
     "One agent runs per node: it registers the node in etcd, joins rendezvous rounds and\n"
-    "restarts the node's N workers whenever a round is formed (see docs/agent.md).\n"
+    "starts the node's N workers for each round (see docs/agent.md).\n"
     "\n"
     "  --rdzv-endpoint E   etcd endpoint list (env BAGUA_RDZV_ENDPOINT)\n"
     "  --job-id ID         job identity, [A-Za-z0-9._-] (env BAGUA_JOB_ID)\n"
@@ -57,9 +57,10 @@ static const char usage_text[] =
     "  --settle-ms MS      batch membership changes (BAGUA_RDZV_SETTLE_MS)\n"
     "  --grace-ms MS       SIGTERM-to-SIGKILL grace for workers (BAGUA_STOP_GRACE_MS)\n"
     "  --log-dir DIR       also write DIR/<node>/rank<R>.log (BAGUA_LOG_DIR)\n"
-    "  --elastic-mode M    restart (default): every new round restarts the workers;\n"
-    "                      in-process: a membership change keeps running workers, which\n"
-    "                      move to the new round through bagua_elastic_rebuild\n"
+    "  --elastic-mode M    auto (default): a membership change keeps the running workers\n"
+    "                      when all of them use libbagua's elastic API, else restarts them;\n"
+    "                      restart: every new round restarts the workers; in-process: a\n"
+    "                      membership change always keeps them (BAGUA_ELASTIC_MODE)\n"
     "  --tag NAME          label recorded in this node's etcd record\n"
     "  --help, --version\n"
     "\n"
@@ -128,6 +129,27 @@ static int parse_param_flag(const char *flag, const char *env, const char *value
     return -1;
   }
   return parse_int(value, -2147483647L, 2147483647L, out) == 0 ? 0 : -1;
+}
+
+static const char *const elastic_mode_names[] = {
+    [BAGUA__ELASTIC_AUTO] = "auto",
+    [BAGUA__ELASTIC_RESTART] = "restart",
+    [BAGUA__ELASTIC_IN_PROCESS] = "in-process",
+};
+
+const char *bagua__elastic_mode_name(bagua__elastic_mode_t m) {
+  return (unsigned)m < sizeof(elastic_mode_names) / sizeof(elastic_mode_names[0])
+             ? elastic_mode_names[m]
+             : "auto";
+}
+
+static int parse_elastic_mode(const char *s, bagua__elastic_mode_t *out) {
+  for (size_t i = 0; i < sizeof(elastic_mode_names) / sizeof(elastic_mode_names[0]); i++) {
+    if (strcmp(s, elastic_mode_names[i]) != 0) continue;
+    *out = (bagua__elastic_mode_t)i;
+    return 0;
+  }
+  return -1;
 }
 
 /* Ids become etcd path segments and file names: keep them to a safe alphabet. */
@@ -209,7 +231,9 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   cfg->log_dir = bagua__param_str(BAGUA_P_LOG_DIR);
   snprintf(cfg->node_addr, sizeof(cfg->node_addr), "%s", bagua__param_str(BAGUA_P_NODE_ADDR));
   cfg->tag = "";
-  cfg->in_process = strcmp(bagua__param_str(BAGUA_P_ELASTIC_MODE), "in-process") == 0;
+  /* bagua__params_check() above has already limited the variable to the accepted names. */
+  if (parse_elastic_mode(bagua__param_str(BAGUA_P_ELASTIC_MODE), &cfg->elastic_mode) != 0)
+    cfg->elastic_mode = BAGUA__ELASTIC_AUTO;
 
   opterr = 0; /* our own messages name the flag and what is accepted */
   optind = 1;
@@ -260,12 +284,9 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
         cfg->tag = v;
         break;
       case OPT_ELASTIC_MODE:
-        if (strcmp(v, "restart") == 0) {
-          cfg->in_process = 0;
-        } else if (strcmp(v, "in-process") == 0) {
-          cfg->in_process = 1;
-        } else {
-          bagua__agent_err("--elastic-mode \"%s\" is invalid; accepted: restart or in-process", v);
+        if (parse_elastic_mode(v, &cfg->elastic_mode) != 0) {
+          bagua__agent_err(
+              "--elastic-mode \"%s\" is invalid; accepted: auto, restart or in-process", v);
           rc = 1;
         }
         break;

@@ -1,7 +1,9 @@
 /*
  * What every agent does with a snapshot, leader or not: when a new round appears, stop this
- * node's workers and start the round's (or wait as a spare), and report how the round's
- * workers ended in rounds/<N>/done/<node>.
+ * node's workers and start the round's (or wait as a spare), unless the round only changed
+ * the membership and the workers follow it by themselves (in-process mode, or auto mode with
+ * every worker's elastic mark present: adopt_round), and report how the round's workers ended
+ * in rounds/<N>/done/<node>.
  *
  * A local worker failure is reported at once and the node's other workers are stopped: in
  * restart mode the whole world is restarted anyway. When another node reports a failure, this
@@ -17,17 +19,37 @@
 
 #include "agent_internal.h"
 #include "common/log.h"
+#include "marks.h"
+
+int bagua__agent_workers_elastic(const bagua__agent_t *a, char *why, size_t len) {
+  if (why && len) why[0] = '\0';
+  if (a->cfg->elastic_mode == BAGUA__ELASTIC_IN_PROCESS) return 1;
+  if (a->cfg->elastic_mode == BAGUA__ELASTIC_RESTART) return 0;
+  if (!a->mark_dir[0]) {
+    if (why) snprintf(why, len, "no directory for the workers' elastic marks");
+    return 0;
+  }
+  int lr = bagua__marks_missing(a->mark_dir, &a->ws);
+  if (lr < 0) return 1;
+  if (why)
+    snprintf(why, len, "worker %d (rank %d) did not announce the elastic API", lr,
+             a->ws.w[lr].rank);
+  return 0;
+}
 
 /*
- * In-process mode (--elastic-mode in-process): a round formed by a membership change leaves
- * this node's running workers alone when they are all still running, none failed, and the
- * node keeps its place with the same number of workers; they move to the new round themselves
- * (bagua_elastic_rebuild watches the round key). Returns 1 when the round was adopted so.
+ * In-process and auto modes: a round formed by a membership change leaves this node's running
+ * workers alone when they are all still running, none failed, the node keeps its place with
+ * the same number of workers, and (auto mode) every worker announced that it runs the elastic
+ * API; they move to the new round themselves (bagua_elastic_rebuild watches the round key).
+ * Returns 1 when the round was adopted so.
  */
 static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
                        const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
-  if (!cfg->in_process || strcmp(R->reason, "membership") != 0 || !a->member) return 0;
+  if (cfg->elastic_mode == BAGUA__ELASTIC_RESTART || strcmp(R->reason, "membership") != 0 ||
+      !a->member)
+    return 0;
   if (a->ws.n != cfg->nproc || a->ws.nrunning != a->ws.n || a->ws.stopping || a->have_report)
     return 0;
   int idx = bagua__agent_round_find(R, cfg->node_id);
@@ -35,13 +57,23 @@ static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   if (idx < 0 || R->members[idx].nproc != cfg->nproc || !me || me->lease != a->lease ||
       (R->members[idx].rev && me->create_rev != R->members[idx].rev))
     return 0;
+  char why[192];
+  if (!bagua__agent_workers_elastic(a, why, sizeof(why))) {
+    /* Auto mode with a worker that does not follow rounds by itself: it would wait on a world
+     * that no longer exists, so the whole node restarts into the new round. */
+    bagua__agent_err("round %lld (membership, restart: %s)", (long long)R->round, why);
+    return 0;
+  }
+  char how[96] = "";
+  if (cfg->elastic_mode == BAGUA__ELASTIC_AUTO)
+    snprintf(how, sizeof(how), ": all %d workers use the elastic API", a->ws.n);
   int base = 0;
   for (int i = 0; i < idx; i++) base += R->members[i].nproc;
   for (int i = 0; i < a->ws.n; i++) a->ws.w[i].rank = base + a->ws.w[i].local_rank;
   bagua__agent_err(
-      "round %lld (membership, in-process): node %d of %d, ranks %d..%d of %d; workers keep "
+      "round %lld (membership, in-process%s): node %d of %d, ranks %d..%d of %d; workers keep "
       "running and rebuild",
-      (long long)R->round, idx, R->nmembers, base, base + cfg->nproc - 1, R->world_size);
+      (long long)R->round, how, idx, R->nmembers, base, base + cfg->nproc - 1, R->world_size);
   a->ws.round = R->round;
   a->cur_round = R->round;
   a->have_report = 0;
@@ -94,7 +126,10 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
       .master_addr = R->master_addr,
       .master_port = R->master_port,
       .bootstrap = a->bootstrap[0] ? a->bootstrap : NULL,
+      .mark_dir = a->mark_dir[0] ? a->mark_dir : NULL,
   };
+  /* Marks of the workers just stopped must not speak for the ones started now. */
+  bagua__marks_clear(a->mark_dir);
   bagua__agent_err("round %lld (%s, restart %d): node %d of %d, ranks %d..%d of %d, master %s:%d",
                    (long long)R->round, R->reason[0] ? R->reason : "?", R->restart_count, idx,
                    R->nmembers, base, base + cfg->nproc - 1, R->world_size, R->master_addr,

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "common/sock.h"
+#include "marks.h"
 
 extern char **environ;
 
@@ -46,6 +47,7 @@ static const char *const owned_vars[] = {"RANK",
                                          "BAGUA_RDZV_ENDPOINT",
                                          "BAGUA_NODE_ADDR",
                                          "BAGUA_ELASTIC_MODE",
+                                         "BAGUA_ELASTIC_MARK",
                                          "TORCHELASTIC_RESTART_COUNT",
                                          "TORCHELASTIC_MAX_RESTARTS",
                                          "TORCHELASTIC_RUN_ID",
@@ -110,7 +112,12 @@ static int build_env(const bagua__agent_config_t *cfg, const bagua__worker_assig
   rc |= vec_add(sv, "BAGUA_MAX_RESTARTS=%d", cfg->max_restarts);
   rc |= vec_add(sv, "BAGUA_RDZV_ENDPOINT=%s", cfg->endpoints);
   rc |= vec_add(sv, "BAGUA_NODE_ADDR=%s", cfg->node_addr);
-  rc |= vec_add(sv, "BAGUA_ELASTIC_MODE=%s", cfg->in_process ? "in-process" : "restart");
+  rc |= vec_add(sv, "BAGUA_ELASTIC_MODE=%s", bagua__elastic_mode_name(cfg->elastic_mode));
+  if (a->mark_dir) {
+    char mark[4200];
+    if (bagua__marks_path(a->mark_dir, local_rank, a->round, mark, sizeof(mark)) != 0) return -1;
+    rc |= vec_add(sv, "BAGUA_ELASTIC_MARK=%s", mark);
+  }
   rc |= vec_add(sv, "TORCHELASTIC_RESTART_COUNT=%d", a->restart_count);
   rc |= vec_add(sv, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->max_restarts);
   rc |= vec_add(sv, "TORCHELASTIC_RUN_ID=%s", cfg->job_id);
@@ -178,8 +185,15 @@ static void child(const bagua__agent_config_t *cfg, char **envp, int out_w, int 
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
-  /* Ignored signals stay ignored across exec; give the program the defaults. */
-  signal(SIGPIPE, SIG_DFL);
+  /* Ignored signals stay ignored across exec; give the program the defaults. The agent ignores
+   * SIGPIPE itself, and a shell that started bagua-launch in the background made SIGINT and
+   * SIGQUIT ignored too, which would leave workers deaf to the SIGINT a Ctrl-C forwards.
+   * (sigaction is async-signal-safe.) */
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
   int devnull = open("/dev/null", O_RDONLY);
   if (devnull >= 0 && devnull != STDIN_FILENO) {
     dup2(devnull, STDIN_FILENO);
@@ -262,6 +276,7 @@ bagua_status_t bagua__workers_start(bagua__workers_t *ws, const bagua__agent_con
   bagua__workers_clear(ws);
   BAGUA_CALLOC(ws->w, cfg->nproc);
   ws->round = a->round;
+  ws->start_round = a->round;
   for (int lr = 0; lr < cfg->nproc; lr++) {
     bagua_status_t st = start_one(ws, cfg, a, out, lr);
     if (st != BAGUA_OK) return st; /* the caller stops the ones already running */

@@ -24,6 +24,7 @@ typedef struct {
   const char *master_addr;
   int master_port;
   const char *bootstrap; /* BAGUA_BOOTSTRAP value, or NULL to leave the environment's */
+  const char *mark_dir;  /* auto mode: BAGUA_ELASTIC_MARK goes under it (marks.h); or NULL */
 } bagua__worker_assign_t;
 
 typedef struct {
@@ -39,8 +40,9 @@ typedef struct {
   bagua__worker_t *w;
   int n;
   int nrunning;
-  int64_t round;
-  int stopping; /* the agent is stopping them: exits from now on are expected */
+  int64_t round;       /* the round they run in (an adopted round replaces the start round) */
+  int64_t start_round; /* the round they were started in (names their elastic marks) */
+  int stopping;        /* the agent is stopping them: exits from now on are expected */
 } bagua__workers_t;
 
 /* Starts cfg->nproc workers for `a`. On failure, the ones already started are killed. */

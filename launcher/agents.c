@@ -90,7 +90,8 @@ static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
     const char *flag;
   } pass[] = {{LS_MAX_RESTARTS, "--max-restarts"}, {LS_LEASE_TTL, "--lease-ttl"},
               {LS_RDZV_TIMEOUT, "--rdzv-timeout"}, {LS_LAST_CALL_MS, "--last-call-ms"},
-              {LS_SETTLE_MS, "--settle-ms"},       {LS_GRACE_MS, "--grace-ms"}};
+              {LS_SETTLE_MS, "--settle-ms"},       {LS_GRACE_MS, "--grace-ms"},
+              {LS_ELASTIC_MODE, "--elastic-mode"}};
   for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
     rc = rc || push_kv(a, pass[i].flag, cfg->v[pass[i].s].s);
   if (cfg->v[LS_LOG_DIR].s[0]) rc = rc || push_kv(a, "--log-dir", cfg->v[LS_LOG_DIR].s);
@@ -102,9 +103,9 @@ static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
 /* Registry parameters that are per worker or passed as agent flags: never forwarded. */
 static int forwardable(const char *env) {
   static const char *const skip[] = {
-      "RANK",          "WORLD_SIZE",   "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
-      "GROUP_RANK",    "MASTER_ADDR",  "MASTER_PORT",    "BAGUA_ROUND",
-      "BAGUA_NODE_ID", "BAGUA_JOB_ID", "BAGUA_BOOTSTRAP"};
+      "RANK",          "WORLD_SIZE",   "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
+      "GROUP_RANK",    "MASTER_ADDR",  "MASTER_PORT",     "BAGUA_ROUND",
+      "BAGUA_NODE_ID", "BAGUA_JOB_ID", "BAGUA_BOOTSTRAP", "BAGUA_ELASTIC_MARK"};
   for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
     if (strcmp(skip[i], env) == 0) return 0;
   return bagua__launch_find_env(env) < 0;

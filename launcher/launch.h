@@ -39,6 +39,7 @@ typedef enum {
   LS_NODE_ID,
   LS_NODE_ADDR,
   LS_GRACE_MS,
+  LS_ELASTIC_MODE,
   LS_AGENT,
   LS_REMOTE_CMD,
   LS_ENDPOINT,
@@ -59,7 +60,8 @@ typedef enum {
   LT_NNODES, /* N or MIN:MAX */
   LT_ENDPOINTS,
   LT_TEMPLATE, /* remote command template with {host} */
-  LT_HOST      /* host name or address */
+  LT_HOST,     /* host name or address */
+  LT_CHOICE    /* one of the words of `choices` */
 } bagua__launch_type_t;
 
 /* Static description of one scalar setting. */
@@ -73,6 +75,7 @@ typedef struct {
   const char *def;     /* default value as text ("" for none) */
   const char *metavar; /* argument name in --help */
   const char *help;
+  const char *choices; /* LT_CHOICE: "a|b|c" (from the registry when `env` is a registry entry) */
 } bagua__launch_desc_t;
 
 /* The descriptor of setting `s` (bounds and defaults of registry entries filled in). */

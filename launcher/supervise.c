@@ -62,8 +62,12 @@ static void signal_agents(sup_t *s, int sig) {
     return;
   }
   s->stopping = 1;
-  if (!s->kill_deadline)
-    s->kill_deadline = bagua__now_ms() + s->r->cfg->v[LS_GRACE_MS].i + LAUNCH_KILL_MARGIN_MS;
+  /* An agent whose workers follow rounds by themselves (elastic modes other than restart)
+   * first gives them the grace period to leave on their own, and only then signals them and
+   * waits the grace period again. */
+  int64_t grace = s->r->cfg->v[LS_GRACE_MS].i;
+  if (strcmp(s->r->cfg->v[LS_ELASTIC_MODE].s, "restart") != 0) grace *= 2;
+  if (!s->kill_deadline) s->kill_deadline = bagua__now_ms() + grace + LAUNCH_KILL_MARGIN_MS;
 }
 
 static void on_exit_status(sup_t *s, bagua__launch_agent_t *a, int status) {

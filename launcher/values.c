@@ -21,10 +21,11 @@ typedef struct {
   const char *env;
   int is_int;
   int64_t def, lo, hi;
+  const char *sdef, *choices; /* STR entries: the default and "a|b|c" ("" for any string) */
 } reg_entry_t;
 
-#define R_INT(def, lo, hi) 1, (def), (lo), (hi)
-#define R_STR(def, lo, hi) 0, 0, 0, 0
+#define R_INT(def, lo, hi) 1, (def), (lo), (hi), NULL, NULL
+#define R_STR(def, lo, hi) 0, 0, 0, 0, (def), (hi)
 static const reg_entry_t k_registry[] = {
 #define BAGUA_PARAM(id, env, type, def, lo, hi, help) {env, R_##type(def, lo, hi)},
 #include "common/params.def"
@@ -49,6 +50,10 @@ static bagua__launch_desc_t g_desc[LS__COUNT] = {
                       "address other nodes reach the single local agent's workers on"},
     [LS_GRACE_MS] = {"stop_grace_ms", "job", "--grace-ms", "BAGUA_STOP_GRACE_MS", LT_INT, 0, 0, "",
                      "MS", "time between SIGTERM and SIGKILL when stopping"},
+    [LS_ELASTIC_MODE] = {"elastic_mode", "job", "--elastic-mode", "BAGUA_ELASTIC_MODE", LT_CHOICE,
+                         0, 0, "auto", "MODE",
+                         "workers on membership changes: auto, restart or in-process",
+                         "auto|restart|in-process"},
     [LS_AGENT] = {"agent", "job", "--agent", NULL, LT_STR, 0, 0, "", "PATH",
                   "bagua-agent binary (default: the one next to bagua-launch)"},
     [LS_REMOTE_CMD] = {"remote_cmd", "job", "--remote-cmd", NULL, LT_TEMPLATE, 0, 0,
@@ -87,6 +92,14 @@ static void fill_from_registry(void) {
     for (size_t i = 0; i < sizeof(k_registry) / sizeof(k_registry[0]); i++)
       known |= strcmp(k_registry[i].env, d->env) == 0;
     if (!known) d->env = NULL;
+    if (d->type == LT_CHOICE && d->env) {
+      /* The accepted words and the default are the registry's, like integer bounds. */
+      for (size_t i = 0; i < sizeof(k_registry) / sizeof(k_registry[0]); i++) {
+        if (k_registry[i].is_int || strcmp(k_registry[i].env, d->env) != 0) continue;
+        if (k_registry[i].choices && k_registry[i].choices[0]) d->choices = k_registry[i].choices;
+        if (k_registry[i].sdef) d->def = k_registry[i].sdef;
+      }
+    }
     if (d->type != LT_INT || !d->env) continue;
     for (size_t i = 0; i < sizeof(k_registry) / sizeof(k_registry[0]); i++) {
       if (!k_registry[i].is_int || strcmp(k_registry[i].env, d->env) != 0) continue;
@@ -313,6 +326,39 @@ static int check_template(const char *text, char *err, size_t errlen) {
   return 0;
 }
 
+/* "a|b|c" as "a, b or c" into out. */
+static void list_choices(const char *choices, char *out, size_t len) {
+  size_t n = 0, words = 1;
+  for (const char *p = choices; *p; p++) words += *p == '|';
+  out[0] = '\0';
+  for (const char *p = choices; *p && n + 1 < len;) {
+    size_t w = strcspn(p, "|");
+    const char *sep = --words == 0 ? "" : words == 1 ? " or " : ", ";
+    int k = snprintf(out + n, len - n, "%.*s%s", (int)w, p, sep);
+    if (k < 0) break;
+    n += (size_t)k;
+    p += w;
+    if (*p == '|') p++;
+  }
+}
+
+static int check_choice(const char *text, const char *choices, char *err, size_t errlen) {
+  size_t tl = strlen(text);
+  for (const char *p = choices; *p;) {
+    size_t w = strcspn(p, "|");
+    if (tl > 0 && w == tl && strncmp(p, text, w) == 0) return 0;
+    p += w;
+    if (*p == '|') p++;
+  }
+  char list[256];
+  list_choices(choices, list, sizeof(list));
+  if (!*text)
+    snprintf(err, errlen, "the value is empty; accepted: %s", list);
+  else
+    snprintf(err, errlen, "\"%s\" is invalid; accepted: %s", text, list);
+  return -1;
+}
+
 int bagua__launch_parse_value(bagua__launch_setting_t s, const char *text,
                               bagua__launch_value_t *out, char *err, size_t errlen) {
   const bagua__launch_desc_t *d = bagua__launch_desc(s);
@@ -342,6 +388,9 @@ int bagua__launch_parse_value(bagua__launch_setting_t s, const char *text,
     case LT_TEMPLATE:
       if (check_template(text, err, errlen) != 0) return -1;
       break;
+    case LT_CHOICE:
+      if (check_choice(text, d->choices ? d->choices : "", err, errlen) != 0) return -1;
+      break;
     case LT_STR:
       break;
   }
@@ -364,10 +413,10 @@ int bagua__launch_parse_value(bagua__launch_setting_t s, const char *text,
 
 /* Variables every worker gets from its agent; a configuration must not set them. */
 static const char *const k_agent_vars[] = {
-    "RANK",         "LOCAL_RANK",      "WORLD_SIZE",          "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",   "MASTER_ADDR",     "MASTER_PORT",         "BAGUA_ROUND",
-    "BAGUA_JOB_ID", "BAGUA_NODE_ID",   "BAGUA_RDZV_ENDPOINT", "BAGUA_BOOTSTRAP",
-    "ROLE_RANK",    "GROUP_WORLD_SIZE"};
+    "RANK",         "LOCAL_RANK",       "WORLD_SIZE",          "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",   "MASTER_ADDR",      "MASTER_PORT",         "BAGUA_ROUND",
+    "BAGUA_JOB_ID", "BAGUA_NODE_ID",    "BAGUA_RDZV_ENDPOINT", "BAGUA_BOOTSTRAP",
+    "ROLE_RANK",    "GROUP_WORLD_SIZE", "BAGUA_ELASTIC_MARK"};
 
 int bagua__launch_check_var(const char *name, const char *value, char *err, size_t errlen) {
   if (!name[0] || !(isalpha((unsigned char)name[0]) || name[0] == '_')) {

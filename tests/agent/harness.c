@@ -100,6 +100,10 @@ void h_init(harness_t *h, const char *job, int with_etcd) {
     if (bagua__etcd_create(h->fx.endpoint, 5000, &h->c) != BAGUA_OK)
       TEST_FAIL("cannot create an etcd client");
   }
+  /* The agents make their private directories (elastic marks) under TMPDIR: inside this
+   * test's directory, what an agent the test SIGKILLs leaves behind is removed with it. Set
+   * after etcd started, so its data directory stays where the fixture put it. */
+  setenv("TMPDIR", h->dir, 1);
 }
 
 void h_fini(harness_t *h) {

@@ -33,7 +33,8 @@ typedef struct {
   char job[64];
 } harness_t;
 
-/* Creates the directory; starts etcd when `with_etcd` (exits 77 when etcd is missing). */
+/* Creates the directory; starts etcd when `with_etcd` (exits 77 when etcd is missing). Points
+ * TMPDIR at the directory, so the agents' private directories are removed with it. */
 void h_init(harness_t *h, const char *job, int with_etcd);
 /* Stops etcd and removes the directory. */
 void h_fini(harness_t *h);

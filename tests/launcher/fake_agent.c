@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
       g_grace_ms = atoi(v);
     else if (strcmp(a, "--node-addr") && strcmp(a, "--max-restarts") && strcmp(a, "--lease-ttl") &&
              strcmp(a, "--rdzv-timeout") && strcmp(a, "--last-call-ms") &&
-             strcmp(a, "--settle-ms") && strcmp(a, "--log-dir"))
+             strcmp(a, "--settle-ms") && strcmp(a, "--log-dir") && strcmp(a, "--elastic-mode"))
       return usage("unknown option");
   }
   if (!g_endpoint || !g_job || !g_nnodes || g_nproc < 1 || g_nproc > MAX_WORKERS || i >= argc)

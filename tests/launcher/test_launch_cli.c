@@ -170,7 +170,7 @@ static int dry_run(void) {
   int rc = run((char *[]){"--dry-run", "--job-id", "dry", "--agent", (char *)g_fake, "--hosts",
                           "nodeA:2,localhost", "--remote-cmd", "ip netns exec {host}",
                           "--nproc-per-node", "3", "prog", "a b", NULL},
-               NULL, 10000, &out);
+               (char *[]){"BAGUA_ELASTIC_MODE=in-process", NULL}, 10000, &out);
   expect(rc == 0, "exit 0", out);
   expect(strstr(out, "\nip netns exec nodeA env BAGUA_") != NULL,
          "the remote command wraps env and the agent", out);
@@ -181,6 +181,11 @@ static int dry_run(void) {
   expect(strstr(out, "--nproc-per-node 3 --node-id localhost ") != NULL,
          "localhost gets --nproc-per-node", out);
   expect(strstr(out, "-- prog 'a b'") != NULL, "the program follows --", out);
+  /* The elastic mode is an agent flag for local and remote agents alike, never an env word. */
+  const char *em = strstr(out, "--elastic-mode in-process -- prog");
+  expect(em && strstr(em + 1, "--elastic-mode in-process -- prog"),
+         "both agents get --elastic-mode from the environment", out);
+  expect(strstr(out, "BAGUA_ELASTIC_MODE=") == NULL, "BAGUA_ELASTIC_MODE is not forwarded", out);
   assert_nothing_left(out);
   free(out);
   return 0;

@@ -2,7 +2,10 @@
  * End-to-end runs of bagua-launch with the real bagua-agent: a private etcd, real rendezvous
  * rounds, real workers.
  *
- *   test_launch_e2e MODE LAUNCHER AGENT [BENCH EXAMPLE_INI]   (the last two for allreduce)
+ *   test_launch_e2e MODE LAUNCHER AGENT [BENCH EXAMPLE_INI [ELASTIC_WORKER]]
+ *
+ * BENCH and EXAMPLE_INI are for allreduce, ELASTIC_WORKER (tests/agent's agent_elastic_worker;
+ * empty: skip) for sigint_elastic.
  *
  * AGENT is the agent target's path; an empty argument or a missing file skips the test (77)
  * until the agent is built. bagua-launch is run without --agent, so its default discovery of
@@ -157,6 +160,42 @@ static int mode_sigint(void) {
   return 0;
 }
 
+/* Occurrences of `needle` in the run's output so far. */
+static int count_output(const char *needle) {
+  char *out = lu_read(g_out);
+  int n = 0;
+  for (const char *p = out; p && (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  free(out);
+  return n;
+}
+
+/*
+ * Ctrl-C with elastic workers (the default elastic mode, auto, and libbagua's elastic API):
+ * every agent deregisters first, sees that no round without it can come (all of them leave),
+ * and signals its worker at once, so the launcher is back well within the 5 s stop grace.
+ */
+static int mode_sigint_elastic(const char *worker) {
+  if (!worker || !worker[0] || access(worker, X_OK) != 0)
+    TEST_SKIP("agent_elastic_worker is not built (tests/agent)");
+  pid_t pid = start((char *[]){"--hosts", "localhost:1,localhost:1", "--grace-ms", "5000", "--",
+                               (char *)worker, "1000000", "20", NULL});
+  for (long long end = lu_now_ms() + 30000; count_output("first_step_ms=") < 2;) {
+    expect(lu_now_ms() < end, "both elastic workers ran a step within 30 s");
+    usleep(20000);
+  }
+  long long t0 = lu_now_ms();
+  kill(pid, SIGINT);
+  int rc = lu_wait(pid, 30000);
+  long long took = lu_now_ms() - t0;
+  printf("Ctrl-C with elastic workers: bagua-launch exited %lld ms after SIGINT\n", took);
+  expect(rc == 130, "exit 130");
+  expect(count_output("mode=auto") == 2, "the workers ran in auto mode");
+  expect(count_output("deregistered first") == 2, "both agents left gracefully");
+  expect(took < 4000, "no agent waited out the grace period");
+  assert_clean();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) TEST_FAIL("usage: %s MODE LAUNCHER AGENT", argv[0]);
   g_launcher = argv[2];
@@ -177,6 +216,8 @@ int main(int argc, char **argv) {
     rc = mode_sigint();
   else if (strcmp(argv[1], "allreduce") == 0 && argc > 5)
     rc = mode_allreduce(argv[4], argv[5]);
+  else if (strcmp(argv[1], "sigint_elastic") == 0)
+    rc = mode_sigint_elastic(argc > 6 ? argv[6] : NULL);
   else
     TEST_FAIL("unknown mode %s", argv[1]);
   lu_rmtree(g_dir);

@@ -38,6 +38,7 @@ static const char *const k_seeds[] = {
     "; comment\n# comment\n\n[job]\n  job_id = x.y_z-1 ; inline\n  max_restarts=0\n",
     "\xEF\xBB\xBF[job]\r\nlog_dir = /tmp/a b\r\nremote_cmd = ssh -p 22 {host}\r\n",
     "[env]\nBAGUA_TRANSPORT = tcp\nX=\n[job]\nagent = /bin/true\nstop_grace_ms = 10\n",
+    "[job]\nelastic_mode = in-process\n[env]\nBAGUA_ELASTIC_MARK = x\n",
 };
 
 static const char *const k_tokens[] = {"[job]\n",
@@ -211,7 +212,10 @@ static const char *const k_words[] = {"--nnodes",
                                       "=",
                                       "--grace-ms",
                                       "--etcd-timeout-ms",
-                                      "100"};
+                                      "100",
+                                      "--elastic-mode",
+                                      "in-process",
+                                      "--elastic-mode=auto|restart"};
 
 static void fuzz_argv(int iterations) {
   char err[LAUNCH_ERR_LEN];
