@@ -81,7 +81,7 @@ static const opt_spec_t specs[] = {
     {"--bucket-mb", "MB", V_REQUIRED, "a number of MiB from 0.00390625 (4 KiB) to 4096", ALL_ALGS,
      FM_OPT_BUCKET_MB, "gradient bucket size (library default: BAGUA_BUCKET_SIZE, 10 MiB)"},
     {"--elastic", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off",
-     ALG(FM_ALG_GRADIENT_ALLREDUCE), FM_OPT_ELASTIC,
+     ALL_ALGS, FM_OPT_ELASTIC,
      "in-process elasticity under bagua-agent/bagua-launch: workers survive world changes, every "
      "algorithm (off)"},
     {"--help", "", V_NONE, "", 0, 0, "print this help and exit"},
