@@ -315,7 +315,6 @@ bagua_status_t bagua__endpoint_init(bagua__endpoint_t *ep, const char *node_id, 
 
 bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out) {
   bagua_comm_config_t def = BAGUA_COMM_CONFIG_INIT;
-  bagua_status_t st;
   if (!out) return BAGUA_ERR_INVALID_ARG;
   *out = NULL;
   if (!cfg) cfg = &def;
@@ -392,35 +391,55 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
     return BAGUA_ERR_INVALID_ARG;
   }
   bagua__log_set_rank(rank);
+  bagua__comm_build_t b = {
+      .rank = rank,
+      .size = size,
+      .job_id = job,
+      .node_id = cfg->node_id,
+      /* Each rendezvous round builds a distinct communicator, so stale peers cannot join it. */
+      .round = boot_fn == bagua__bootstrap_etcd ? etcd.round : 0,
+      .nstreams = nstreams,
+      .transport = transport,
+      .timeout_ms =
+          cfg->timeout_ms > 0 ? cfg->timeout_ms : (int)bagua__param_int(BAGUA_P_COMM_TIMEOUT_MS),
+      .connect_timeout_ms = cfg->connect_timeout_ms > 0
+                                ? cfg->connect_timeout_ms
+                                : (int)bagua__param_int(BAGUA_P_CONNECT_TIMEOUT_MS),
+      .boot_fn = boot_fn,
+      .boot_arg = boot_arg,
+  };
+  return bagua__comm_build(&b, out);
+}
+
+bagua_status_t bagua__comm_build(const bagua__comm_build_t *b, bagua_comm_t **out) {
+  bagua_status_t st;
   bagua_comm_t *c = NULL;
-  BAGUA_CHECK(bagua__comm_alloc(rank, size, &c));
-  c->job_hash = bagua__hash64(job, strlen(job), 0);
-  /* Each rendezvous round builds a distinct communicator, so stale peers cannot join it. */
-  int64_t round = boot_fn == bagua__bootstrap_etcd ? etcd.round : 0;
-  c->comm_id = bagua__world_comm_id(c->job_hash, round);
-  c->nstreams = nstreams;
-  c->requested_transport = transport;
-  c->timeout_ms =
-      cfg->timeout_ms > 0 ? cfg->timeout_ms : (int)bagua__param_int(BAGUA_P_COMM_TIMEOUT_MS);
-  c->connect_timeout_ms = cfg->connect_timeout_ms > 0
-                              ? cfg->connect_timeout_ms
-                              : (int)bagua__param_int(BAGUA_P_CONNECT_TIMEOUT_MS);
   int lfd = -1;
+  *out = NULL;
+  BAGUA_CHECK(bagua__comm_alloc(b->rank, b->size, &c));
+  c->job_hash = bagua__hash64(b->job_id, strlen(b->job_id), 0);
+  c->comm_id = bagua__world_comm_id(c->job_hash, b->round);
+  c->nstreams = b->nstreams;
+  c->requested_transport = b->transport;
+  c->timeout_ms = b->timeout_ms;
+  c->connect_timeout_ms = b->connect_timeout_ms;
+  if (b->on_alloc) b->on_alloc(c, b->hook_arg);
   uint16_t port = 0;
   BAGUA_CHECK_GOTO(bagua__listen(0 /* INADDR_ANY */, 0, &lfd, &port), st, fail);
   bagua__endpoint_t mine;
   bagua__boot_ctx_t ctx = {
-      rank, size, c->job_hash, c->comm_id, bagua__now_ms() + c->connect_timeout_ms, &c->abort_flag};
-  st = bagua__endpoint_init(&mine, cfg->node_id, port, rank);
-  if (st == BAGUA_OK) st = boot_fn(boot_arg, &ctx, &mine, c->eps);
-  if (st != BAGUA_OK) {
-    close(lfd);
-    goto fail;
-  }
-  BAGUA_CHECK_GOTO(bagua__comm_connect(c, lfd), st, fail);
+      b->rank,       b->size, c->job_hash, c->comm_id, bagua__now_ms() + c->connect_timeout_ms,
+      &c->abort_flag};
+  BAGUA_CHECK_GOTO(bagua__endpoint_init(&mine, b->node_id, port, b->rank), st, fail);
+  BAGUA_CHECK_GOTO(b->boot_fn(b->boot_arg, &ctx, &mine, c->eps), st, fail);
+  st = bagua__comm_connect(c, lfd); /* closes lfd in every case */
+  lfd = -1;
+  if (st != BAGUA_OK) goto fail;
   *out = c;
   return BAGUA_OK;
 fail:
+  if (lfd >= 0) close(lfd);
+  if (b->on_release) b->on_release(c, b->hook_arg);
   bagua_comm_destroy(c);
   return st;
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "bagua/comm.h"
+#include "bootstrap.h"
 #include "wire.h"
 
 typedef struct bagua__shm bagua__shm_t;
@@ -137,6 +138,29 @@ bagua_status_t bagua__endpoint_init(bagua__endpoint_t *ep, const char *node_id, 
                                     int rank);
 /* Allocates a communicator with the fields every creation path needs. */
 bagua_status_t bagua__comm_alloc(int rank, int size, bagua_comm_t **out);
+
+/*
+ * Everything a world communicator is built from, resolved (bagua_comm_init fills it from its
+ * config and the parameters; the elastic context from a round record). The hooks let a caller
+ * abort a communicator while it is still being built: `on_alloc` runs right after allocation,
+ * before the bootstrap (from then on another thread may call bagua_comm_abort on it), and
+ * `on_release` right before a failed build destroys it (after it returns, nobody may touch it).
+ * Both may be NULL.
+ */
+typedef struct {
+  int rank, size;
+  const char *job_id, *node_id; /* node_id NULL: as bagua__endpoint_init */
+  int64_t round;                /* makes the communicator id: stale peers cannot join */
+  int nstreams, transport, timeout_ms, connect_timeout_ms;
+  bagua__bootstrap_fn boot_fn;
+  void *boot_arg;
+  void (*on_alloc)(bagua_comm_t *c, void *arg);
+  void (*on_release)(bagua_comm_t *c, void *arg);
+  void *hook_arg;
+} bagua__comm_build_t;
+
+/* Listens, bootstraps and connects a world communicator (collective over its ranks). */
+bagua_status_t bagua__comm_build(const bagua__comm_build_t *b, bagua_comm_t **out);
 
 /* Generic algorithm entry points, also used by transports for cases they do not special-case. */
 bagua_status_t bagua__generic_barrier(bagua_comm_t *c);

@@ -270,52 +270,50 @@ static int on_round_event(void *arg, const bagua__etcd_event_t *ev) {
   return 0;
 }
 
-/*
- * Builds the world communicator of `round` with an explicit round number. bagua_comm_init
- * takes the round only from BAGUA_ROUND, and rewriting the environment of a running program
- * is not thread-safe, so this mirrors its etcd path with the communicator internals.
- */
-static bagua_status_t comm_for_round(bagua_elastic_t *e, int64_t round, int rank, int size,
-                                     bagua_comm_t **out) {
-  bagua_status_t st;
-  bagua_comm_t *c = NULL;
-  int lfd = -1;
-  *out = NULL;
-  BAGUA_CHECK(bagua__comm_alloc(rank, size, &c));
-  c->job_hash = bagua__hash64(e->job_id, strlen(e->job_id), 0);
-  c->comm_id = bagua__world_comm_id(c->job_hash, round);
-  c->nstreams = (int)bagua__param_int(BAGUA_P_NET_NSTREAMS);
-  c->requested_transport = e->transport;
-  c->timeout_ms = e->timeout_ms;
-  c->connect_timeout_ms = e->connect_timeout_ms;
+/* Hooks of bagua__comm_build: the communicator being bootstrapped is visible to the watch,
+ * which aborts it when a still newer round makes it pointless (peers will never join it). */
+static void building_started(bagua_comm_t *c, void *arg) {
+  bagua_elastic_t *e = arg;
   pthread_mutex_lock(&e->lock);
   e->building = c;
+  /* A round newer than this one may have been seen before `building` was set. */
+  if (atomic_load(&e->seen_round) > e->building_round) bagua_comm_abort(c);
+  pthread_mutex_unlock(&e->lock);
+}
+
+static void building_ended(bagua_comm_t *c, void *arg) {
+  bagua_elastic_t *e = arg;
+  (void)c;
+  pthread_mutex_lock(&e->lock);
+  e->building = NULL;
+  pthread_mutex_unlock(&e->lock);
+}
+
+/* Builds the world communicator of `round` (collective over its ranks). */
+static bagua_status_t comm_for_round(bagua_elastic_t *e, int64_t round, int rank, int size,
+                                     bagua_comm_t **out) {
+  bagua__boot_etcd_t boot = {e->endpoint, e->job_id, round, e->etcd_timeout_ms};
+  bagua__comm_build_t b = {
+      .rank = rank,
+      .size = size,
+      .job_id = e->job_id,
+      .node_id = e->node_id,
+      .round = round,
+      .nstreams = (int)bagua__param_int(BAGUA_P_NET_NSTREAMS),
+      .transport = e->transport,
+      .timeout_ms = e->timeout_ms,
+      .connect_timeout_ms = e->connect_timeout_ms,
+      .boot_fn = bagua__bootstrap_etcd,
+      .boot_arg = &boot,
+      .on_alloc = building_started,
+      .on_release = building_ended,
+      .hook_arg = e,
+  };
+  pthread_mutex_lock(&e->lock);
   e->building_round = round;
   pthread_mutex_unlock(&e->lock);
-  /* A round newer than this one may have been seen before `building` was set. */
-  if (atomic_load(&e->seen_round) > round) bagua_comm_abort(c);
-  uint16_t port = 0;
-  BAGUA_CHECK_GOTO(bagua__listen(0, 0, &lfd, &port), st, fail);
-  bagua__endpoint_t mine;
-  BAGUA_CHECK_GOTO(bagua__endpoint_init(&mine, e->node_id, port, rank), st, fail);
-  bagua__boot_etcd_t boot = {e->endpoint, e->job_id, round, e->etcd_timeout_ms};
-  bagua__boot_ctx_t ctx = {
-      rank, size, c->job_hash, c->comm_id, bagua__now_ms() + c->connect_timeout_ms, &c->abort_flag};
-  BAGUA_CHECK_GOTO(bagua__bootstrap_etcd(&boot, &ctx, &mine, c->eps), st, fail);
-  st = bagua__comm_connect(c, lfd); /* closes lfd in every case */
-  lfd = -1;
-  if (st != BAGUA_OK) goto fail;
-  pthread_mutex_lock(&e->lock);
-  e->building = NULL;
-  pthread_mutex_unlock(&e->lock);
-  *out = c;
-  return BAGUA_OK;
-fail:
-  pthread_mutex_lock(&e->lock);
-  e->building = NULL;
-  pthread_mutex_unlock(&e->lock);
-  if (lfd >= 0) close(lfd);
-  bagua_comm_destroy(c);
+  bagua_status_t st = bagua__comm_build(&b, out);
+  if (st == BAGUA_OK) building_ended(*out, e);
   return st;
 }
 
