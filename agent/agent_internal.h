@@ -43,6 +43,7 @@ typedef struct {
   int64_t cur_round;
   int member;      /* this node is a member of cur_round */
   int have_report; /* `report` is decided for cur_round */
+  int kept;        /* cur_round was adopted in-process: the workers started in an earlier one */
   int reported;    /* ... and written to etcd */
   bagua__agent_done_t report;
 

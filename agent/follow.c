@@ -78,6 +78,7 @@ static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   a->cur_round = R->round;
   a->have_report = 0;
   a->reported = 0;
+  a->kept = 1;
   return 1;
 }
 
@@ -92,6 +93,7 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   }
   bagua__workers_clear(&a->ws);
   a->cur_round = R->round;
+  a->kept = 0;
   a->member = 0;
   a->have_report = 0;
   a->reported = 0;
@@ -202,6 +204,7 @@ static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
     a->report.f.time_ms = bagua__agent_wall_ms();
     if (w) {
       a->report.state = BAGUA__DONE_FAILED;
+      a->report.kept = a->kept;
       fill_failure(a, w, &a->report.f);
       char when[40], what[512];
       bagua__agent_format_time(w->exit_ms, when, sizeof(when));
@@ -212,6 +215,7 @@ static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
       bagua__agent_stop_workers(a, SIGTERM);
     } else if (bagua__workers_all_succeeded(&a->ws)) {
       a->report.state = BAGUA__DONE_SUCCEEDED;
+      a->report.kept = a->kept;
       a->have_report = 1;
       BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: round %lld: all %d workers exited 0",
                  (long long)a->cur_round, a->ws.n);

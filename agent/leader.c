@@ -141,18 +141,22 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
     st->settle_at = 0;
     st->last_call_at = 0;
     st->failure_seen = 0;
+    st->finish_seen = 0;
     st->below_min_since = 0;
   }
   /* A round from before a stale-state reset, or none: form the first one. */
   if (!R) return decide_initial(p, st, s, now, wall, d);
 
   int all_succeeded = 1, all_reported = 1, any_succeeded = 0, departed = 0;
+  int kept_succeeded = 0, kept_failed = 0;
   for (int i = 0; i < R->nmembers; i++) {
     const bagua__agent_member_t *m = &R->members[i];
     const bagua__agent_done_t *dn = bagua__agent_snap_done(s, m->id);
     const bagua__agent_node_t *node = bagua__agent_snap_node(s, m->id);
     if (!dn) all_reported = 0;
     if (!dn || dn->state != BAGUA__DONE_SUCCEEDED) all_succeeded = 0;
+    if (dn && dn->kept) kept_succeeded |= dn->state == BAGUA__DONE_SUCCEEDED;
+    if (dn && dn->kept) kept_failed |= dn->state == BAGUA__DONE_FAILED;
     if (dn && dn->state == BAGUA__DONE_SUCCEEDED) {
       any_succeeded = 1;
       continue; /* a member that finished may leave without disturbing the others */
@@ -162,6 +166,24 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
   }
   if (all_succeeded) {
     d->action = BAGUA__LEAD_SUCCEEDED;
+    return 0;
+  }
+  /*
+   * In-process elastic training finished on a node that kept its workers through this round's
+   * membership change: all ranks of a data-parallel job end at the same step, so training is
+   * over. A node that started workers for this round and has not reported may be a newcomer
+   * that arrived during the last steps and now waits for peers that already finished (its
+   * bootstrap would only end at the connect timeout, and then as a failure). It gets one lease
+   * TTL to report; after that, or when it reports a failure, the job succeeds without it.
+   */
+  if (kept_succeeded && !kept_failed) {
+    if (!st->finish_seen) st->finish_seen = now;
+    int64_t deadline = st->finish_seen + (int64_t)p->lease_ttl_s * 1000 + 1000;
+    if (all_reported || now >= deadline) {
+      d->action = BAGUA__LEAD_SUCCEEDED;
+      return 0;
+    }
+    d->wake_at = deadline;
     return 0;
   }
 

@@ -27,6 +27,7 @@ typedef struct {
   int64_t settle_at;       /* monotonic ms the settle window closes (0: not open) */
   int64_t below_min_since; /* monotonic ms since fewer than MIN nodes (0: not below) */
   int64_t failure_seen;    /* monotonic ms the current round's first failure was seen */
+  int64_t finish_seen;     /* monotonic ms a kept member first reported success */
 } bagua__leader_state_t;
 
 typedef enum {

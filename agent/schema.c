@@ -236,6 +236,7 @@ char *bagua__agent_done_encode(const bagua__agent_done_t *d) {
     ok = cJSON_AddStringToObject(o, "node", d->f.node) &&
          cJSON_AddNumberToObject(o, "time_ms", (double)d->f.time_ms);
   }
+  if (ok && d->kept) ok = cJSON_AddBoolToObject(o, "kept", 1) != NULL;
   return finish(o, ok);
 }
 
@@ -249,6 +250,7 @@ int bagua__agent_done_decode(const char *json, bagua__agent_done_t *d) {
     if (strcmp(state, done_names[i]) == 0) {
       d->state = (bagua__done_state_t)i;
       rc = get_failure(o, &d->f);
+      d->kept = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "kept"));
       goto out;
     }
 out:

@@ -73,6 +73,9 @@ typedef struct {
 typedef struct {
   bagua__done_state_t state;
   bagua__agent_failure_t f; /* FAILED only (node is always set) */
+  /* The node's workers were started in an earlier round and kept through this one's
+   * membership change (in-process elasticity): JSON "kept": true. */
+  int kept;
 } bagua__agent_done_t;
 
 typedef enum {

@@ -323,3 +323,81 @@ int h_pid_alive(pid_t pid) {
   const char *rp = strrchr(buf, ')');
   return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
 }
+
+void h_spawn_in_order(harness_t *h, agent_proc_t *aps, int n, const char *const *nodes,
+                      const char *const *const *args, const char *const *wargs) {
+  for (int i = 0; i < n; i++) {
+    h_spawn(h, &aps[i], nodes[i], NULL, args[i], wargs);
+    h_wait_registered(h, nodes[i], 10000);
+  }
+}
+
+void h_expect_stderr(const agent_proc_t *ap, const char *needle) {
+  if (!h_file_contains(ap->err_path, needle))
+    TEST_FAIL("agent %s's stderr lacks \"%s\"", ap->node, needle);
+}
+
+void h_expect_stdout(const agent_proc_t *ap, const char *needle) {
+  if (!h_file_contains(ap->out_path, needle))
+    TEST_FAIL("agent %s's stdout lacks \"%s\"", ap->node, needle);
+}
+
+void h_expect_env(harness_t *h, int round, const char *node, int lr, const char *key,
+                  const char *want) {
+  char buf[256];
+  ASSERT_STREQ(h_env(h, round, node, lr, key, buf, sizeof(buf)), want);
+}
+
+void h_wait_stderr(const agent_proc_t *ap, const char *needle, int timeout_ms) {
+  long long d = etcd_fixture_now_ms() + timeout_ms;
+  while (!h_file_contains(ap->err_path, needle))
+    if (etcd_fixture_now_ms() > d)
+      TEST_FAIL("agent %s did not print \"%s\" within %d ms", ap->node, needle, timeout_ms);
+    else
+      usleep(10000);
+}
+
+char *h_slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) TEST_FAIL("out of memory");
+  while (f) {
+    if (n + 4096 > cap) {
+      cap *= 2;
+      char *nb = realloc(buf, cap);
+      if (!nb) TEST_FAIL("out of memory");
+      buf = nb;
+    }
+    size_t r = fread(buf + n, 1, cap - n - 1, f);
+    if (r == 0) break;
+    n += r;
+  }
+  if (f) fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+int h_count_in(const char *hay, const char *needle) {
+  int k = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) k++;
+  return k;
+}
+
+long long h_file_value_after(const char *path, const char *needle) {
+  char *buf = h_slurp(path);
+  const char *p = strstr(buf, needle);
+  long long v = p ? atoll(p + strlen(needle)) : -1;
+  free(buf);
+  return v;
+}
+
+long long h_wait_value_after(const char *path, const char *needle, int timeout_ms) {
+  long long deadline = etcd_fixture_now_ms() + timeout_ms;
+  for (;;) {
+    long long v = h_file_value_after(path, needle);
+    if (v >= 0) return v;
+    if (etcd_fixture_now_ms() > deadline) TEST_FAIL("%s lacks \"%s\"", path, needle);
+    usleep(5000);
+  }
+}

@@ -71,6 +71,30 @@ int h_env_int(harness_t *h, int round, const char *node, int local_rank, const c
 int h_status(harness_t *h, bagua__agent_status_t *st);
 int h_round(harness_t *h, bagua__agent_round_t *r);
 
+/* Membership settings shared by most scenarios: short windows, a short lease (2 s). */
+#define FAST "--last-call-ms", "200", "--settle-ms", "300", "--lease-ttl", "2", "--grace-ms", "2000"
+
+/* Agents started one after the other, each once the previous one registered, so that their
+ * registration order (and so their ranks) is known. */
+void h_spawn_in_order(harness_t *h, agent_proc_t *aps, int n, const char *const *nodes,
+                      const char *const *const *args, const char *const *wargs);
+/* Fail the test unless the agent's stderr / stdout contains `needle`. */
+void h_expect_stderr(const agent_proc_t *ap, const char *needle);
+void h_expect_stdout(const agent_proc_t *ap, const char *needle);
+/* Fail unless the env file of (round, node, local rank) has key=want. */
+void h_expect_env(harness_t *h, int round, const char *node, int lr, const char *key,
+                  const char *want);
+/* Waits until the agent's stderr contains `needle`; fails after `timeout_ms`. */
+void h_wait_stderr(const agent_proc_t *ap, const char *needle, int timeout_ms);
+/* The file's contents (NUL-terminated, malloc'd; "" when unreadable). */
+char *h_slurp(const char *path);
+/* Occurrences of `needle` in `hay`. */
+int h_count_in(const char *hay, const char *needle);
+/* The integer after the first `needle` in the file, or -1; the wait variant fails after
+ * `timeout_ms` without one. */
+long long h_file_value_after(const char *path, const char *needle);
+long long h_wait_value_after(const char *path, const char *needle, int timeout_ms);
+
 /* 1 if the file contains `needle`. */
 int h_file_contains(const char *path, const char *needle);
 /* Prints the agents' output files (for failure diagnosis). */

@@ -12,35 +12,6 @@
 #include "harness.h"
 #include "test.h"
 
-/* Membership settings shared by most scenarios: short windows, a short lease. */
-#define FAST "--last-call-ms", "200", "--settle-ms", "300", "--lease-ttl", "2", "--grace-ms", "2000"
-
-static void expect_stderr(const agent_proc_t *ap, const char *needle) {
-  if (!h_file_contains(ap->err_path, needle))
-    TEST_FAIL("agent %s's stderr lacks \"%s\"", ap->node, needle);
-}
-
-static void expect_stdout(const agent_proc_t *ap, const char *needle) {
-  if (!h_file_contains(ap->out_path, needle))
-    TEST_FAIL("agent %s's stdout lacks \"%s\"", ap->node, needle);
-}
-
-static void expect_env(harness_t *h, int round, const char *node, int lr, const char *key,
-                       const char *want) {
-  char buf[256];
-  ASSERT_STREQ(h_env(h, round, node, lr, key, buf, sizeof(buf)), want);
-}
-
-/* Starts agents one after the other, each once the previous one registered, so that their
- * registration order (and so their ranks) is known. */
-static void spawn_in_order(harness_t *h, agent_proc_t *aps, int n, const char *const *nodes,
-                           const char *const *const *args, const char *const *wargs) {
-  for (int i = 0; i < n; i++) {
-    h_spawn(h, &aps[i], nodes[i], NULL, args[i], wargs);
-    h_wait_registered(h, nodes[i], 10000);
-  }
-}
-
 /* ---------------------------------------------------------------------------------------- */
 
 /* Ranks oldest-first, prefix sums over heterogeneous nproc, the worker environment, output
@@ -56,7 +27,7 @@ static void test_ranks(void) {
   const char *nodes[] = {"n1", "n2", "n3"};
   agent_proc_t ap[3];
   long long t0 = etcd_fixture_now_ms();
-  spawn_in_order(&h, ap, 3, nodes, args, NULL);
+  h_spawn_in_order(&h, ap, 3, nodes, args, NULL);
   for (int i = 0; i < 3; i++) ASSERT_EQ(h_wait_exit(&ap[i], 20000), 0);
   printf("3 agents, 5 workers: done in %lld ms\n", etcd_fixture_now_ms() - t0);
 
@@ -79,22 +50,22 @@ static void test_ranks(void) {
     ASSERT_EQ(h_env_int(&h, 1, n, want[i].lr, "WORLD_SIZE"), 5);
     ASSERT_EQ(h_env_int(&h, 1, n, want[i].lr, "GROUP_WORLD_SIZE"), 3);
     ASSERT_EQ(h_env_int(&h, 1, n, want[i].lr, "LOCAL_WORLD_SIZE"), strcmp(n, "n2") ? 2 : 1);
-    expect_env(&h, 1, n, want[i].lr, "MASTER_ADDR", "127.0.0.1");
-    expect_env(&h, 1, n, want[i].lr, "MASTER_PORT", port);
-    expect_env(&h, 1, n, want[i].lr, "BAGUA_JOB_ID", "ranks");
-    expect_env(&h, 1, n, want[i].lr, "BAGUA_NODE_ID", n);
-    expect_env(&h, 1, n, want[i].lr, "BAGUA_ROUND", "1");
-    expect_env(&h, 1, n, want[i].lr, "BAGUA_RESTART_COUNT", "0");
-    expect_env(&h, 1, n, want[i].lr, "TORCHELASTIC_RESTART_COUNT", "0");
-    expect_env(&h, 1, n, want[i].lr, "BAGUA_ELASTIC_MODE", "auto");
+    h_expect_env(&h, 1, n, want[i].lr, "MASTER_ADDR", "127.0.0.1");
+    h_expect_env(&h, 1, n, want[i].lr, "MASTER_PORT", port);
+    h_expect_env(&h, 1, n, want[i].lr, "BAGUA_JOB_ID", "ranks");
+    h_expect_env(&h, 1, n, want[i].lr, "BAGUA_NODE_ID", n);
+    h_expect_env(&h, 1, n, want[i].lr, "BAGUA_ROUND", "1");
+    h_expect_env(&h, 1, n, want[i].lr, "BAGUA_RESTART_COUNT", "0");
+    h_expect_env(&h, 1, n, want[i].lr, "TORCHELASTIC_RESTART_COUNT", "0");
+    h_expect_env(&h, 1, n, want[i].lr, "BAGUA_ELASTIC_MODE", "auto");
   }
   char boot[128];
   snprintf(boot, sizeof(boot), "etcd://%s", h.fx.host_port);
-  expect_env(&h, 1, "n2", 0, "BAGUA_BOOTSTRAP", boot);
-  expect_env(&h, 1, "n2", 0, "BAGUA_RDZV_ENDPOINT", h.fx.host_port);
-  expect_stdout(&ap[1], "[n2/2] hello from rank 2 of 5\n");
-  expect_stderr(&ap[1], "[n2/2] stderr line of rank 2\n");
-  expect_stdout(&ap[2], "[n3/4] hello from rank 4 of 5\n");
+  h_expect_env(&h, 1, "n2", 0, "BAGUA_BOOTSTRAP", boot);
+  h_expect_env(&h, 1, "n2", 0, "BAGUA_RDZV_ENDPOINT", h.fx.host_port);
+  h_expect_stdout(&ap[1], "[n2/2] hello from rank 2 of 5\n");
+  h_expect_stderr(&ap[1], "[n2/2] stderr line of rank 2\n");
+  h_expect_stdout(&ap[2], "[n3/4] hello from rank 4 of 5\n");
   char log[600];
   snprintf(log, sizeof(log), "%s/n3/rank4.log", logs);
   ASSERT_TRUE(h_file_contains(log, "hello from rank 4 of 5\n"));
@@ -117,7 +88,7 @@ static void test_exitcode(void) {
   const char *nodes[] = {"n1", "n2"};
   const char *w[] = {"--fail-rank", "3", "--code", "7", "--wait", never, NULL};
   agent_proc_t ap[2];
-  spawn_in_order(&h, ap, 2, nodes, args, w);
+  h_spawn_in_order(&h, ap, 2, nodes, args, w);
   ASSERT_EQ(h_wait_exit(&ap[1], 20000), 7);
   ASSERT_EQ(h_wait_exit(&ap[0], 20000), 7);
   bagua__agent_status_t st;
@@ -129,10 +100,10 @@ static void test_exitcode(void) {
   ASSERT_EQ(st.root.exit_code, 7);
   ASSERT_EQ(st.root.signal, 0);
   ASSERT_STREQ(st.root.node, "n2");
-  expect_stderr(&ap[1], "worker failed at ");
-  expect_stderr(&ap[1], "rank 3 (node n2");
-  expect_stderr(&ap[1], "exited with code 7");
-  expect_stderr(&ap[0], "root cause: rank 3 (node n2");
+  h_expect_stderr(&ap[1], "worker failed at ");
+  h_expect_stderr(&ap[1], "rank 3 (node n2");
+  h_expect_stderr(&ap[1], "exited with code 7");
+  h_expect_stderr(&ap[0], "root cause: rank 3 (node n2");
   h_fini(&h);
 }
 
@@ -147,7 +118,7 @@ static void test_signal(void) {
   const char *nodes[] = {"n1", "n2"};
   const char *w[] = {"--fail-rank", "0", "--signal", "9", "--wait", never, NULL};
   agent_proc_t ap[2];
-  spawn_in_order(&h, ap, 2, nodes, args, w);
+  h_spawn_in_order(&h, ap, 2, nodes, args, w);
   ASSERT_EQ(h_wait_exit(&ap[0], 20000), 128 + SIGKILL);
   ASSERT_EQ(h_wait_exit(&ap[1], 20000), 128 + SIGKILL);
   bagua__agent_status_t st;
@@ -155,7 +126,7 @@ static void test_signal(void) {
   ASSERT_EQ(st.state, BAGUA__JOB_FAILED);
   ASSERT_EQ(st.root.signal, SIGKILL);
   ASSERT_EQ(st.root.rank, 0);
-  expect_stderr(&ap[0], "was killed by signal 9 (SIGKILL)");
+  h_expect_stderr(&ap[0], "was killed by signal 9 (SIGKILL)");
   h_fini(&h);
 }
 
@@ -170,7 +141,7 @@ static void test_restarts(void) {
   const char *w[] = {"--fail-rank", "1", "--code", "5", "--fail-until", "2", NULL};
   agent_proc_t ap[2];
   long long t0 = etcd_fixture_now_ms();
-  spawn_in_order(&h, ap, 2, nodes, args, w);
+  h_spawn_in_order(&h, ap, 2, nodes, args, w);
   ASSERT_EQ(h_wait_exit(&ap[0], 30000), 0);
   ASSERT_EQ(h_wait_exit(&ap[1], 30000), 0);
   printf("two restarts then success: %lld ms\n", etcd_fixture_now_ms() - t0);
@@ -180,10 +151,10 @@ static void test_restarts(void) {
   ASSERT_EQ(r.restart_count, 2);
   ASSERT_STREQ(r.reason, "failure");
   bagua__agent_round_clear(&r);
-  expect_env(&h, 3, "n2", 0, "BAGUA_RESTART_COUNT", "2");
-  expect_env(&h, 3, "n1", 0, "TORCHELASTIC_RESTART_COUNT", "2");
+  h_expect_env(&h, 3, "n2", 0, "BAGUA_RESTART_COUNT", "2");
+  h_expect_env(&h, 3, "n1", 0, "TORCHELASTIC_RESTART_COUNT", "2");
   /* n1's workers of rounds 1 and 2 may be stopped before they write anything. */
-  expect_env(&h, 2, "n2", 0, "BAGUA_RESTART_COUNT", "1");
+  h_expect_env(&h, 2, "n2", 0, "BAGUA_RESTART_COUNT", "1");
 
   /* Same etcd, another job: rank 1 always fails, one restart allowed. */
   snprintf(h.job, sizeof(h.job), "restarts-out");
@@ -192,7 +163,7 @@ static void test_restarts(void) {
   const char *nodes1[] = {"m1", "m2"};
   const char *w1[] = {"--fail-rank", "1", "--code", "5", NULL};
   agent_proc_t bp[2];
-  spawn_in_order(&h, bp, 2, nodes1, args1, w1);
+  h_spawn_in_order(&h, bp, 2, nodes1, args1, w1);
   ASSERT_EQ(h_wait_exit(&bp[0], 30000), 5);
   ASSERT_EQ(h_wait_exit(&bp[1], 30000), 5);
   ASSERT_EQ(h_round(&h, &r), 0);
@@ -204,7 +175,7 @@ static void test_restarts(void) {
   ASSERT_EQ(st.state, BAGUA__JOB_FAILED);
   ASSERT_EQ(st.root.exit_code, 5);
   ASSERT_EQ(st.root.round, 2);
-  expect_stderr(&bp[0], "--max-restarts 1");
+  h_expect_stderr(&bp[0], "--max-restarts 1");
   h_fini(&h);
 }
 
@@ -220,7 +191,7 @@ static void sigkill_one(const char *job, int victim) {
   const char *nodes[] = {"n1", "n2", "n3"};
   const char *w[] = {"--wait", release, NULL};
   agent_proc_t ap[3];
-  spawn_in_order(&h, ap, 3, nodes, args, w);
+  h_spawn_in_order(&h, ap, 3, nodes, args, w);
   h_wait_round_files(&h, 1, 6, 15000);
   ASSERT_EQ(h_env_int(&h, 1, "n3", 1, "RANK"), 5);
   int pids[2] = {h_env_int(&h, 1, nodes[victim], 0, "PID"),
@@ -287,12 +258,12 @@ static void test_sigint(void) {
   const char *nodes[] = {"n1", "n2", "n3"};
   const char *w[] = {"--wait", release, NULL};
   agent_proc_t ap[3];
-  spawn_in_order(&h, ap, 3, nodes, args, w);
+  h_spawn_in_order(&h, ap, 3, nodes, args, w);
   h_wait_round_files(&h, 1, 3, 15000);
   long long t0 = etcd_fixture_now_ms();
   h_kill(&ap[0], SIGINT);
   ASSERT_EQ(h_wait_exit(&ap[0], 10000), 130);
-  expect_stderr(&ap[0], "received SIGINT: leaving job sigint");
+  h_expect_stderr(&ap[0], "received SIGINT: leaving job sigint");
   /* The lease is revoked, not left to expire (TTL 10 s here): re-forming takes the settle
    * window, not a TTL. */
   h_wait_round_files(&h, 2, 2, 5000);
@@ -325,7 +296,7 @@ static void test_belowmin(void) {
   printf("below MIN: exit 3 after %lld ms (--rdzv-timeout 2)\n", took);
   ASSERT_GE(took, 2000);
   ASSERT_LT(took, 5000);
-  expect_stderr(&ap, "rendezvous timed out: 1 node(s) registered, fewer than the 2 needed");
+  h_expect_stderr(&ap, "rendezvous timed out: 1 node(s) registered, fewer than the 2 needed");
   bagua__agent_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_FAILED);
@@ -367,8 +338,8 @@ static void test_badcli(void) {
     const char *cmd[] = {"/bin/sh", "-c", "echo started > /dev/stderr", NULL};
     h_spawn_cmd(&h, &ap, "n1", NULL, cases[i].args, cases[i].with_program ? cmd : NULL);
     ASSERT_EQ(h_wait_exit(&ap, 3000), 2);
-    expect_stderr(&ap, "bagua-agent[");
-    expect_stderr(&ap, cases[i].needle);
+    h_expect_stderr(&ap, "bagua-agent[");
+    h_expect_stderr(&ap, cases[i].needle);
     ASSERT_TRUE(!h_file_contains(ap.err_path, "started"));
   }
   /* A bad BAGUA_* value in the environment is a usage error too. */
@@ -377,13 +348,13 @@ static void test_badcli(void) {
   const char *a[] = {"--nnodes", "1", "--nproc-per-node", "1", NULL};
   h_spawn(&h, &ap, "n1", NULL, a, NULL);
   ASSERT_EQ(h_wait_exit(&ap, 3000), 2);
-  expect_stderr(&ap, "BAGUA_LEASE_TTL_S");
+  h_expect_stderr(&ap, "BAGUA_LEASE_TTL_S");
   unsetenv("BAGUA_LEASE_TTL_S");
   /* A missing endpoint, with no BAGUA_RDZV_ENDPOINT either. */
   const char *none[] = {"--nnodes", "1", "--nproc-per-node", "1", NULL};
   h_spawn(&h, &ap, "n1", "", none, NULL);
   ASSERT_EQ(h_wait_exit(&ap, 3000), 2);
-  expect_stderr(&ap, "--rdzv-endpoint");
+  h_expect_stderr(&ap, "--rdzv-endpoint");
   h_fini(&h);
 }
 
@@ -401,23 +372,14 @@ static void test_unreachable(void) {
   printf("etcd unreachable: exit 3 after %lld ms (--rdzv-timeout 2)\n", took);
   ASSERT_GE(took, 1900);
   ASSERT_LT(took, 6000);
-  expect_stderr(&ap, "cannot reach etcd at");
-  expect_stderr(&ap, "unreachable for");
+  h_expect_stderr(&ap, "cannot reach etcd at");
+  h_expect_stderr(&ap, "unreachable for");
   ASSERT_EQ(h_count_round_files(&h, 1), 0);
   h_fini(&h);
 }
 
 /* etcd restarted mid-job: the agents ride out the outage (the workers finish while etcd is
  * down, and their results are reported once it is back) and the job ends in its first round. */
-static void wait_stderr(const agent_proc_t *ap, const char *needle, int timeout_ms) {
-  long long d = etcd_fixture_now_ms() + timeout_ms;
-  while (!h_file_contains(ap->err_path, needle))
-    if (etcd_fixture_now_ms() > d)
-      TEST_FAIL("agent %s did not print \"%s\" within %d ms", ap->node, needle, timeout_ms);
-    else
-      usleep(10000);
-}
-
 static void test_etcd_restart(void) {
   harness_t h;
   h_init(&h, "etcdrestart", 1);
@@ -438,17 +400,17 @@ static void test_etcd_restart(void) {
   const char *nodes[] = {"n1", "n2"};
   const char *w[] = {"--wait", release, NULL};
   agent_proc_t ap[2];
-  spawn_in_order(&h, ap, 2, nodes, args, w);
+  h_spawn_in_order(&h, ap, 2, nodes, args, w);
   h_wait_round_files(&h, 1, 2, 15000);
   long long t0 = etcd_fixture_now_ms();
   ASSERT_EQ(etcd_fixture_down(&h.fx), 0);
-  for (int i = 0; i < 2; i++) wait_stderr(&ap[i], "lost contact with etcd", 5000);
+  for (int i = 0; i < 2; i++) h_wait_stderr(&ap[i], "lost contact with etcd", 5000);
   h_touch(&h, "release", release, sizeof(release));
   ASSERT_EQ(etcd_fixture_up(&h.fx), 0);
   printf("etcd outage: %lld ms (workers finished during it)\n", etcd_fixture_now_ms() - t0);
   ASSERT_EQ(h_wait_exit(&ap[0], 20000), 0);
   ASSERT_EQ(h_wait_exit(&ap[1], 20000), 0);
-  expect_stderr(&ap[0], "answers again after");
+  h_expect_stderr(&ap[0], "answers again after");
   bagua__agent_round_t r;
   ASSERT_EQ(h_round(&h, &r), 0);
   ASSERT_EQ(r.round, 1);
@@ -470,7 +432,7 @@ static void test_lease_lost(void) {
   const char *nodes[] = {"n1", "n2"};
   const char *w[] = {"--wait", release, NULL};
   agent_proc_t ap[2];
-  spawn_in_order(&h, ap, 2, nodes, args, w);
+  h_spawn_in_order(&h, ap, 2, nodes, args, w);
   h_wait_round_files(&h, 1, 2, 15000);
   bagua__etcd_kv_t kv;
   int found = 0;
@@ -479,7 +441,7 @@ static void test_lease_lost(void) {
   int64_t rev = kv.create_revision;
   ASSERT_OK(bagua__etcd_lease_revoke(h.c, kv.lease));
   bagua__etcd_kv_clear(&kv);
-  wait_stderr(&ap[1], "lost the etcd lease", 5000);
+  h_wait_stderr(&ap[1], "lost the etcd lease", 5000);
   /* Round 2 runs without n2 (or is skipped when n2 is back within the settle window); the
    * last round has both nodes again, n2 with a new registration. */
   long long d = etcd_fixture_now_ms() + 10000;
@@ -518,8 +480,8 @@ static void test_stale(void) {
   ASSERT_EQ(unlink(path), 0);
   h_spawn(&h, &ap, "n1", NULL, a, NULL);
   ASSERT_EQ(h_wait_exit(&ap, 15000), 0);
-  expect_stderr(&ap,
-                "clearing the state an earlier run of job stale left in etcd (status succeeded");
+  h_expect_stderr(&ap,
+                  "clearing the state an earlier run of job stale left in etcd (status succeeded");
   ASSERT_EQ(h_count_round_files(&h, 1), 1);
 
   /* 2. "running" left by agents that were all killed: cleared as well. */
@@ -532,7 +494,7 @@ static void test_stale(void) {
   ASSERT_EQ(unlink(path), 0);
   h_spawn(&h, &ap, "n1", NULL, a, NULL);
   ASSERT_EQ(h_wait_exit(&ap, 15000), 0);
-  expect_stderr(&ap, "(status running");
+  h_expect_stderr(&ap, "(status running");
   ASSERT_EQ(h_count_round_files(&h, 1), 1);
 
   /* 3. A terminal status while an agent of the job is still registered: the job is ending;
@@ -548,8 +510,8 @@ static void test_stale(void) {
       bagua__etcd_put(h.c, "/bagua/stale/nodes/other", node, strlen(node), lease, NULL, NULL));
   h_spawn(&h, &ap, "n1", NULL, a, NULL);
   ASSERT_EQ(h_wait_exit(&ap, 5000), 9);
-  expect_stderr(&ap, "job stale already failed");
-  expect_stderr(&ap, "not starting job stale again");
+  h_expect_stderr(&ap, "job stale already failed");
+  h_expect_stderr(&ap, "not starting job stale again");
   ASSERT_OK(bagua__etcd_lease_revoke(h.c, lease));
   h_fini(&h);
 }
@@ -566,7 +528,7 @@ static void test_scale(void) {
   const char *nodes[] = {"n1", "n2", "n3", "n4"};
   const char *w[] = {"--wait", release, NULL};
   agent_proc_t ap[4];
-  spawn_in_order(&h, ap, 2, nodes, args, w);
+  h_spawn_in_order(&h, ap, 2, nodes, args, w);
   h_wait_round_files(&h, 1, 2, 15000);
   ASSERT_EQ(h_env_int(&h, 1, "n2", 0, "WORLD_SIZE"), 2);
   long long t0 = etcd_fixture_now_ms();
@@ -582,7 +544,7 @@ static void test_scale(void) {
   long long d = etcd_fixture_now_ms() + 5000;
   while (!h_file_contains(ap[3].err_path, "waiting as a spare") && etcd_fixture_now_ms() < d)
     usleep(10000);
-  expect_stderr(&ap[3], "waiting as a spare");
+  h_expect_stderr(&ap[3], "waiting as a spare");
   h_touch(&h, "release", release, sizeof(release));
   for (int i = 0; i < 4; i++) ASSERT_EQ(h_wait_exit(&ap[i], 15000), 0);
   ASSERT_EQ(h_count_round_files(&h, 3), 0);
@@ -602,10 +564,10 @@ static void test_libbagua(void) {
   h_spawn_cmd(&h, &ap[1], "n2", NULL, a, cmd);
   ASSERT_EQ(h_wait_exit(&ap[0], 30000), 0);
   ASSERT_EQ(h_wait_exit(&ap[1], 30000), 0);
-  expect_stdout(&ap[0], "[n1/0] bagua allreduce ok: rank 0 of 4 sum 10 nodes 2 local 0/2");
-  expect_stdout(&ap[0], "[n1/1] bagua allreduce ok: rank 1 of 4 sum 10 nodes 2 local 1/2");
-  expect_stdout(&ap[1], "[n2/2] bagua allreduce ok: rank 2 of 4 sum 10 nodes 2 local 0/2");
-  expect_stdout(&ap[1], "[n2/3] bagua allreduce ok: rank 3 of 4 sum 10 nodes 2 local 1/2");
+  h_expect_stdout(&ap[0], "[n1/0] bagua allreduce ok: rank 0 of 4 sum 10 nodes 2 local 0/2");
+  h_expect_stdout(&ap[0], "[n1/1] bagua allreduce ok: rank 1 of 4 sum 10 nodes 2 local 1/2");
+  h_expect_stdout(&ap[1], "[n2/2] bagua allreduce ok: rank 2 of 4 sum 10 nodes 2 local 0/2");
+  h_expect_stdout(&ap[1], "[n2/3] bagua allreduce ok: rank 3 of 4 sum 10 nodes 2 local 1/2");
   h_fini(&h);
 }
 
@@ -626,513 +588,9 @@ static void test_torch(void) {
   ASSERT_EQ(h_wait_exit(&ap[0], 50000), 0);
   ASSERT_EQ(h_wait_exit(&ap[1], 50000), 0);
   printf("gloo allreduce job: %lld ms\n", etcd_fixture_now_ms() - t0);
-  expect_stdout(&ap[0], "[n1/0] gloo allreduce ok: rank 0 of 2 sum 3.0");
-  expect_stdout(&ap[1], "[n2/1] gloo allreduce ok: rank 1 of 2 sum 3.0");
+  h_expect_stdout(&ap[0], "[n1/0] gloo allreduce ok: rank 0 of 2 sum 3.0");
+  h_expect_stdout(&ap[1], "[n2/1] gloo allreduce ok: rank 1 of 2 sum 3.0");
   h_fini(&h);
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* In-process mode                                                                           */
-
-/* The file's contents (NUL-terminated, malloc'd; "" when unreadable). */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  if (!buf) TEST_FAIL("out of memory");
-  while (f) {
-    if (n + 4096 > cap) {
-      cap *= 2;
-      char *nb = realloc(buf, cap);
-      if (!nb) TEST_FAIL("out of memory");
-      buf = nb;
-    }
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    if (r == 0) break;
-    n += r;
-  }
-  if (f) fclose(f);
-  buf[n] = '\0';
-  return buf;
-}
-
-static int count_in(const char *hay, const char *needle) {
-  int k = 0;
-  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) k++;
-  return k;
-}
-
-/* The integer after the first `needle` in the file, or -1. */
-static long long file_value_after(const char *path, const char *needle) {
-  char *buf = slurp(path);
-  const char *p = strstr(buf, needle);
-  long long v = p ? atoll(p + strlen(needle)) : -1;
-  free(buf);
-  return v;
-}
-
-static long long wait_value_after(const char *path, const char *needle, int timeout_ms) {
-  long long deadline = etcd_fixture_now_ms() + timeout_ms;
-  for (;;) {
-    long long v = file_value_after(path, needle);
-    if (v >= 0) return v;
-    if (etcd_fixture_now_ms() > deadline) TEST_FAIL("%s lacks \"%s\"", path, needle);
-    usleep(5000);
-  }
-}
-
-#define INPROC_STEPS 300
-
-/* Auto mode: each elastic worker printed its BAGUA_ELASTIC_MARK path ("mark=DIR/elastic.L.R");
- * once the agents have exited, their private mark directories must be gone. */
-static void expect_marks_removed(const agent_proc_t *aps, int n) {
-  for (int i = 0; i < n; i++) {
-    char *out = slurp(aps[i].out_path);
-    const char *p = strstr(out, " mark=");
-    char path[512] = "";
-    if (p) snprintf(path, sizeof(path), "%.*s", (int)strcspn(p + 6, " \n"), p + 6);
-    free(out);
-    char *slash = strrchr(path, '/');
-    if (!slash || strncmp(slash, "/elastic.", 9) != 0 || !strstr(path, "/bagua-agent.")) {
-      h_dump(aps, n);
-      TEST_FAIL("node %s's worker got no mark under a bagua-agent directory (\"%s\")", aps[i].node,
-                path);
-    }
-    *slash = '\0';
-    if (access(path, F_OK) == 0)
-      TEST_FAIL("agent %s left its mark directory %s", aps[i].node, path);
-  }
-}
-
-/* Two nodes run an elastic worker; a third joins mid-run. The first two nodes' workers keep
- * running (one start each, same pid) and rebuild into round 2; the newcomer starts in round 2
- * and gets the state through sync; every worker ends with the same counter. `mode` is the
- * --elastic-mode given, or NULL for the default (auto), where the agents learn from the
- * workers' elastic marks that they may keep them. */
-static void inprocess_join(const char *job, const char *mode) {
-  harness_t h;
-  h_init(&h, job, 1);
-  const char *a[24] = {"--nnodes", "2:3", "--nproc-per-node", "1", "--max-restarts", "0", FAST};
-  int na = 0;
-  while (a[na]) na++;
-  if (mode) {
-    a[na++] = "--elastic-mode";
-    a[na++] = mode;
-  }
-  a[na] = NULL;
-  char steps[16];
-  snprintf(steps, sizeof(steps), "%d", INPROC_STEPS);
-  const char *cmd[] = {ELASTIC_WORKER_BIN, steps, "20", NULL};
-  agent_proc_t ap[3];
-  const char *nodes[] = {"n1", "n2", "n3"};
-  for (int i = 0; i < 2; i++) {
-    h_spawn_cmd(&h, &ap[i], nodes[i], NULL, a, cmd);
-    h_wait_registered(&h, nodes[i], 10000);
-  }
-  long long pid0[2];
-  for (int i = 0; i < 2; i++) {
-    pid0[i] = wait_value_after(ap[i].out_path, "started pid=", 20000);
-    wait_value_after(ap[i].out_path, "first_step_ms=", 20000);
-  }
-  h_spawn_cmd(&h, &ap[2], "n3", NULL, a, cmd);
-  h_wait_registered(&h, "n3", 10000);
-  long long t_reg = etcd_fixture_now_ms();
-  long long t_first = wait_value_after(ap[2].out_path, "first_step_ms=", 20000);
-  printf("%s join: n3 registered -> its worker's first step in %lld ms\n", mode ? mode : "auto",
-         t_first - t_reg);
-  for (int i = 0; i < 3; i++) {
-    int code = h_wait_exit(&ap[i], 40000);
-    if (code != 0) {
-      h_dump(ap, 3);
-      TEST_FAIL("agent %s exited %d", ap[i].node, code);
-    }
-  }
-  long long value[3];
-  for (int i = 0; i < 3; i++) {
-    char *out = slurp(ap[i].out_path);
-    int starts = count_in(out, "started pid=");
-    free(out);
-    if (starts != 1) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s started %d workers, expected 1", ap[i].node, starts);
-    }
-    char want[64];
-    snprintf(want, sizeof(want), "step=%d value=", INPROC_STEPS);
-    value[i] = file_value_after(ap[i].out_path, want);
-    if (value[i] < 0) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s lacks \"final ... %s\"", ap[i].node, want);
-    }
-  }
-  char want_mode[32];
-  snprintf(want_mode, sizeof(want_mode), "mode=%s", mode ? mode : "auto");
-  for (int i = 0; i < 2; i++) {
-    ASSERT_EQ(file_value_after(ap[i].out_path, "started pid="), pid0[i]);
-    expect_stdout(&ap[i], "rebuilt round=2");
-    expect_stdout(&ap[i], want_mode);
-    expect_stderr(&ap[i], mode ? "round 2 (membership, in-process)"
-                               : "round 2 (membership, in-process: all 1 workers use the "
-                                 "elastic API)");
-  }
-  expect_stdout(&ap[2], "started pid=");
-  expect_stdout(&ap[2], "round=2 rank=2 size=3");
-  expect_stdout(&ap[2], "final rank=2 step=");
-  ASSERT_EQ(value[1], value[0]);
-  ASSERT_EQ(value[2], value[0]);
-  /* Every step counted once: 2 per step before the join, 3 after. */
-  if (!(value[0] > 2LL * INPROC_STEPS && value[0] < 3LL * INPROC_STEPS))
-    TEST_FAIL("final value %lld outside (%d, %d)", value[0], 2 * INPROC_STEPS, 3 * INPROC_STEPS);
-  printf("%s: final value %lld on all 3 workers, %lld steps at world 2\n", mode ? mode : "auto",
-         value[0], 3LL * INPROC_STEPS - value[0]);
-  ASSERT_EQ(h_count_round_files(&h, 3), 0);
-  if (!mode) expect_marks_removed(ap, 3);
-  h_fini(&h);
-}
-
-/* --elastic-mode in-process: the agents keep the workers because they are told to. */
-static void test_inprocess(void) {
-  inprocess_join("inprocess", "in-process");
-}
-
-/* The default, auto: the agents keep the workers because all of them announced the elastic API
- * (libbagua created their BAGUA_ELASTIC_MARK files). */
-static void test_auto_inprocess(void) {
-  inprocess_join("auto_inprocess", NULL);
-}
-
-/* Auto mode with a program that does not use the elastic API: a node joining restarts the
- * running nodes' workers into round 2 (they would wait forever on a world that is gone), and
- * the agents say why. */
-static void test_auto_restart(void) {
-  harness_t h;
-  h_init(&h, "auto_restart", 1);
-  char release[400];
-  h_path(&h, "release", release, sizeof(release));
-  const char *a[] = {"--nnodes", "2:3", "--nproc-per-node", "2", FAST, NULL};
-  const char *const *args[] = {a, a, a};
-  const char *nodes[] = {"n1", "n2", "n3"};
-  const char *w[] = {"--wait", release, NULL};
-  agent_proc_t ap[3];
-  spawn_in_order(&h, ap, 2, nodes, args, w);
-  h_wait_round_files(&h, 1, 4, 15000);
-  int pid1 = h_env_int(&h, 1, "n1", 0, "PID");
-  long long t0 = etcd_fixture_now_ms();
-  h_spawn(&h, &ap[2], "n3", NULL, a, w);
-  /* Round 2's files come from workers started in round 2: n1's and n2's were restarted. */
-  h_wait_round_files(&h, 2, 6, 15000);
-  printf("auto mode, plain workers: n3 joined -> all 6 workers of round 2 running in %lld ms\n",
-         etcd_fixture_now_ms() - t0);
-  ASSERT_TRUE(h_env_int(&h, 2, "n1", 0, "PID") != pid1);
-  for (int i = 0; i < 2; i++) {
-    wait_stderr(&ap[i], "round 2 (membership, restart: worker 0 (rank ", 5000);
-    expect_stderr(&ap[i], "did not announce the elastic API)");
-    expect_env(&h, 2, nodes[i], 1, "BAGUA_ELASTIC_MODE", "auto");
-  }
-  ASSERT_EQ(h_env_int(&h, 2, "n2", 1, "RANK"), 3);
-  ASSERT_EQ(h_env_int(&h, 2, "n3", 1, "WORLD_SIZE"), 6);
-  ASSERT_EQ(h_env_int(&h, 2, "n3", 1, "BAGUA_RESTART_COUNT"), 0);
-  h_touch(&h, "release", release, sizeof(release));
-  for (int i = 0; i < 3; i++) ASSERT_EQ(h_wait_exit(&ap[i], 15000), 0);
-  ASSERT_EQ(h_count_round_files(&h, 3), 0);
-  h_fini(&h);
-}
-
-/* --elastic-mode in-process, a node lost: three nodes run an elastic worker, one agent is
- * SIGKILLed (its worker dies with it). The survivors' collective fails, they restore, wait for
- * the membership round that drops the dead node and rebuild into it without being restarted;
- * both finish with the same counter. */
-static void test_inprocess_shrink(void) {
-  harness_t h;
-  h_init(&h, "inprocess_shrink", 1);
-  const char *a[] = {"--nnodes",
-                     "2:3",
-                     "--nproc-per-node",
-                     "1",
-                     "--max-restarts",
-                     "0",
-                     "--elastic-mode",
-                     "in-process",
-                     FAST,
-                     NULL};
-  char steps[16];
-  snprintf(steps, sizeof(steps), "%d", INPROC_STEPS);
-  const char *cmd[] = {ELASTIC_WORKER_BIN, steps, "20", NULL};
-  agent_proc_t ap[3];
-  const char *nodes[] = {"n1", "n2", "n3"};
-  for (int i = 0; i < 3; i++) {
-    h_spawn_cmd(&h, &ap[i], nodes[i], NULL, a, cmd);
-    h_wait_registered(&h, nodes[i], 10000);
-  }
-  /* Wait for a round of all three (a join after a 2-node round is in-process too). */
-  long long deadline = etcd_fixture_now_ms() + 20000;
-  for (;;) {
-    bagua__agent_round_t r;
-    int three = 0;
-    if (h_round(&h, &r) == 0) {
-      three = r.nmembers == 3;
-      bagua__agent_round_clear(&r);
-    }
-    if (three && file_value_after(ap[2].out_path, "first_step_ms=") >= 0) break;
-    if (etcd_fixture_now_ms() > deadline) {
-      h_dump(ap, 3);
-      TEST_FAIL("no round with 3 members running within 20 s");
-    }
-    usleep(10000);
-  }
-  long long pid0[2];
-  for (int i = 0; i < 2; i++) pid0[i] = file_value_after(ap[i].out_path, "started pid=");
-  long long t_kill = etcd_fixture_now_ms();
-  h_kill(&ap[2], SIGKILL);
-  h_wait_exit(&ap[2], 5000);
-  for (int i = 0; i < 2; i++) {
-    int code = h_wait_exit(&ap[i], 40000);
-    if (code != 0) {
-      h_dump(ap, 3);
-      TEST_FAIL("agent %s exited %d", ap[i].node, code);
-    }
-  }
-  printf("in-process shrink: survivors finished %lld ms after the kill\n",
-         etcd_fixture_now_ms() - t_kill);
-  long long value[2];
-  for (int i = 0; i < 2; i++) {
-    char *out = slurp(ap[i].out_path);
-    int starts = count_in(out, "started pid=");
-    free(out);
-    if (starts != 1) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s started %d workers, expected 1", ap[i].node, starts);
-    }
-    ASSERT_EQ(file_value_after(ap[i].out_path, "started pid="), pid0[i]);
-    expect_stdout(&ap[i], "size=2\n");
-    char want[64];
-    snprintf(want, sizeof(want), "step=%d value=", INPROC_STEPS);
-    value[i] = file_value_after(ap[i].out_path, want);
-    if (value[i] < 0) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s lacks \"final ... %s\"", ap[i].node, want);
-    }
-  }
-  ASSERT_EQ(value[1], value[0]);
-  if (!(value[0] > 2LL * INPROC_STEPS && value[0] < 3LL * INPROC_STEPS))
-    TEST_FAIL("final value %lld outside (%d, %d)", value[0], 2 * INPROC_STEPS, 3 * INPROC_STEPS);
-  printf("in-process shrink: final value %lld on both survivors\n", value[0]);
-  bagua__agent_status_t st;
-  ASSERT_EQ(h_status(&h, &st), 0);
-  ASSERT_EQ((int)st.state, (int)BAGUA__JOB_SUCCEEDED);
-  h_fini(&h);
-}
-
-/* The node id held in the job's leader key (into buf; "" when none). */
-static const char *leader_of(harness_t *h, char *buf, size_t len) {
-  char key[256];
-  snprintf(key, sizeof(key), "/bagua/%s/leader", h->job);
-  bagua__etcd_kv_t kv;
-  int found = 0;
-  buf[0] = '\0';
-  if (bagua__etcd_get(h->c, key, &kv, &found, NULL) == BAGUA_OK && found) {
-    snprintf(buf, len, "%s", kv.value);
-    bagua__etcd_kv_clear(&kv);
-  }
-  return buf;
-}
-
-/*
- * Graceful leave (--elastic-mode `mode`; NULL: the default, auto): three nodes run an elastic
- * worker and one agent gets SIGTERM: the leader's node when `leader` is set (another agent must
- * take over and publish the round), another node otherwise. The agent deregisters before it signals
- * its worker; the worker sees that its node is not in the new round and exits 0 by itself; the
- * agent exits 143. The other two nodes' workers are never restarted and finish with equal
- * counters, and the job succeeds.
- */
-static void graceful_leave(const char *job, int leader, const char *mode) {
-  harness_t h;
-  h_init(&h, job, 1);
-  const char *a[24] = {"--nnodes", "2:3", "--nproc-per-node", "1", "--max-restarts", "0", FAST};
-  int na = 0;
-  while (a[na]) na++;
-  if (mode) {
-    a[na++] = "--elastic-mode";
-    a[na++] = mode;
-  }
-  a[na] = NULL;
-  char steps[16];
-  snprintf(steps, sizeof(steps), "%d", INPROC_STEPS);
-  const char *cmd[] = {ELASTIC_WORKER_BIN, steps, "20", NULL};
-  agent_proc_t ap[3];
-  const char *nodes[] = {"n1", "n2", "n3"};
-  for (int i = 0; i < 3; i++) {
-    h_spawn_cmd(&h, &ap[i], nodes[i], NULL, a, cmd);
-    h_wait_registered(&h, nodes[i], 10000);
-  }
-  /* Wait until a round of all three runs (its newest worker has completed a step). */
-  long long deadline = etcd_fixture_now_ms() + 20000;
-  for (;;) {
-    bagua__agent_round_t r;
-    int three = 0;
-    if (h_round(&h, &r) == 0) {
-      three = r.nmembers == 3;
-      bagua__agent_round_clear(&r);
-    }
-    if (three && file_value_after(ap[2].out_path, "first_step_ms=") >= 0) break;
-    if (etcd_fixture_now_ms() > deadline) {
-      h_dump(ap, 3);
-      TEST_FAIL("no round with 3 members running within 20 s");
-    }
-    usleep(10000);
-  }
-  char lead[128];
-  leader_of(&h, lead, sizeof(lead));
-  int victim = -1;
-  for (int i = 0; i < 3; i++)
-    if ((strcmp(nodes[i], lead) == 0) == (leader != 0) && victim < 0) victim = i;
-  if (victim < 0) TEST_FAIL("leader key holds \"%s\", not one of n1..n3", lead);
-  long long pid0[3];
-  for (int i = 0; i < 3; i++) pid0[i] = file_value_after(ap[i].out_path, "started pid=");
-  long long t_term = etcd_fixture_now_ms();
-  h_kill(&ap[victim], SIGTERM);
-  int code = h_wait_exit(&ap[victim], 10000);
-  long long t_left = etcd_fixture_now_ms();
-  if (code != 128 + SIGTERM) {
-    h_dump(ap, 3);
-    TEST_FAIL("agent %s exited %d, expected %d", ap[victim].node, code, 128 + SIGTERM);
-  }
-  printf("graceful leave of %s%s: agent exited %lld ms after SIGTERM\n", nodes[victim],
-         leader ? " (the leader)" : "", t_left - t_term);
-  expect_stderr(&ap[victim], "received SIGTERM: leaving job");
-  expect_stderr(&ap[victim], "deregistered first");
-  expect_stderr(&ap[victim], "all 1 worker(s) left the job by themselves");
-  expect_stdout(&ap[victim], "left round=");
-  ASSERT_TRUE(!h_file_contains(ap[victim].out_path, "final rank="));
-  ASSERT_EQ(h_pid_alive((pid_t)pid0[victim]), 0);
-  long long value[3];
-  int k = 0;
-  for (int i = 0; i < 3; i++) {
-    if (i == victim) continue;
-    int c = h_wait_exit(&ap[i], 40000);
-    if (c != 0) {
-      h_dump(ap, 3);
-      TEST_FAIL("agent %s exited %d", ap[i].node, c);
-    }
-    char *out = slurp(ap[i].out_path);
-    int starts = count_in(out, "started pid=");
-    free(out);
-    if (starts != 1) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s started %d workers, expected 1", ap[i].node, starts);
-    }
-    ASSERT_EQ(file_value_after(ap[i].out_path, "started pid="), pid0[i]);
-    expect_stdout(&ap[i], "size=2\n");
-    char want[64];
-    snprintf(want, sizeof(want), "step=%d value=", INPROC_STEPS);
-    value[k] = file_value_after(ap[i].out_path, want);
-    if (value[k] < 0) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s lacks \"final ... %s\"", ap[i].node, want);
-    }
-    k++;
-  }
-  ASSERT_EQ(value[1], value[0]);
-  if (!(value[0] > 2LL * INPROC_STEPS && value[0] < 3LL * INPROC_STEPS))
-    TEST_FAIL("final value %lld outside (%d, %d)", value[0], 2 * INPROC_STEPS, 3 * INPROC_STEPS);
-  printf("graceful leave: final value %lld on both remaining workers\n", value[0]);
-  bagua__agent_round_t r;
-  ASSERT_EQ(h_round(&h, &r), 0);
-  ASSERT_STREQ(r.reason, "membership");
-  ASSERT_EQ(r.nmembers, 2);
-  ASSERT_EQ(r.restart_count, 0);
-  if (leader) ASSERT_TRUE(strcmp(r.leader, nodes[victim]) != 0);
-  bagua__agent_round_clear(&r);
-  bagua__agent_status_t st;
-  ASSERT_EQ(h_status(&h, &st), 0);
-  ASSERT_EQ((int)st.state, (int)BAGUA__JOB_SUCCEEDED);
-  if (!mode) expect_marks_removed(ap, 3);
-  h_fini(&h);
-}
-
-static void test_graceful_leave(void) {
-  graceful_leave("graceful_leave", 0, "in-process");
-}
-
-static void test_graceful_leave_leader(void) {
-  graceful_leave("graceful_leave_leader", 1, "in-process");
-}
-
-/* The default, auto: the leave is graceful because the worker announced the elastic API. */
-static void test_graceful_leave_auto(void) {
-  graceful_leave("graceful_leave_auto", 0, NULL);
-}
-
-#ifdef FM_BIN
-/* The 8 hex digits after "params_crc=" in the file into buf ("" when missing). */
-static const char *file_crc(const char *path, char *buf, size_t len) {
-  char *out = slurp(path);
-  const char *p = strstr(out, "params_crc=");
-  snprintf(buf, len, "%.8s", p ? p + strlen("params_crc=") : "");
-  free(out);
-  return buf;
-}
-#endif
-
-/* examples/fashion_mnist --elastic under --elastic-mode in-process: two nodes train, a third
- * joins mid-run; rank 0 reports the round change, the first two workers are not restarted,
- * and all three end with the same parameters and samples_seen. */
-static void test_fm_elastic(void) {
-#ifndef FM_BIN
-  TEST_SKIP("examples/fashion_mnist is not built (zlib missing)");
-#else
-  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
-    TEST_SKIP("Fashion-MNIST not found in /usr/share/datasets/fashion-mnist");
-  harness_t h;
-  h_init(&h, "fm_elastic", 1);
-  const char *a[] = {"--nnodes",
-                     "2:3",
-                     "--nproc-per-node",
-                     "1",
-                     "--max-restarts",
-                     "0",
-                     "--elastic-mode",
-                     "in-process",
-                     FAST,
-                     NULL};
-  const char *cmd[] = {FM_BIN,  "--elastic",    "--epochs", "6", "--limit-train",
-                       "20000", "--limit-test", "500",      NULL};
-  agent_proc_t ap[3];
-  const char *nodes[] = {"n1", "n2", "n3"};
-  for (int i = 0; i < 2; i++) {
-    h_spawn_cmd(&h, &ap[i], nodes[i], NULL, a, cmd);
-    h_wait_registered(&h, nodes[i], 10000);
-  }
-  wait_value_after(ap[0].out_path, "elastic, round 1 world ", 30000);
-  h_spawn_cmd(&h, &ap[2], "n3", NULL, a, cmd);
-  for (int i = 0; i < 3; i++) {
-    int code = h_wait_exit(&ap[i], 50000);
-    if (code != 0) {
-      h_dump(ap, 3);
-      TEST_FAIL("agent %s exited %d", ap[i].node, code);
-    }
-  }
-  long long rec = file_value_after(ap[0].out_path, "world 3 recovery_ms ");
-  if (rec < 0) {
-    h_dump(ap, 3);
-    TEST_FAIL("rank 0 printed no \"round N world 3 recovery_ms T\" line");
-  }
-  printf("fashion_mnist --elastic: join recovery_ms %lld\n", rec);
-  char crc0[16], crc[16];
-  file_crc(ap[0].out_path, crc0, sizeof(crc0));
-  ASSERT_TRUE(strlen(crc0) == 8);
-  long long seen0 = file_value_after(ap[0].out_path, "samples_seen=");
-  for (int i = 0; i < 3; i++) {
-    ASSERT_STREQ(file_crc(ap[i].out_path, crc, sizeof(crc)), crc0);
-    ASSERT_EQ(file_value_after(ap[i].out_path, "samples_seen="), seen0);
-    if (i < 2) expect_stderr(&ap[i], "(membership, in-process)");
-  }
-  expect_stdout(&ap[2], "[n3/2] final rank=2 ");
-  /* drop_last leaves out at most world - 1 samples per epoch. */
-  if (!(seen0 <= 6 * 20000LL && seen0 >= 6 * 20000LL - 6 * 2))
-    TEST_FAIL("samples_seen=%lld, expected about %d", seen0, 6 * 20000);
-  printf("fashion_mnist --elastic: params_crc %s samples_seen %lld on all 3 ranks\n", crc0, seen0);
-  h_fini(&h);
-#endif
 }
 
 int main(int argc, char **argv) {
@@ -1154,15 +612,7 @@ int main(int argc, char **argv) {
                {"scale", test_scale},
                {"lease_lost", test_lease_lost},
                {"libbagua", test_libbagua},
-               {"torch", test_torch},
-               {"inprocess", test_inprocess},
-               {"auto_inprocess", test_auto_inprocess},
-               {"auto_restart", test_auto_restart},
-               {"graceful_leave", test_graceful_leave},
-               {"graceful_leave_leader", test_graceful_leave_leader},
-               {"graceful_leave_auto", test_graceful_leave_auto},
-               {"inprocess_shrink", test_inprocess_shrink},
-               {"fm_elastic", test_fm_elastic}};
+               {"torch", test_torch}};
   setvbuf(stdout, NULL, _IOLBF, 0);
   for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
     if (strcmp(argv[1], tests[i].name) != 0) continue;

@@ -283,11 +283,54 @@ static void test_success(void) {
   bagua__agent_snap_clear(&s);
 }
 
+/* In-process elasticity: a member that kept its workers through the round's membership change
+ * succeeded, so training is over; a newcomer of that round that never got to train gets one
+ * lease TTL (2 s here) plus 1 s to report, then the job succeeds without it. A newcomer's
+ * failure does not fail the job either; a kept member's failure does. */
+static void test_kept_success(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  add_node(&s, "c", 30, 1);
+  set_round(&s, 3, "a,b,c", 0);
+  add_done(&s, "a", BAGUA__DONE_SUCCEEDED, 1, 0);
+  s.done[0].done.kept = 1;
+  bagua__lead_decision_t d = decide(&st, &s, 1000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 1000 + P.lease_ttl_s * 1000 + 1000);
+  add_done(&s, "b", BAGUA__DONE_SUCCEEDED, 2, 1);
+  s.done[1].done.kept = 1;
+  ASSERT_EQ(decide(&st, &s, 2000).action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(decide(&st, &s, 1000 + P.lease_ttl_s * 1000 + 1000).action, BAGUA__LEAD_SUCCEEDED);
+  /* The newcomer's bootstrap failure instead: success at once. */
+  bagua__leader_state_t st2 = {.round_seen = -1};
+  add_done(&s, "c", BAGUA__DONE_FAILED, 3, 2);
+  ASSERT_EQ(decide(&st2, &s, 1000).action, BAGUA__LEAD_SUCCEEDED);
+  /* A kept member failing is a real failure, whatever another kept member did. */
+  s.done[1].done.state = BAGUA__DONE_FAILED;
+  bagua__leader_state_t st3 = {.round_seen = -1};
+  ASSERT_TRUE(decide(&st3, &s, 1000).action != BAGUA__LEAD_SUCCEEDED);
+  bagua__agent_snap_clear(&s);
+  /* Workers started in this round (restart mode): no early success. */
+  memset(&s, 0, sizeof(s));
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  set_round(&s, 3, "a,b", 0);
+  add_done(&s, "a", BAGUA__DONE_SUCCEEDED, 1, 0);
+  bagua__leader_state_t st4 = {.round_seen = -1};
+  ASSERT_EQ(decide(&st4, &s, 1000).action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(decide(&st4, &s, 100000).action, BAGUA__LEAD_NONE);
+  bagua__agent_snap_clear(&s);
+}
+
 int main(void) {
   test_initial();
   test_membership();
   test_failures();
   test_success();
+  test_kept_success();
   printf("PASS leader\n");
   return 0;
 }

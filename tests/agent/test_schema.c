@@ -71,6 +71,16 @@ static void test_round_trip(void) {
   ASSERT_EQ(db.state, BAGUA__DONE_FAILED);
   ASSERT_EQ(db.f.exit_code, 7);
   ASSERT_EQ(bagua__agent_failure_exit_code(&db.f), 7);
+  ASSERT_EQ(db.kept, 0);
+  free(js);
+  /* "kept" (workers kept through an in-process round change) survives the round trip. */
+  d.state = BAGUA__DONE_SUCCEEDED;
+  d.kept = 1;
+  js = bagua__agent_done_encode(&d);
+  ASSERT_TRUE(strstr(js, "\"kept\":true") != NULL);
+  ASSERT_EQ(bagua__agent_done_decode(js, &db), 0);
+  ASSERT_EQ(db.state, BAGUA__DONE_SUCCEEDED);
+  ASSERT_EQ(db.kept, 1);
   free(js);
 }
 
