@@ -119,7 +119,11 @@ int fm_grad_sync_on_grad_ready(void *ctx, int layer) {
   }
   s->expected_layer--;
   if (!s->ddp) return BAGUA_OK;
-  return bagua_ddp_grad_ready(s->ddp, s->model->nlayers - 1 - layer);
+  bagua_status_t st = bagua_ddp_grad_ready(s->ddp, s->model->nlayers - 1 - layer);
+  /* Backward stops at the error; an elastic run retries the step after a rebuild, whose
+   * backward starts again from the last layer. */
+  if (st != BAGUA_OK) s->expected_layer = s->model->nlayers - 1;
+  return st;
 }
 
 bagua_status_t fm_grad_sync_step(fm_grad_sync_t *s) {
