@@ -16,6 +16,35 @@
 
 #define INPROC_STEPS 300
 
+/* Starts elastic workers on nodes n1, n2, n3 (agent arguments `a`) and waits until a round of
+ * all three runs: its newest worker has completed a step (a join after a 2-node round is
+ * in-process too). */
+static void start_three(harness_t *h, const char *const *a, agent_proc_t *ap) {
+  char steps[16];
+  snprintf(steps, sizeof(steps), "%d", INPROC_STEPS);
+  const char *cmd[] = {ELASTIC_WORKER_BIN, steps, "20", NULL};
+  const char *nodes[] = {"n1", "n2", "n3"};
+  for (int i = 0; i < 3; i++) {
+    h_spawn_cmd(h, &ap[i], nodes[i], NULL, a, cmd);
+    h_wait_registered(h, nodes[i], 10000);
+  }
+  long long deadline = etcd_fixture_now_ms() + 20000;
+  for (;;) {
+    bagua__agent_round_t r;
+    int three = 0;
+    if (h_round(h, &r) == 0) {
+      three = r.nmembers == 3;
+      bagua__agent_round_clear(&r);
+    }
+    if (three && h_file_value_after(ap[2].out_path, "first_step_ms=") >= 0) break;
+    if (etcd_fixture_now_ms() > deadline) {
+      h_dump(ap, 3);
+      TEST_FAIL("no round with 3 members running within 20 s");
+    }
+    usleep(10000);
+  }
+}
+
 /* Auto mode: each elastic worker printed its BAGUA_ELASTIC_MARK path ("mark=DIR/elastic.L.R");
  * once the agents have exited, their private mark directories must be gone. */
 static void expect_marks_removed(const agent_proc_t *aps, int n) {
@@ -187,31 +216,8 @@ static void test_inprocess_shrink(void) {
                      "in-process",
                      FAST,
                      NULL};
-  char steps[16];
-  snprintf(steps, sizeof(steps), "%d", INPROC_STEPS);
-  const char *cmd[] = {ELASTIC_WORKER_BIN, steps, "20", NULL};
   agent_proc_t ap[3];
-  const char *nodes[] = {"n1", "n2", "n3"};
-  for (int i = 0; i < 3; i++) {
-    h_spawn_cmd(&h, &ap[i], nodes[i], NULL, a, cmd);
-    h_wait_registered(&h, nodes[i], 10000);
-  }
-  /* Wait for a round of all three (a join after a 2-node round is in-process too). */
-  long long deadline = etcd_fixture_now_ms() + 20000;
-  for (;;) {
-    bagua__agent_round_t r;
-    int three = 0;
-    if (h_round(&h, &r) == 0) {
-      three = r.nmembers == 3;
-      bagua__agent_round_clear(&r);
-    }
-    if (three && h_file_value_after(ap[2].out_path, "first_step_ms=") >= 0) break;
-    if (etcd_fixture_now_ms() > deadline) {
-      h_dump(ap, 3);
-      TEST_FAIL("no round with 3 members running within 20 s");
-    }
-    usleep(10000);
-  }
+  start_three(&h, a, ap);
   long long pid0[2];
   for (int i = 0; i < 2; i++) pid0[i] = h_file_value_after(ap[i].out_path, "started pid=");
   long long t_kill = etcd_fixture_now_ms();
@@ -288,31 +294,9 @@ static void graceful_leave(const char *job, int leader, const char *mode) {
     a[na++] = mode;
   }
   a[na] = NULL;
-  char steps[16];
-  snprintf(steps, sizeof(steps), "%d", INPROC_STEPS);
-  const char *cmd[] = {ELASTIC_WORKER_BIN, steps, "20", NULL};
   agent_proc_t ap[3];
+  start_three(&h, a, ap);
   const char *nodes[] = {"n1", "n2", "n3"};
-  for (int i = 0; i < 3; i++) {
-    h_spawn_cmd(&h, &ap[i], nodes[i], NULL, a, cmd);
-    h_wait_registered(&h, nodes[i], 10000);
-  }
-  /* Wait until a round of all three runs (its newest worker has completed a step). */
-  long long deadline = etcd_fixture_now_ms() + 20000;
-  for (;;) {
-    bagua__agent_round_t r;
-    int three = 0;
-    if (h_round(&h, &r) == 0) {
-      three = r.nmembers == 3;
-      bagua__agent_round_clear(&r);
-    }
-    if (three && h_file_value_after(ap[2].out_path, "first_step_ms=") >= 0) break;
-    if (etcd_fixture_now_ms() > deadline) {
-      h_dump(ap, 3);
-      TEST_FAIL("no round with 3 members running within 20 s");
-    }
-    usleep(10000);
-  }
   char lead[128];
   leader_of(&h, lead, sizeof(lead));
   int victim = -1;
