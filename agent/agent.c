@@ -52,10 +52,39 @@ static void reap(bagua__agent_t *a) {
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) bagua__workers_on_exit(&a->ws, pid, status);
 }
 
+/* The poll array: the signalfd, the eventfd, then the liveness channel's descriptors. Returns
+ * the array and sets *nlive (0 when there is no channel, or no memory for it this time). */
+static struct pollfd *poll_set(bagua__agent_t *a, struct pollfd base[2], size_t *nlive) {
+  size_t nl = a->live ? bagua__liveness_nfds(a->live) : 0;
+  struct pollfd *pfd = base;
+  if (nl > 0 && a->pfd_cap < 2 + nl) {
+    struct pollfd *p = realloc(a->pfd, (2 + nl) * sizeof(*p));
+    if (p) {
+      a->pfd = p;
+      a->pfd_cap = 2 + nl;
+    }
+  }
+  if (nl > 0 && a->pfd_cap >= 2 + nl) {
+    pfd = a->pfd;
+    bagua__liveness_fill(a->live, pfd + 2);
+  } else {
+    nl = 0;
+  }
+  pfd[0] = (struct pollfd){.fd = a->sigfd, .events = POLLIN};
+  pfd[1] = (struct pollfd){.fd = a->wake_fd, .events = POLLIN};
+  *nlive = nl;
+  return pfd;
+}
+
 int bagua__agent_wait(void *arg, int timeout_ms) {
   bagua__agent_t *a = arg;
-  struct pollfd pfd[2] = {{.fd = a->sigfd, .events = POLLIN}, {.fd = a->wake_fd, .events = POLLIN}};
-  int rc = poll(pfd, 2, timeout_ms < 0 ? 0 : timeout_ms);
+  struct pollfd base[2];
+  size_t nlive = 0;
+  struct pollfd *pfd = poll_set(a, base, &nlive);
+  int rc = poll(pfd, 2 + nlive, timeout_ms < 0 ? 0 : timeout_ms);
+  /* A liveness connection that ended is queued as a death; the caller's loop reads a fresh
+   * snapshot right after this wait returns and acts on it (bagua__agent_revoke_dead). */
+  if (rc > 0 && nlive > 0) bagua__liveness_handle(a->live, pfd + 2, nlive);
   if (rc > 0 && pfd[1].revents) {
     uint64_t v;
     ssize_t r = read(a->wake_fd, &v, sizeof(v));
@@ -258,8 +287,12 @@ static int finish(bagua__agent_t *a, const bagua__agent_status_t *st) {
 /* One pass over a snapshot; returns an exit status, or -1 to keep going. */
 static int step(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   if (s->has_status && s->status.state != BAGUA__JOB_RUNNING) return finish(a, &s->status);
+  /* First, while every death it holds was found before `s` was read: a node that left
+   * normally revoked its lease before its sockets closed, so `s` no longer shows it. */
+  if (a->live) bagua__agent_revoke_dead(a, s);
   int rc = bagua__agent_check_registration(a, s);
   if (rc) return rc;
+  if (a->live) bagua__liveness_update(a->live, s, bagua__now_ms());
   bagua__agent_check_leadership(a, s);
   bagua__agent_follow(a, s);
   a->wake_at = 0;
@@ -355,6 +388,12 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
     rc = 1;
     goto out;
   }
+  a.live = bagua__liveness_create(cfg->node_id);
+  if (!a.live)
+    bagua__agent_err(
+        "cannot listen for liveness connections: %s; the other nodes will notice this node's "
+        "death only when its lease expires",
+        strerror(errno));
   if (bagua__outpump_start(&a.out) != BAGUA_OK ||
       bagua__etcd_create(cfg->endpoints, cfg->etcd_timeout_ms, &a.etcd) != BAGUA_OK) {
     bagua__agent_err("cannot start: %s", bagua_last_error());
@@ -379,6 +418,10 @@ out:
   bagua__etcd_watch_stop(a.watch);
   if (a.ws.nrunning > 0) bagua__agent_stop_workers(&a, SIGKILL);
   if (a.lease) bagua__agent_deregister(&a);
+  /* Only after deregistering: the others take the end of these connections for a death
+   * unless the registration is already gone. */
+  bagua__liveness_destroy(a.live);
+  a.live = NULL;
   bagua__etcd_keeper_stop(a.keeper);
   if (a.out) {
     bagua__outpump_drain(a.out, 2000);
@@ -388,5 +431,6 @@ out:
   bagua__marks_remove(a.mark_dir);
   bagua__etcd_destroy(a.etcd);
   if (a.wake_fd >= 0) close(a.wake_fd);
+  free(a.pfd);
   return rc;
 }

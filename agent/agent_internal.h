@@ -15,6 +15,7 @@
 #include "agent.h"
 #include "common/etcd/etcd.h"
 #include "leader.h"
+#include "liveness.h"
 #include "output.h"
 #include "schema.h"
 #include "workers.h"
@@ -38,6 +39,12 @@ typedef struct {
 
   bagua__outpump_t *out;
   bagua__workers_t ws;
+
+  /* The liveness channel (liveness.h), or NULL when the agent could not listen: then other
+   * nodes notice this one's death only when its lease expires. */
+  bagua__liveness_t *live;
+  struct pollfd *pfd; /* bagua__agent_wait's poll array, grown with the liveness channel */
+  size_t pfd_cap;
 
   /* The round this node's worker state belongs to. */
   int64_t cur_round;
@@ -75,6 +82,9 @@ void bagua__agent_refresh_record(bagua__agent_t *a);
 void bagua__agent_check_leadership(bagua__agent_t *a, const bagua__agent_snap_t *s);
 /* Stops the keeper and revokes the lease (deleting nodes/<id> and a held leader key). */
 void bagua__agent_deregister(bagua__agent_t *a);
+/* Revokes the leases of the nodes the liveness channel found dead that `s` (read after they
+ * were found) still shows under the same registration; forgets the found deaths. */
+void bagua__agent_revoke_dead(bagua__agent_t *a, const bagua__agent_snap_t *s);
 
 /* follow.c: applies the snapshot's round to this node's workers and reports their end. */
 void bagua__agent_follow(bagua__agent_t *a, const bagua__agent_snap_t *s);

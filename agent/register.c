@@ -97,6 +97,7 @@ static char *node_record(const bagua__agent_t *a) {
   n.nproc = a->cfg->nproc;
   n.pid = (int)getpid();
   n.master_port = a->master_port;
+  n.live_port = a->live ? bagua__liveness_port(a->live) : 0;
   n.join_ms = a->join_ms;
   return bagua__agent_node_encode(&n);
 }
@@ -110,6 +111,8 @@ int bagua__agent_register(bagua__agent_t *a) {
     a->lease = 0;
     return 3;
   }
+  /* Before the record exists: whoever connects after reading it must get this lease. */
+  if (a->live) bagua__liveness_set_lease(a->live, a->lease);
   int port = bagua__agent_pick_port();
   a->master_port = port > 0 ? port : 29500;
   a->join_ms = bagua__agent_wall_ms();
@@ -187,6 +190,27 @@ void bagua__agent_deregister(bagua__agent_t *a) {
   if (a->lease) bagua__etcd_lease_revoke(a->etcd, a->lease);
   a->lease = 0;
   a->is_leader = 0;
+  if (a->live) bagua__liveness_set_lease(a->live, 0);
+}
+
+void bagua__agent_revoke_dead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  size_t n = 0;
+  const bagua__liveness_death_t *d = bagua__liveness_deaths(a->live, &n);
+  for (size_t i = 0; i < n; i++) {
+    const bagua__agent_node_t *x = bagua__agent_snap_node(s, d[i].id);
+    /* Gone already (it left normally, or another agent was quicker), or registered again
+     * under a new lease by a live agent: nothing to do. */
+    if (!x || x->lease != d[i].lease || strcmp(d[i].id, a->cfg->node_id) == 0) continue;
+    bagua__agent_err(
+        "node %s's agent closed its liveness connection: revoking its lease %lld (it died)",
+        d[i].id, (long long)d[i].lease);
+    /* Several agents may revoke the same lease; etcd's "not found" counts as done. */
+    bagua_status_t st = bagua__etcd_lease_revoke(a->etcd, d[i].lease);
+    if (st != BAGUA_OK)
+      BAGUA_WARN("agent: cannot revoke node %s's lease %lld: %s (it expires by itself)", d[i].id,
+                 (long long)d[i].lease, bagua_strerror(st));
+  }
+  bagua__liveness_clear_deaths(a->live);
 }
 
 int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t *s) {

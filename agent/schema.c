@@ -64,6 +64,8 @@ char *bagua__agent_node_encode(const bagua__agent_node_t *n) {
       cJSON_AddNumberToObject(o, "join_ms", (double)n->join_ms) &&
       cJSON_AddNumberToObject(o, "master_port", n->master_port) &&
       cJSON_AddStringToObject(o, "tag", n->tag);
+  /* Written only when there is one, so records stay what older agents wrote and read. */
+  if (ok && n->live_port > 0) ok = cJSON_AddNumberToObject(o, "live_port", n->live_port) != NULL;
   return finish(o, ok);
 }
 
@@ -86,8 +88,10 @@ int bagua__agent_node_decode(const char *json, bagua__agent_node_t *n) {
   rc |= get_i64(o, "join_ms", &n->join_ms, 0);
   rc |= get_int(o, "master_port", &n->master_port, 1);
   rc |= get_str(o, "tag", n->tag, sizeof(n->tag), 0);
+  rc |= get_int(o, "live_port", &n->live_port, 0);
   cJSON_Delete(o);
   if (n->nproc < 1 || n->master_port < 1 || n->master_port > 65535) rc = -1;
+  if (n->live_port < 0 || n->live_port > 65535) rc = -1;
   return rc ? -1 : 0;
 }
 

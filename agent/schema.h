@@ -25,6 +25,9 @@ typedef struct {
   int nproc;
   int pid;
   int master_port;
+  /* The agent's liveness port (agent/liveness.h); 0 when the record has none (an older agent,
+   * or one that could not listen), and then nobody watches the node but its lease. */
+  int live_port;
   int64_t join_ms;
   /* From etcd, not the JSON: registration order and the owning lease. */
   int64_t create_rev;

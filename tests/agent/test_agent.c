@@ -3,6 +3,7 @@
  * --node-id), the agent_worker program. `test_agent SCENARIO` runs one scenario; ctest
  * registers each as agent_<scenario>.
  */
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,8 +180,9 @@ static void test_restarts(void) {
   h_fini(&h);
 }
 
-/* A SIGKILLed agent: its workers die with it, its lease expires, and the others form a
- * smaller round within TTL + settle + 1 s. Membership changes do not count as restarts. */
+/* A SIGKILLed agent: its workers die with it, a survivor revokes its lease when its liveness
+ * connection ends (else the lease expires), and the others form a smaller round within
+ * TTL + settle + 1 s at worst. Membership changes do not count as restarts. */
 static void sigkill_one(const char *job, int victim) {
   harness_t h;
   h_init(&h, job, 1);
@@ -244,6 +246,90 @@ static void test_sigkill(void) {
 /* The leader SIGKILLed: its leader key expires with its lease and a survivor takes over. */
 static void test_sigkill_leader(void) {
   sigkill_one("sigkill-leader", 0);
+}
+
+/* The pids of `pid`'s children (from /proc/<pid>/task/<tid>/children) into out; returns the
+ * count. */
+static int children_of(pid_t pid, int *out, int cap) {
+  char dir[64];
+  snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+  DIR *d = opendir(dir);
+  int n = 0;
+  if (!d) return 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[sizeof(dir) + sizeof(e->d_name) + 16];
+    snprintf(path, sizeof(path), "%s/%s/children", dir, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    int c;
+    while (n < cap && fscanf(f, "%d", &c) == 1) out[n++] = c;
+    fclose(f);
+  }
+  closedir(d);
+  return n;
+}
+
+/* A SIGKILLed node (agent and workers) under a 10 s lease: the others see its liveness
+ * connection end, revoke its lease and publish a round without it within 2 s, long before the
+ * lease would expire. */
+static void test_fast_death(void) {
+  harness_t h;
+  h_init(&h, "fastdeath", 1);
+  char release[400];
+  h_path(&h, "release", release, sizeof(release));
+  const char *a[] = {"--nnodes", "2:3", "--nproc-per-node", "2", FAST, "--lease-ttl", "10", NULL};
+  const char *const *args[] = {a, a, a};
+  const char *nodes[] = {"n1", "n2", "n3"};
+  const char *w[] = {"--wait", release, NULL};
+  agent_proc_t ap[3];
+  h_spawn_in_order(&h, ap, 3, nodes, args, w);
+  h_wait_round_files(&h, 1, 6, 15000);
+  int victim = 1; /* n1 registered first and leads */
+  int pids[8];
+  int n = children_of(ap[victim].pid, pids, 8);
+  ASSERT_EQ(n, 2);
+  /* No wait for the liveness connections: every agent connected to the others on the
+   * snapshots that formed round 1, well before all six workers wrote their files. */
+
+  long long t0 = etcd_fixture_now_ms();
+  h_kill(&ap[victim], SIGKILL);
+  for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+  ASSERT_EQ(h_wait_exit(&ap[victim], 5000), 128 + SIGKILL);
+  long long reform = -1;
+  while (etcd_fixture_now_ms() - t0 < 5000) {
+    bagua__agent_round_t r;
+    if (h_round(&h, &r) == 0) {
+      int done = r.round == 2 && r.nmembers == 2 && bagua__agent_round_find(&r, "n2") < 0;
+      bagua__agent_round_clear(&r);
+      if (done) {
+        reform = etcd_fixture_now_ms() - t0;
+        break;
+      }
+    }
+    usleep(10000);
+  }
+  printf("round without n2 published %lld ms after SIGKILL (lease TTL 10000 ms)\n", reform);
+  if (reform < 0 || reform >= 2000) {
+    h_dump(ap, 3);
+    TEST_FAIL("no round without the killed node within 2 s");
+  }
+  h_wait_round_files(&h, 2, 4, 10000);
+  h_touch(&h, "release", release, sizeof(release));
+  for (int i = 0; i < 3; i++)
+    if (i != victim) ASSERT_EQ(h_wait_exit(&ap[i], 15000), 0);
+  /* A survivor revoked n2's lease, and nobody took the normal end of the job for a death. */
+  int said = 0;
+  for (int i = 0; i < 3; i += 2) {
+    char *err = h_slurp(ap[i].err_path);
+    said += h_count_in(err, "node n2's agent closed its liveness connection: revoking its lease");
+    ASSERT_EQ(h_count_in(err, "node n1's agent closed") + h_count_in(err, "node n3's agent closed"),
+              0);
+    free(err);
+  }
+  ASSERT_TRUE(said >= 1);
+  h_fini(&h);
 }
 
 /* SIGINT to one agent (the leader) mid-job: it leaves with 130, the others re-form without
@@ -603,6 +689,7 @@ int main(int argc, char **argv) {
                {"restarts", test_restarts},
                {"sigkill", test_sigkill},
                {"sigkill_leader", test_sigkill_leader},
+               {"fast_death", test_fast_death},
                {"sigint", test_sigint},
                {"belowmin", test_belowmin},
                {"badcli", test_badcli},

@@ -84,6 +84,37 @@ static void test_round_trip(void) {
   free(js);
 }
 
+/* The node record's optional liveness port: written when set, absent (0) in older records. */
+static void test_node_live_port(void) {
+  bagua__agent_node_t n;
+  memset(&n, 0, sizeof(n));
+  snprintf(n.host, sizeof(n.host), "h");
+  snprintf(n.addr, sizeof(n.addr), "10.0.0.2");
+  n.nproc = 2;
+  n.master_port = 29500;
+  n.live_port = 41234;
+  char *js = bagua__agent_node_encode(&n);
+  ASSERT_TRUE(js != NULL && strstr(js, "\"live_port\":41234") != NULL);
+  bagua__agent_node_t back;
+  memset(&back, 0, sizeof(back));
+  ASSERT_EQ(bagua__agent_node_decode(js, &back), 0);
+  ASSERT_EQ(back.live_port, 41234);
+  ASSERT_EQ(back.master_port, 29500);
+  ASSERT_STREQ(back.addr, "10.0.0.2");
+  free(js);
+  n.live_port = 0;
+  js = bagua__agent_node_encode(&n);
+  ASSERT_TRUE(js != NULL && strstr(js, "live_port") == NULL);
+  free(js);
+  const char *old = "{\"host\":\"h\",\"addr\":\"a\",\"nproc\":1,\"master_port\":5}";
+  ASSERT_EQ(bagua__agent_node_decode(old, &back), 0);
+  ASSERT_EQ(back.live_port, 0);
+  ASSERT_EQ(bagua__agent_node_decode(
+                "{\"host\":\"h\",\"addr\":\"a\",\"nproc\":1,\"master_port\":5,\"live_port\":70000}",
+                &back),
+            -1);
+}
+
 static void test_rejects(void) {
   bagua__agent_round_t r;
   const char *bad[] = {"",
@@ -151,6 +182,7 @@ static void test_snapshot(void) {
 
 int main(void) {
   test_round_trip();
+  test_node_live_port();
   test_rejects();
   test_snapshot();
   printf("PASS schema\n");

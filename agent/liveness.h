@@ -1,0 +1,62 @@
+/*
+ * The liveness channel between agents (docs/agent.md, "Liveness channel").
+ *
+ * Every agent listens on a TCP port it advertises in its node record ("live_port") and keeps
+ * one connection to each other registered node's port. The accepting side sends one hello line
+ * naming its node id and lease; nothing else is ever sent. When an established, hello-confirmed
+ * outgoing connection ends (EOF or reset), the peer's process has closed its sockets: it died
+ * or exited, and the caller may revoke its lease at once instead of waiting for the lease to
+ * expire. A stalled peer keeps its connections open, and a host that vanishes without a FIN or
+ * RST sends nothing: both are left to the lease.
+ *
+ * Nothing here blocks: connects are non-blocking with a bound, reconnects are rate-limited, and
+ * all I/O happens when poll() says a descriptor is ready. The object is used by one thread.
+ */
+#ifndef BAGUA_AGENT_LIVENESS_H
+#define BAGUA_AGENT_LIVENESS_H
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "schema.h"
+
+typedef struct bagua__liveness bagua__liveness_t;
+
+/* A node whose confirmed liveness connection ended, and the lease its hello named. */
+typedef struct {
+  char id[BAGUA_AGENT_ID_MAX];
+  int64_t lease;
+} bagua__liveness_death_t;
+
+/* Listens on a free port of every local address. Returns NULL (errno set) on failure. */
+bagua__liveness_t *bagua__liveness_create(const char *self_id);
+void bagua__liveness_destroy(bagua__liveness_t *l);
+/* The port to advertise in the node record. */
+int bagua__liveness_port(const bagua__liveness_t *l);
+/* The lease named in hellos sent from now on (0 while unregistered). */
+void bagua__liveness_set_lease(bagua__liveness_t *l, int64_t lease);
+
+/* How many descriptors bagua__liveness_fill writes. */
+size_t bagua__liveness_nfds(const bagua__liveness_t *l);
+/* Writes the descriptors to poll and their events into pfd[0 .. nfds-1]. */
+void bagua__liveness_fill(const bagua__liveness_t *l, struct pollfd *pfd);
+/*
+ * Acts on the revents poll() set in the array bagua__liveness_fill wrote (the object must not
+ * have changed in between): accepts, completes connects, reads hellos, notices ends. Returns
+ * the number of nodes found dead by this call; they are queued for bagua__liveness_deaths.
+ */
+int bagua__liveness_handle(bagua__liveness_t *l, const struct pollfd *pfd, size_t n);
+
+/*
+ * Brings the outgoing connections in line with a snapshot: connects to registered nodes that
+ * advertise a port (rate-limited), drops connections to nodes that left or registered again,
+ * and gives up on connects and hellos that take too long. `now_ms` is monotonic.
+ */
+void bagua__liveness_update(bagua__liveness_t *l, const bagua__agent_snap_t *s, int64_t now_ms);
+
+/* The queued deaths (valid until the next call on the object), and their removal. */
+const bagua__liveness_death_t *bagua__liveness_deaths(const bagua__liveness_t *l, size_t *n);
+void bagua__liveness_clear_deaths(bagua__liveness_t *l);
+
+#endif
