@@ -54,7 +54,18 @@ int main(int argc, char **argv) {
 
   bagua_elastic_t *elastic = NULL;
   bagua_status_t st;
+  fm_idx_status_t ds = FM_IDX_OK;
   if (o.elastic) {
+    /* An elastic worker may join a running job whose ranks wait in the rebuild that admits it,
+     * so it loads the data before joining (they do not wait for that), and fails on its own if
+     * it cannot: the running ranks take part in no check of it. */
+    ds = fm_dataset_load(o.data_dir, (size_t)o.limit_train, (size_t)o.limit_test, &data, err,
+                         sizeof(err));
+    if (ds != FM_IDX_OK) {
+      fprintf(stderr, "fashion_mnist: %s\n", err);
+      fm_dataset_free(&data);
+      return ds == FM_IDX_NOMEM ? 1 : 2;
+    }
     /* Round, rank and world come from bagua-agent (auto or in-process elastic mode). */
     st = bagua_elastic_create(NULL, &elastic);
     if (st == BAGUA_OK) comm = bagua_elastic_comm(elastic);
@@ -64,19 +75,20 @@ int main(int argc, char **argv) {
   if (st != BAGUA_OK) {
     fprintf(stderr, "fashion_mnist: joining the job failed: %s%s%s\n", bagua_strerror(st),
             *bagua_last_error() ? ": " : "", bagua_last_error());
+    fm_dataset_free(&data);
     return st == BAGUA_ERR_INVALID_ARG ? 2 : 1;
   }
-  fm_idx_status_t ds = fm_dataset_load(o.data_dir, (size_t)o.limit_train, (size_t)o.limit_test,
-                                       &data, err, sizeof(err));
-  if (ds != FM_IDX_OK) fprintf(stderr, "fashion_mnist: %s\n", err);
-  /* An elastic worker may join a running job, whose ranks are in the middle of training (or
-   * of the rebuild that admits it) and take part in no such check: it fails on its own. */
-  if (elastic ? ds != FM_IDX_OK : !all_ranks_ok(comm, ds == FM_IDX_OK)) {
-    if (ds == FM_IDX_OK && !elastic)
-      fprintf(stderr, "fashion_mnist: rank %d: another rank could not load the data set\n",
-              bagua_comm_rank(comm));
-    status = ds == FM_IDX_NOMEM ? 1 : 2;
-    goto out;
+  if (!elastic) {
+    ds = fm_dataset_load(o.data_dir, (size_t)o.limit_train, (size_t)o.limit_test, &data, err,
+                         sizeof(err));
+    if (ds != FM_IDX_OK) fprintf(stderr, "fashion_mnist: %s\n", err);
+    if (!all_ranks_ok(comm, ds == FM_IDX_OK)) {
+      if (ds == FM_IDX_OK)
+        fprintf(stderr, "fashion_mnist: rank %d: another rank could not load the data set\n",
+                bagua_comm_rank(comm));
+      status = ds == FM_IDX_NOMEM ? 1 : 2;
+      goto out;
+    }
   }
   status = elastic ? fm_train_run_elastic(&o, elastic, &data) : fm_train_run(&o, comm, &data);
 out:
