@@ -80,8 +80,8 @@ static const opt_spec_t specs[] = {
      FM_OPT_SYNC_INTERVAL_MS, "async model averaging period (500)"},
     {"--bucket-mb", "MB", V_REQUIRED, "a number of MiB from 0.00390625 (4 KiB) to 4096", ALL_ALGS,
      FM_OPT_BUCKET_MB, "gradient bucket size (library default: BAGUA_BUCKET_SIZE, 10 MiB)"},
-    {"--elastic", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off",
-     ALL_ALGS, FM_OPT_ELASTIC,
+    {"--elastic", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off", ALL_ALGS,
+     FM_OPT_ELASTIC,
      "in-process elasticity under bagua-agent/bagua-launch: workers survive world changes, every "
      "algorithm (off)"},
     {"--help", "", V_NONE, "", 0, 0, "print this help and exit"},

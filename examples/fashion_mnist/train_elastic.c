@@ -226,7 +226,7 @@ int fm_train_run_elastic(const fm_options_t *o, bagua_elastic_t *e, const fm_dat
         (long long)bagua_elastic_step(e));
   double t0 = mono_ms();
   t.first_step_pending = bagua_elastic_rank(e) == 0; /* the starting round's, too */
-  int all_world = 0; /* the world t.all was sized for */
+  int all_world = 0;                                 /* the world t.all was sized for */
   while (bagua_elastic_epoch(e) < o->epochs) {
     int changed = 0;
     bagua_status_t st = bagua_elastic_check_all(e, &changed);

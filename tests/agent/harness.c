@@ -401,3 +401,30 @@ long long h_wait_value_after(const char *path, const char *needle, int timeout_m
     usleep(5000);
   }
 }
+
+int h_children(pid_t parent, pid_t *out, int cap) {
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < cap) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0) continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t k = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[k] = '\0';
+    /* The command name in parentheses may hold spaces: parse after its closing one. */
+    const char *rp = strrchr(buf, ')');
+    char state;
+    int ppid;
+    if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == parent && state != 'Z')
+      out[n++] = (pid_t)pid;
+  }
+  closedir(d);
+  return n;
+}

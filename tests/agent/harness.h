@@ -103,6 +103,9 @@ void h_dump(const agent_proc_t *aps, int n);
 const char *h_touch(harness_t *h, const char *name, char *buf, size_t len);
 /* Path of dir/name in buf (the file is not created). */
 const char *h_path(harness_t *h, const char *name, char *buf, size_t len);
+/* The live (non-zombie) children of `parent` (an agent's workers) into out[0..cap); returns
+ * how many were found. */
+int h_children(pid_t parent, pid_t *out, int cap);
 /* 1 while `pid` exists and is not a zombie. */
 int h_pid_alive(pid_t pid);
 

@@ -3,7 +3,6 @@
  * --node-id), the agent_worker program. `test_agent SCENARIO` runs one scenario; ctest
  * registers each as agent_<scenario>.
  */
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,29 +247,6 @@ static void test_sigkill_leader(void) {
   sigkill_one("sigkill-leader", 0);
 }
 
-/* The pids of `pid`'s children (from /proc/<pid>/task/<tid>/children) into out; returns the
- * count. */
-static int children_of(pid_t pid, int *out, int cap) {
-  char dir[64];
-  snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
-  DIR *d = opendir(dir);
-  int n = 0;
-  if (!d) return 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char path[sizeof(dir) + sizeof(e->d_name) + 16];
-    snprintf(path, sizeof(path), "%s/%s/children", dir, e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    int c;
-    while (n < cap && fscanf(f, "%d", &c) == 1) out[n++] = c;
-    fclose(f);
-  }
-  closedir(d);
-  return n;
-}
-
 /* A SIGKILLed node (agent and workers) under a 10 s lease: the others see its liveness
  * connection end, revoke its lease and publish a round without it within 2 s, long before the
  * lease would expire. */
@@ -286,9 +262,9 @@ static void test_fast_death(void) {
   agent_proc_t ap[3];
   h_spawn_in_order(&h, ap, 3, nodes, args, w);
   h_wait_round_files(&h, 1, 6, 15000);
-  int victim = 1; /* n1 registered first and leads */
-  int pids[8];
-  int n = children_of(ap[victim].pid, pids, 8);
+  int victim = 1; /* n2: n1 registered first and leads, so this is a follower */
+  pid_t pids[8];
+  int n = h_children(ap[victim].pid, pids, 8);
   ASSERT_EQ(n, 2);
   /* No wait for the liveness connections: every agent connected to the others on the
    * snapshots that formed round 1, well before all six workers wrote their files. */

@@ -16,6 +16,28 @@
 
 #define INPROC_STEPS 300
 
+/* A survivor of a shrink to two workers: its worker was started once, as pid `pid0`, ended at
+ * size 2 and reached INPROC_STEPS. Returns its final value. */
+static long long survivor_value(const agent_proc_t *aps, int n, int i, long long pid0) {
+  char *out = h_slurp(aps[i].out_path);
+  int starts = h_count_in(out, "started pid=");
+  free(out);
+  if (starts != 1) {
+    h_dump(aps, n);
+    TEST_FAIL("node %s started %d workers, expected 1", aps[i].node, starts);
+  }
+  ASSERT_EQ(h_file_value_after(aps[i].out_path, "started pid="), pid0);
+  h_expect_stdout(&aps[i], "size=2\n");
+  char want[64];
+  snprintf(want, sizeof(want), "step=%d value=", INPROC_STEPS);
+  long long v = h_file_value_after(aps[i].out_path, want);
+  if (v < 0) {
+    h_dump(aps, n);
+    TEST_FAIL("node %s lacks \"final ... %s\"", aps[i].node, want);
+  }
+  return v;
+}
+
 /* Starts elastic workers on nodes n1, n2, n3 (agent arguments `a`) and waits until a round of
  * all three runs: its newest worker has completed a step (a join after a 2-node round is
  * in-process too). */
@@ -233,24 +255,7 @@ static void test_inprocess_shrink(void) {
   printf("in-process shrink: survivors finished %lld ms after the kill\n",
          etcd_fixture_now_ms() - t_kill);
   long long value[2];
-  for (int i = 0; i < 2; i++) {
-    char *out = h_slurp(ap[i].out_path);
-    int starts = h_count_in(out, "started pid=");
-    free(out);
-    if (starts != 1) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s started %d workers, expected 1", ap[i].node, starts);
-    }
-    ASSERT_EQ(h_file_value_after(ap[i].out_path, "started pid="), pid0[i]);
-    h_expect_stdout(&ap[i], "size=2\n");
-    char want[64];
-    snprintf(want, sizeof(want), "step=%d value=", INPROC_STEPS);
-    value[i] = h_file_value_after(ap[i].out_path, want);
-    if (value[i] < 0) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s lacks \"final ... %s\"", ap[i].node, want);
-    }
-  }
+  for (int i = 0; i < 2; i++) value[i] = survivor_value(ap, 3, i, pid0[i]);
   ASSERT_EQ(value[1], value[0]);
   if (!(value[0] > 2LL * INPROC_STEPS && value[0] < 3LL * INPROC_STEPS))
     TEST_FAIL("final value %lld outside (%d, %d)", value[0], 2 * INPROC_STEPS, 3 * INPROC_STEPS);
@@ -330,23 +335,7 @@ static void graceful_leave(const char *job, int leader, const char *mode) {
       h_dump(ap, 3);
       TEST_FAIL("agent %s exited %d", ap[i].node, c);
     }
-    char *out = h_slurp(ap[i].out_path);
-    int starts = h_count_in(out, "started pid=");
-    free(out);
-    if (starts != 1) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s started %d workers, expected 1", ap[i].node, starts);
-    }
-    ASSERT_EQ(h_file_value_after(ap[i].out_path, "started pid="), pid0[i]);
-    h_expect_stdout(&ap[i], "size=2\n");
-    char want[64];
-    snprintf(want, sizeof(want), "step=%d value=", INPROC_STEPS);
-    value[k] = h_file_value_after(ap[i].out_path, want);
-    if (value[k] < 0) {
-      h_dump(ap, 3);
-      TEST_FAIL("node %s lacks \"final ... %s\"", ap[i].node, want);
-    }
-    k++;
+    value[k++] = survivor_value(ap, 3, i, pid0[i]);
   }
   ASSERT_EQ(value[1], value[0]);
   if (!(value[0] > 2LL * INPROC_STEPS && value[0] < 3LL * INPROC_STEPS))

@@ -18,7 +18,6 @@
  * ("round N first_step_mono_ms T", the same clock); for a join, from the newcomer's
  * registration in etcd to rank 0's first step of the first round that includes it.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -349,37 +348,10 @@ static void sc_wait_all(sc_t *s, const int *want, int timeout_ms) {
     }
 }
 
-/* The agent's child processes (its workers). */
-static int children_of(pid_t parent, pid_t *out, int max) {
-  DIR *d = opendir("/proc");
-  if (!d) return 0;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL && n < max) {
-    char *end;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0) continue;
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t k = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[k] = '\0';
-    const char *rp = strrchr(buf, ')');
-    char state;
-    int ppid;
-    if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == parent && state != 'Z')
-      out[n++] = (pid_t)pid;
-  }
-  closedir(d);
-  return n;
-}
-
 /* The single worker of agent i (fails when it has none or several). */
 static pid_t sc_worker(sc_t *s, int i) {
   pid_t kids[8];
-  int n = children_of(s->ap[i].pid, kids, 8);
+  int n = h_children(s->ap[i].pid, kids, 8);
   if (n != 1) {
     char msg[128];
     snprintf(msg, sizeof(msg), "agent %s has %d worker processes, expected 1", s->nodes[i], n);

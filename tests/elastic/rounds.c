@@ -6,11 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../test.h"
 #include "common/etcd/etcd.h"
 #include "common/params.h"
+#include "etcd_fixture.h"
 
 void rounds_put_json(const char *endpoint, const char *job, const char *json) {
   bagua__etcd_t *c = NULL;
@@ -57,4 +60,34 @@ void rounds_worker_env(const char *endpoint, const char *job, int round, int ran
 void rounds_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
+}
+
+rounds_proc_t rounds_spawn(rounds_worker_fn fn, const char *endpoint, int round, int rank, int size,
+                           int slot) {
+  int fds[2];
+  ASSERT_TRUE(pipe(fds) == 0);
+  rounds_proc_t p = {fork(), fds[0]};
+  ASSERT_TRUE(p.pid >= 0);
+  if (p.pid == 0) {
+    close(fds[0]);
+    _exit(fn(endpoint, round, rank, size, slot, fds[1]));
+  }
+  close(fds[1]);
+  return p;
+}
+
+void rounds_finish(rounds_proc_t p, void *result, size_t bytes) {
+  int status;
+  ASSERT_TRUE(waitpid(p.pid, &status, 0) == p.pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(read(p.rfd, result, bytes) == (ssize_t)bytes);
+  close(p.rfd);
+}
+
+void rounds_wait_progress(volatile int64_t *progress, int slot, int64_t step) {
+  long long deadline = etcd_fixture_now_ms() + 30000;
+  while (progress[slot] < step) {
+    ASSERT_LT(etcd_fixture_now_ms(), deadline);
+    rounds_sleep_ms(2);
+  }
 }

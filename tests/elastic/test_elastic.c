@@ -133,41 +133,6 @@ static int worker(const char *endpoint, int round, int rank, int size, int slot,
   return 0;
 }
 
-typedef struct {
-  pid_t pid;
-  int rfd;
-} proc_t;
-
-static proc_t spawn(const char *endpoint, int round, int rank, int size, int slot) {
-  int fds[2];
-  ASSERT_TRUE(pipe(fds) == 0);
-  proc_t p = {fork(), fds[0]};
-  ASSERT_TRUE(p.pid >= 0);
-  if (p.pid == 0) {
-    close(fds[0]);
-    _exit(worker(endpoint, round, rank, size, slot, fds[1]));
-  }
-  close(fds[1]);
-  return p;
-}
-
-/* Waits for a worker that must succeed and reads its result. */
-static void finish(proc_t p, result_t *r) {
-  int status;
-  ASSERT_TRUE(waitpid(p.pid, &status, 0) == p.pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  ASSERT_TRUE(read(p.rfd, r, sizeof(*r)) == (ssize_t)sizeof(*r));
-  close(p.rfd);
-}
-
-static void wait_progress(int slot, int64_t step) {
-  long long deadline = etcd_fixture_now_ms() + 30000;
-  while (progress[slot] < step) {
-    ASSERT_LT(etcd_fixture_now_ms(), deadline);
-    sleep_ms(2);
-  }
-}
-
 static void check_results(result_t *rs, int n, int64_t want_size_before, int64_t want_after,
                           int64_t want_round) {
   for (int k = 0; k < n; k++) {
@@ -189,9 +154,9 @@ static void test_shrink(const etcd_fixture_t *fx, int skip) {
   long long t0 = etcd_fixture_now_ms();
   progress[0] = progress[1] = progress[2] = 0;
   put_round(fx->host_port, 1, 3);
-  proc_t p[3];
-  for (int r = 0; r < 3; r++) p[r] = spawn(fx->host_port, 1, r, 3, r);
-  wait_progress(2, 20);
+  rounds_proc_t p[3];
+  for (int r = 0; r < 3; r++) p[r] = rounds_spawn(worker, fx->host_port, 1, r, 3, r);
+  rounds_wait_progress(progress, 2, 20);
   ASSERT_TRUE(kill(p[2].pid, SIGKILL) == 0);
   int status;
   waitpid(p[2].pid, &status, 0);
@@ -210,8 +175,8 @@ static void test_shrink(const etcd_fixture_t *fx, int skip) {
     put_round(fx->host_port, 2, 2);
   }
   result_t rs[2];
-  finish(p[0], &rs[0]);
-  finish(p[1], &rs[1]);
+  rounds_finish(p[0], &rs[0], sizeof(result_t));
+  rounds_finish(p[1], &rs[1], sizeof(result_t));
   for (int k = 0; k < 2; k++) ASSERT_GE(rs[k].resets, 1);
   check_results(rs, 2, 3, 2, skip ? 3 : 2);
   /* Well below BAGUA_CONNECT_TIMEOUT_MS (15 s): round 2's bootstrap was abandoned at once. */
@@ -222,13 +187,13 @@ static void test_shrink(const etcd_fixture_t *fx, int skip) {
 static void test_grow(const etcd_fixture_t *fx) {
   progress[0] = progress[1] = progress[2] = 0;
   put_round(fx->host_port, 1, 2);
-  proc_t p[3];
-  for (int r = 0; r < 2; r++) p[r] = spawn(fx->host_port, 1, r, 2, r);
-  wait_progress(0, 20);
+  rounds_proc_t p[3];
+  for (int r = 0; r < 2; r++) p[r] = rounds_spawn(worker, fx->host_port, 1, r, 2, r);
+  rounds_wait_progress(progress, 0, 20);
   put_round(fx->host_port, 2, 3);
-  p[2] = spawn(fx->host_port, 2, 2, 3, 2);
+  p[2] = rounds_spawn(worker, fx->host_port, 2, 2, 3, 2);
   result_t rs[3];
-  for (int k = 0; k < 3; k++) finish(p[k], &rs[k]);
+  for (int k = 0; k < 3; k++) rounds_finish(p[k], &rs[k], sizeof(result_t));
   ASSERT_GE(rs[0].resets, 1);
   ASSERT_GE(rs[1].resets, 1);
   ASSERT_EQ(rs[2].resets, 0); /* the newcomer synced at start and never rebuilt */

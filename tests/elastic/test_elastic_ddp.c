@@ -140,10 +140,11 @@ static int worker(const char *endpoint, int round, int rank, int size, int slot,
   uLong crc = crc32(0L, Z_NULL, 0);
   for (int t = 0; t < NT; t++) crc = crc32_z(crc, (const Bytef *)w[t], counts[t] * sizeof(float));
   res.crc = (uint32_t)crc;
-  printf("worker n%d (%s): rank %lld of %lld in round %lld, %lld rebuilds, crc %08x, loss %.4g -> "
-         "%.4g\n",
-         slot, algo, (long long)bagua_elastic_rank(e), (long long)res.size, (long long)res.round,
-         (long long)res.rebuilds, res.crc, res.loss_first, res.loss_last);
+  printf(
+      "worker n%d (%s): rank %lld of %lld in round %lld, %lld rebuilds, crc %08x, loss %.4g -> "
+      "%.4g\n",
+      slot, algo, (long long)bagua_elastic_rank(e), (long long)res.size, (long long)res.round,
+      (long long)res.rebuilds, res.crc, res.loss_first, res.loss_last);
   fflush(stdout);
   /* The context goes first: it is attached to the elastic context. */
   bagua_ddp_destroy(ddp);
@@ -154,40 +155,6 @@ static int worker(const char *endpoint, int round, int rank, int size, int slot,
   }
   ASSERT_TRUE(write(wfd, &res, sizeof(res)) == (ssize_t)sizeof(res));
   return 0;
-}
-
-typedef struct {
-  pid_t pid;
-  int rfd;
-} proc_t;
-
-static proc_t spawn(const char *endpoint, int round, int rank, int size, int slot) {
-  int fds[2];
-  ASSERT_TRUE(pipe(fds) == 0);
-  proc_t p = {fork(), fds[0]};
-  ASSERT_TRUE(p.pid >= 0);
-  if (p.pid == 0) {
-    close(fds[0]);
-    _exit(worker(endpoint, round, rank, size, slot, fds[1]));
-  }
-  close(fds[1]);
-  return p;
-}
-
-static void finish(proc_t p, result_t *r) {
-  int status;
-  ASSERT_TRUE(waitpid(p.pid, &status, 0) == p.pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  ASSERT_TRUE(read(p.rfd, r, sizeof(*r)) == (ssize_t)sizeof(*r));
-  close(p.rfd);
-}
-
-static void wait_progress(int slot, int64_t step) {
-  long long deadline = etcd_fixture_now_ms() + 30000;
-  while (progress[slot] < step) {
-    ASSERT_LT(etcd_fixture_now_ms(), deadline);
-    rounds_sleep_ms(2);
-  }
 }
 
 static void check(result_t *rs, int n, int64_t want_round, int64_t want_size) {
@@ -206,27 +173,27 @@ static void check(result_t *rs, int n, int64_t want_round, int64_t want_size) {
 
 static void test_churn(const etcd_fixture_t *fx) {
   rounds_put(fx->host_port, JOB, 1, 0, 3);
-  proc_t p[4];
-  for (int r = 0; r < 3; r++) p[r] = spawn(fx->host_port, 1, r, 3, r);
-  wait_progress(2, 25);
+  rounds_proc_t p[4];
+  for (int r = 0; r < 3; r++) p[r] = rounds_spawn(worker, fx->host_port, 1, r, 3, r);
+  rounds_wait_progress(progress, 2, 25);
   ASSERT_TRUE(kill(p[2].pid, SIGKILL) == 0);
   int status;
   waitpid(p[2].pid, &status, 0);
   close(p[2].rfd);
   rounds_sleep_ms(200);
   rounds_put(fx->host_port, JOB, 2, 0, 2);
-  wait_progress(0, progress[0] + 25);
+  rounds_wait_progress(progress, 0, progress[0] + 25);
   /* Members n0, n1 and the newcomer n3 (rank 2). */
   char json[256];
   snprintf(json, sizeof(json),
            "{\"round\":3,\"members\":[\"n0\",\"n1\",\"n3\"],\"nprocs\":[1,1,1],"
            "\"world_size\":3,\"reason\":\"test\"}");
   rounds_put_json(fx->host_port, JOB, json);
-  p[3] = spawn(fx->host_port, 3, 2, 3, 3);
+  p[3] = rounds_spawn(worker, fx->host_port, 3, 2, 3, 3);
   result_t rs[3];
-  finish(p[0], &rs[0]);
-  finish(p[1], &rs[1]);
-  finish(p[3], &rs[2]);
+  rounds_finish(p[0], &rs[0], sizeof(result_t));
+  rounds_finish(p[1], &rs[1], sizeof(result_t));
+  rounds_finish(p[3], &rs[2], sizeof(result_t));
   check(rs, 3, 3, 3);
   int saw2 = 0;
   for (int s = 0; s < STEPS; s++) saw2 |= rs[0].sizes[s] == 2;
@@ -237,16 +204,16 @@ static void test_churn(const etcd_fixture_t *fx) {
 
 static void test_stall(const etcd_fixture_t *fx) {
   rounds_put(fx->host_port, JOB, 1, 0, 3);
-  proc_t p[3];
-  for (int r = 0; r < 3; r++) p[r] = spawn(fx->host_port, 1, r, 3, r);
-  wait_progress(2, 25);
+  rounds_proc_t p[3];
+  for (int r = 0; r < 3; r++) p[r] = rounds_spawn(worker, fx->host_port, 1, r, 3, r);
+  rounds_wait_progress(progress, 2, 25);
   ASSERT_TRUE(kill(p[2].pid, SIGSTOP) == 0);
   rounds_sleep_ms(100);
   long long t_pub = etcd_fixture_now_ms();
   rounds_put(fx->host_port, JOB, 2, 0, 2);
   result_t rs[2];
-  finish(p[0], &rs[0]);
-  finish(p[1], &rs[1]);
+  rounds_finish(p[0], &rs[0], sizeof(result_t));
+  rounds_finish(p[1], &rs[1], sizeof(result_t));
   long long took = etcd_fixture_now_ms() - t_pub;
   kill(p[2].pid, SIGKILL);
   int status;
@@ -254,8 +221,8 @@ static void test_stall(const etcd_fixture_t *fx) {
   close(p[2].rfd);
   check(rs, 2, 2, 2);
   /* Far below the 10 s communication timeout: the departure abort ended the blocked step. */
-  printf("elastic ddp %s stall: survivors finished %lld ms after the round was published\n",
-         algo, took);
+  printf("elastic ddp %s stall: survivors finished %lld ms after the round was published\n", algo,
+         took);
   ASSERT_LT(took, 8000);
   printf("passed elastic ddp %s stall\n", algo);
 }
