@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "ddp_internal.h"
@@ -37,6 +38,31 @@ static bagua_status_t bad_str(const char *field, const char *v, const char *acce
 
 static int is_decentralized(const bagua__ddp_algo_t *a) {
   return a == &bagua__ddp_decentralized || a == &bagua__ddp_low_precision_decentralized;
+}
+
+static bagua_status_t check_device(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
+  s->dev = &bagua__ddp_dev_cpu;
+  if (c->device && strcmp(c->device, "cuda") == 0) {
+    s->dev = bagua__ddp_dev_cuda();
+    if (!s->dev) {
+      BAGUA_WARN(
+          "bagua_ddp_create: config.device = \"cuda\" is not supported by this build of "
+          "libbagua (it was built without CUDA and NCCL; see docs/gpu.md); accepted "
+          "here: \"cpu\" or NULL");
+      return BAGUA_ERR_NOT_SUPPORTED;
+    }
+  } else if (c->device && strcmp(c->device, "cpu") != 0) {
+    return bad_str("device", c->device, "\"cpu\" (NULL) or \"cuda\"");
+  }
+  if (c->cuda_device < -1)
+    return bad_num("cuda_device", c->cuda_device,
+                   "-1 (the local rank modulo the visible devices) or a device index >= 0");
+  if (s->dev == &bagua__ddp_dev_cpu && (c->cuda_device != -1 || c->cuda_stream))
+    return bad_str("device", c->device ? c->device : "NULL",
+                   "\"cuda\" when cuda_device or cuda_stream is set");
+  s->cuda_device = c->cuda_device;
+  s->cuda_stream = c->cuda_stream;
+  return BAGUA_OK;
 }
 
 static bagua_status_t check_optimizer(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
@@ -161,5 +187,6 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
     return bad_num("sync_interval_ms", c->sync_interval_ms, "1 .. 3600000 milliseconds");
   s->sync_interval_ms = c->sync_interval_ms;
 
+  BAGUA_CHECK(check_device(c, s));
   return check_optimizer(c, s);
 }

@@ -31,15 +31,13 @@ uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d) {
          bagua_comm_bytes_sent(d->inter) + bagua_comm_bytes_sent(d->async_comm);
 }
 
-float *bagua__ddp_alloc_floats(size_t n) {
-  /* 64-byte alignment lets the vector kernels stream whole cache lines; aligned_alloc needs
-   * a size that is a multiple of the alignment. */
+float *bagua__ddp_alloc_floats(bagua_ddp_t *d, size_t n) {
   if (n > SIZE_MAX / sizeof(float) - 64) return NULL;
-  size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
-  if (bytes == 0) bytes = 64;
-  float *p = aligned_alloc(64, bytes);
-  if (p) memset(p, 0, bytes);
-  return p;
+  return d->dev->alloc(d, n * sizeof(float));
+}
+
+void bagua__ddp_free(bagua_ddp_t *d, void *p) {
+  if (p) d->dev->free(d, p);
 }
 
 static bagua_status_t usage(const char *fn, const char *why) {
@@ -74,6 +72,12 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   d->size = bagua_comm_size(c);
   d->node_count = bagua_comm_node_count(c);
   pthread_mutex_unlock(&d->comm_mu);
+  /* The device's communicators (NCCL on CUDA) mirror the CPU ones just made. */
+  st = d->dev->open(d);
+  if (st != BAGUA_OK) {
+    bagua__ddp_comms_close(d);
+    return st;
+  }
   return BAGUA_OK;
 fail:
   bagua_comm_destroy(async_comm);
@@ -89,10 +93,12 @@ void bagua__ddp_comms_abort(bagua_ddp_t *d) {
   bagua_comm_abort(d->intra);
   bagua_comm_abort(d->inter);
   bagua_comm_abort(d->async_comm);
+  d->dev->abort(d);
   pthread_mutex_unlock(&d->comm_mu);
 }
 
 void bagua__ddp_comms_close(bagua_ddp_t *d) {
+  d->dev->close(d);
   pthread_mutex_lock(&d->comm_mu);
   bagua_comm_t *c[4] = {d->async_comm, d->inter, d->intra, d->comm};
   d->comm = d->intra = d->inter = d->async_comm = NULL;
@@ -118,12 +124,14 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
   bagua_ddp_t *d = calloc(1, sizeof(*d));
   if (!d) return BAGUA_ERR_NO_MEMORY;
   d->s = s;
+  d->dev = s.dev;
   d->lr = s.lr;
   pthread_mutex_init(&d->comm_mu, NULL);
   BAGUA_CHECK_GOTO(bagua__ddp_comms_open(d, comm), st, fail);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
-             "ddp: %s on %d ranks (%d nodes), hierarchical %d, bucket %zu bytes, lr %g",
-             s.algo->name, d->size, d->node_count, s.hierarchical, s.bucket_bytes, s.lr);
+             "ddp: %s on %d ranks (%d nodes), device %s, hierarchical %d, bucket %zu bytes, lr %g",
+             s.algo->name, d->size, d->node_count, d->dev->name, s.hierarchical, s.bucket_bytes,
+             s.lr);
   *out = d;
   return BAGUA_OK;
 fail:
@@ -174,20 +182,42 @@ static size_t gcd(size_t a, size_t b) {
   return a;
 }
 
-void bagua__ddp_copy_back(bagua_ddp_t *d) {
+bagua_status_t bagua__ddp_copy_back(bagua_ddp_t *d) {
+  bagua_status_t st = BAGUA_OK;
   if (d->weight_lock) pthread_mutex_lock(d->weight_lock);
-  for (int i = 0; i < d->ntensors; i++) {
+  for (int i = 0; i < d->ntensors && st == BAGUA_OK; i++) {
     bagua__ddp_tensor_t *t = &d->tensors[i];
-    memcpy(t->user_param, d->params + t->offset, t->count * sizeof(float));
+    st = d->dev->copy(d, BAGUA__LANE_COMPUTE, t->user_param, d->params + t->offset,
+                      t->count * sizeof(float));
   }
   if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
+  return st;
 }
 
-static void zero_padding(bagua_ddp_t *d, float *buf) {
+static bagua_status_t zero_padding(bagua_ddp_t *d, float *buf) {
   for (int b = 0; b < d->nbuckets; b++) {
     const bagua__ddp_bucket_t *k = &d->buckets[b];
-    memset(buf + k->offset + k->used, 0, (k->count - k->used) * sizeof(float));
+    if (k->count > k->used)
+      BAGUA_CHECK(d->dev->zero(d, BAGUA__LANE_COMPUTE, buf + k->offset + k->used,
+                               (k->count - k->used) * sizeof(float)));
   }
+  return BAGUA_OK;
+}
+
+/* On a GPU the registered arrays must be device memory the context can copy from and to. */
+static bagua_status_t check_pointers(bagua_ddp_t *d) {
+  for (int i = 0; i < d->ntensors; i++) {
+    bagua__ddp_tensor_t *t = &d->tensors[i];
+    if (!d->dev->owns(d, t->user_param) || (t->user_grad && !d->dev->owns(d, t->user_grad))) {
+      BAGUA_WARN(
+          "bagua_ddp_ready: tensor %d (\"%s\"): its %s array is not %s memory; with "
+          "config.device \"%s\" register device pointers",
+          i, t->name, d->dev->owns(d, t->user_param) ? "grad" : "param", d->dev->name,
+          d->dev->name);
+      return BAGUA_ERR_INVALID_ARG;
+    }
+  }
+  return BAGUA_OK;
 }
 
 static void reset_step(bagua_ddp_t *d) {
@@ -234,45 +264,49 @@ static bagua_status_t sync_scalars(bagua_ddp_t *d) {
 }
 
 bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const float *carry_m, const float *carry_v) {
+  const bagua__lane_t L = BAGUA__LANE_COMPUTE;
   bagua_status_t st;
   size_t n = (size_t)d->size, m = (size_t)d->node_count;
   size_t align = n / gcd(n, m) * m * 16;
   BAGUA_CHECK_GOTO(bagua__ddp_partition(d->tensors, d->ntensors, d->s.bucket_bytes, align,
                                         &d->buckets, &d->nbuckets, &d->total, &d->max_bucket),
                    st, fail);
-  d->params = bagua__ddp_alloc_floats(d->total);
-  d->grads = bagua__ddp_alloc_floats(d->total);
+  BAGUA_CHECK_GOTO(check_pointers(d), st, fail);
+  d->params = bagua__ddp_alloc_floats(d, d->total);
+  d->grads = bagua__ddp_alloc_floats(d, d->total);
   if (!d->params || !d->grads) {
-    BAGUA_WARN("bagua_ddp_ready: out of memory for %zu parameters", d->total);
+    BAGUA_WARN("bagua_ddp_ready: out of %s memory for %zu parameters", d->dev->name, d->total);
     st = BAGUA_ERR_NO_MEMORY;
     goto fail;
   }
   for (int i = 0; i < d->ntensors; i++) {
     bagua__ddp_tensor_t *t = &d->tensors[i];
-    memcpy(d->params + t->offset, t->user_param, t->count * sizeof(float));
+    BAGUA_CHECK_GOTO(
+        d->dev->copy(d, L, d->params + t->offset, t->user_param, t->count * sizeof(float)), st,
+        fail);
   }
   BAGUA_CHECK_GOTO(check_same_layout(d), st, fail);
   BAGUA_CHECK_GOTO(sync_scalars(d), st, fail);
-  BAGUA_CHECK_GOTO(bagua_broadcast(d->comm, d->params, d->params, d->total, BAGUA_F32, 0), st,
-                   fail);
+  BAGUA_CHECK_GOTO(d->dev->broadcast(d, L, d->comm, d->params, d->params, d->total, BAGUA_F32, 0),
+                   st, fail);
   BAGUA_CHECK_GOTO(bagua__ddp_optim_setup(d), st, fail);
   /* An elastic rebuild carries the optimizer state over in registration order (the bucket
    * padding depends on the world size, so the flat layout may have changed). */
-  bagua__ddp_unpack(d, carry_m, d->opt_m);
-  bagua__ddp_unpack(d, carry_v, d->opt_v);
+  BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry_m, d->opt_m), st, fail);
+  BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry_v, d->opt_v), st, fail);
   /* The state is zero on a fresh start; broadcasting it keeps ranks identical should a
    * caller ever load state on rank 0 only. */
   if (d->opt_m)
-    BAGUA_CHECK_GOTO(bagua_broadcast(d->comm, d->opt_m, d->opt_m, d->total, BAGUA_F32, 0), st,
-                     fail);
+    BAGUA_CHECK_GOTO(d->dev->broadcast(d, L, d->comm, d->opt_m, d->opt_m, d->total, BAGUA_F32, 0),
+                     st, fail);
   if (d->opt_v)
-    BAGUA_CHECK_GOTO(bagua_broadcast(d->comm, d->opt_v, d->opt_v, d->total, BAGUA_F32, 0), st,
-                     fail);
+    BAGUA_CHECK_GOTO(d->dev->broadcast(d, L, d->comm, d->opt_v, d->opt_v, d->total, BAGUA_F32, 0),
+                     st, fail);
   d->setup_called = 1;
   if (d->s.algo->setup) BAGUA_CHECK_GOTO(d->s.algo->setup(d), st, fail);
   d->is_ready = 1;
   BAGUA_CHECK_GOTO(bagua__ddp_sched_start(d, (size_t)d->nbuckets + 8), st, fail);
-  bagua__ddp_copy_back(d);
+  BAGUA_CHECK_GOTO(bagua__ddp_copy_back(d), st, fail);
   BAGUA_INFO(BAGUA_SUBSYS_COMM, "ddp: %d tensors in %d buckets, %zu elements (largest bucket %zu)",
              d->ntensors, d->nbuckets, d->total, d->max_bucket);
   reset_step(d);
@@ -304,7 +338,9 @@ static int grads_communicated(const bagua_ddp_t *d) {
 /* Hands over every bucket that is complete and next in order (Bagua's ordered ring). */
 static bagua_status_t mark_ready(bagua_ddp_t *d, int i) {
   bagua__ddp_tensor_t *t = &d->tensors[i];
-  if (t->user_grad) memcpy(d->grads + t->offset, t->user_grad, t->count * sizeof(float));
+  if (t->user_grad)
+    BAGUA_CHECK(d->dev->copy(d, BAGUA__LANE_COMPUTE, d->grads + t->offset, t->user_grad,
+                             t->count * sizeof(float)));
   t->ready = 1;
   d->buckets[t->bucket].pending--;
   int comm = grads_communicated(d);
@@ -360,15 +396,15 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   BAGUA_CHECK_GOTO(bagua__ddp_wait(d), st, fail);
   double t_waited = bagua__ddp_now() - t_entry;
   /* Compression leaves small values in the padding; keep it at zero for the update. */
-  zero_padding(d, d->grads);
+  BAGUA_CHECK_GOTO(zero_padding(d, d->grads), st, fail);
   if (a->pre_update) BAGUA_CHECK_GOTO(a->pre_update(d), st, fail);
   if (d->weight_lock) pthread_mutex_lock(d->weight_lock);
   st = a->update ? a->update(d) : bagua__ddp_optim_step(d);
-  zero_padding(d, d->params);
+  if (st == BAGUA_OK) st = zero_padding(d, d->params);
   if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
   if (st != BAGUA_OK) goto fail;
   if (a->post_update) BAGUA_CHECK_GOTO(a->post_update(d), st, fail);
-  bagua__ddp_copy_back(d);
+  BAGUA_CHECK_GOTO(bagua__ddp_copy_back(d), st, fail);
   d->steps++;
   d->st.steps = d->steps;
   update_stats(d, t_entry, t_waited);
@@ -423,10 +459,10 @@ void bagua__ddp_unbuild(bagua_ddp_t *d) {
   d->setup_called = 0;
   d->is_ready = 0;
   free(d->buckets);
-  free(d->params);
-  free(d->grads);
-  free(d->opt_m);
-  free(d->opt_v);
+  bagua__ddp_free(d, d->params);
+  bagua__ddp_free(d, d->grads);
+  bagua__ddp_free(d, d->opt_m);
+  bagua__ddp_free(d, d->opt_v);
   d->buckets = NULL;
   d->params = d->grads = d->opt_m = d->opt_v = NULL;
   d->nbuckets = 0;

@@ -13,6 +13,7 @@
 
 #include "bagua/comm.h"
 #include "bagua/ddp.h"
+#include "dev.h"
 
 typedef enum {
   BAGUA__OPT_SGD = 0,
@@ -76,6 +77,9 @@ typedef struct {
   int optimizer;
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
   int nesterov;
+  const bagua__ddp_dev_t *dev; /* where the flat buffers live (dev.h) */
+  int cuda_device;
+  void *cuda_stream;
 } bagua__ddp_settings_t;
 
 typedef struct {
@@ -126,6 +130,8 @@ typedef struct {
 
 struct bagua_ddp_s {
   bagua__ddp_settings_t s;
+  const bagua__ddp_dev_t *dev; /* = s.dev */
+  void *dev_state;             /* the device's own resources (dev_cuda.c: NCCL comms, streams) */
   /* Guards the communicator pointers against bagua_ddp_abort() from other threads while an
    * elastic rebuild replaces them. */
   pthread_mutex_t comm_mu;
@@ -171,9 +177,11 @@ bagua_status_t bagua__ddp_fail(bagua_ddp_t *d, bagua_status_t st);
 /* Sum of bytes sent through all of the context's communicators. */
 uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d);
 /* Writes the flat weights into every registered `param` array (under the weight lock). */
-void bagua__ddp_copy_back(bagua_ddp_t *d);
-/* 64-byte aligned, zeroed allocation of n floats (n may be 0); free with free(). */
-float *bagua__ddp_alloc_floats(size_t n);
+bagua_status_t bagua__ddp_copy_back(bagua_ddp_t *d);
+/* Zeroed allocation of n floats (n may be 0) on the context's device; free with
+ * bagua__ddp_free(). */
+float *bagua__ddp_alloc_floats(bagua_ddp_t *d, size_t n);
+void bagua__ddp_free(bagua_ddp_t *d, void *p);
 
 /* Splits the private communicators off `comm` (collective over it). */
 bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm);
@@ -191,10 +199,10 @@ bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const float *carry_m, const floa
 void bagua__ddp_unbuild(bagua_ddp_t *d);
 
 /* ---- elasticity (elastic.c) ---- */
-/* Copies flat storage `flat` into `packed` (registration order, no padding), and back.
- * NULL on either side does nothing. */
-void bagua__ddp_pack(const bagua_ddp_t *d, const float *flat, float *packed);
-void bagua__ddp_unpack(const bagua_ddp_t *d, const float *packed, float *flat);
+/* Copies flat device storage `flat` into host memory `packed` (registration order, no padding),
+ * and back, waiting for the transfer (COMPUTE lane). NULL on either side does nothing. */
+bagua_status_t bagua__ddp_pack(bagua_ddp_t *d, const float *flat, float *packed);
+bagua_status_t bagua__ddp_unpack(bagua_ddp_t *d, const float *packed, float *flat);
 /* Leaves the elastic context, if attached (bagua_ddp_destroy). */
 void bagua__ddp_elastic_detach(bagua_ddp_t *d);
 
@@ -252,14 +260,15 @@ typedef struct {
   bagua_comm_t *comm; /* the communicator the chunks are exchanged on (NULL: none here) */
   int n;              /* its size: the number of chunks */
   size_t region;      /* bytes of one compressed chunk of the largest bucket */
-  uint8_t *cbuf;      /* n regions */
+  uint8_t *cbuf;      /* n regions: this rank's compressed chunks, then the gathered results */
+  uint8_t *rbuf;      /* n regions: the chunks received by the alltoall */
   float *acc;         /* one chunk of the largest bucket */
   float *worker_res;  /* error feedback: total elements, or NULL */
   float *server_res;  /* error feedback: total / n elements, or NULL */
 } bagua__ddp_u8_t;
 
 bagua_status_t bagua__ddp_u8_init(bagua_ddp_t *d, int hier, int error_feedback, bagua__ddp_u8_t *u);
-void bagua__ddp_u8_free(bagua__ddp_u8_t *u);
+void bagua__ddp_u8_free(bagua_ddp_t *d, bagua__ddp_u8_t *u);
 /*
  * ByteGrad's op on buf[0, n) (n divisible by the number of chunks), which lies at element
  * offset `off` of the flat buffers (for the residuals): compress in chunks, alltoall,

@@ -18,43 +18,49 @@
 #include "common/log.h"
 #include "ddp_internal.h"
 
-void bagua__ddp_pack(const bagua_ddp_t *d, const float *flat, float *packed) {
-  if (!flat || !packed) return;
+/* The snapshot is host memory whatever the device: it must outlive the device buffers. */
+bagua_status_t bagua__ddp_pack(bagua_ddp_t *d, const float *flat, float *packed) {
+  if (!flat || !packed) return BAGUA_OK;
   size_t o = 0;
   for (int i = 0; i < d->ntensors; i++) {
     const bagua__ddp_tensor_t *t = &d->tensors[i];
-    memcpy(packed + o, flat + t->offset, t->count * sizeof(float));
+    BAGUA_CHECK(d->dev->to_host(d, BAGUA__LANE_COMPUTE, packed + o, flat + t->offset,
+                                t->count * sizeof(float)));
     o += t->count;
   }
+  return BAGUA_OK;
 }
 
-void bagua__ddp_unpack(const bagua_ddp_t *d, const float *packed, float *flat) {
-  if (!flat || !packed) return;
+bagua_status_t bagua__ddp_unpack(bagua_ddp_t *d, const float *packed, float *flat) {
+  if (!flat || !packed) return BAGUA_OK;
   size_t o = 0;
   for (int i = 0; i < d->ntensors; i++) {
     const bagua__ddp_tensor_t *t = &d->tensors[i];
-    memcpy(flat + t->offset, packed + o, t->count * sizeof(float));
+    BAGUA_CHECK(d->dev->from_host(d, BAGUA__LANE_COMPUTE, flat + t->offset, packed + o,
+                                  t->count * sizeof(float)));
     o += t->count;
   }
+  return BAGUA_OK;
 }
 
 /* Live state -> snapshot. The weight lock keeps async averaging from tearing the weights. */
-static void snapshot(bagua_ddp_t *d) {
+static bagua_status_t snapshot(bagua_ddp_t *d) {
   bagua__ddp_elastic_t *el = &d->el;
   if (d->weight_lock) pthread_mutex_lock(d->weight_lock);
-  bagua__ddp_pack(d, d->params, el->params);
+  bagua_status_t st = bagua__ddp_pack(d, d->params, el->params);
   if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
-  bagua__ddp_pack(d, d->opt_m, el->m);
-  bagua__ddp_pack(d, d->opt_v, el->v);
+  BAGUA_CHECK(st);
+  BAGUA_CHECK(bagua__ddp_pack(d, d->opt_m, el->m));
+  BAGUA_CHECK(bagua__ddp_pack(d, d->opt_v, el->v));
   el->steps = d->steps;
   el->restore_pending = 0;
+  return BAGUA_OK;
 }
 
 static bagua_status_t on_commit(void *arg) {
   bagua_ddp_t *d = arg;
   if (!d->is_ready) return BAGUA_OK;
-  snapshot(d);
-  return BAGUA_OK;
+  return snapshot(d);
 }
 
 static void on_restore(void *arg) {
@@ -82,12 +88,14 @@ static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *
   d->setup_called = 0;
   /* A round change noticed at a step boundary carries the live state (the program's
    * registered buffers are synchronised live too); after a cut-off step, the last commit. */
-  if (!el->restore_pending && d->is_ready) snapshot(d);
+  if (!el->restore_pending && d->is_ready) BAGUA_CHECK_GOTO(snapshot(d), st, fail);
   /* bagua__ddp_build() reads the weights from the registered arrays, as bagua_ddp_ready(). */
   size_t o = 0;
   for (int i = 0; i < d->ntensors; i++) {
     bagua__ddp_tensor_t *t = &d->tensors[i];
-    memcpy(t->user_param, el->params + o, t->count * sizeof(float));
+    BAGUA_CHECK_GOTO(d->dev->from_host(d, BAGUA__LANE_COMPUTE, t->user_param, el->params + o,
+                                       t->count * sizeof(float)),
+                     st, fail);
     o += t->count;
   }
   uint64_t carried = bagua__ddp_bytes_sent(d) - d->bytes_start;
@@ -99,7 +107,8 @@ static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *
   BAGUA_CHECK_GOTO(bagua__ddp_comms_open(d, bagua_elastic_comm(e)), st, fail);
   d->bytes_start = bagua__ddp_bytes_sent(d) - carried; /* byte counters continue */
   BAGUA_CHECK_GOTO(bagua__ddp_build(d, el->m, el->v), st, fail);
-  snapshot(d); /* like bagua_elastic_sync(), the synchronised state is the new commit */
+  /* Like bagua_elastic_sync(), the synchronised state is the new commit. */
+  BAGUA_CHECK_GOTO(snapshot(d), st, fail);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
              "ddp: rebuilt for round %lld, rank %d of %d (was %d of %d), step %lld, %d buckets, "
              "%.1f ms",
@@ -131,9 +140,13 @@ bagua_status_t bagua_ddp_elastic_attach(bagua_ddp_t *d, bagua_elastic_t *e) {
     bagua__ddp_elastic_detach(d);
     return BAGUA_ERR_NO_MEMORY;
   }
-  snapshot(d);
+  bagua_status_t st = snapshot(d);
+  if (st != BAGUA_OK) {
+    bagua__ddp_elastic_detach(d);
+    return st;
+  }
   bagua_elastic_participant_t p = {sizeof(p), on_commit, on_restore, on_abort, on_reset};
-  bagua_status_t st = bagua_elastic_attach(e, &p, d);
+  st = bagua_elastic_attach(e, &p, d);
   if (st != BAGUA_OK) {
     bagua__ddp_elastic_detach(d);
     return st;

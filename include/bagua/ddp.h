@@ -104,12 +104,34 @@ typedef struct {
   double beta1;        /* adam, adamw, qadam */
   double beta2;
   double eps;
+  /*
+   * Where the flat storage lives and the work runs: "cpu" (NULL) or "cuda". With "cuda" the
+   * flat parameters, gradients and optimizer state are device memory, the collectives go
+   * through NCCL communicators created over `comm` (include/bagua/nccl.h), and compression and
+   * the optimizer run as CUDA kernels; every algorithm is available. The registered `param`
+   * and `grad` pointers, bagua_ddp_param() and bagua_ddp_grad() are then device pointers.
+   * Needs a libbagua built with CUDA and NCCL (otherwise bagua_ddp_create() returns
+   * BAGUA_ERR_NOT_SUPPORTED) and a visible device (otherwise BAGUA_ERR_CUDA on every rank).
+   */
+  const char *device;
+  /* "cuda": the CUDA device to use; -1: the local rank modulo the visible devices. */
+  int cuda_device;
+  /*
+   * "cuda": the caller's compute stream (a cudaStream_t; NULL: the legacy default stream).
+   * bagua_ddp_grad_ready() records an event on it, and the bucket's communication, which runs
+   * on the library's own stream, waits for that event, so a gradient may be marked ready as
+   * soon as the kernels producing it are enqueued. bagua_ddp_ready() and bagua_ddp_step()
+   * enqueue their copies and the optimizer on this stream and return without waiting for it:
+   * work the caller enqueues on it afterwards sees the updated weights. The stream must stay
+   * valid until bagua_ddp_destroy().
+   */
+  void *cuda_stream;
 } bagua_ddp_config_t;
 
 #define BAGUA_DDP_CONFIG_INIT                                                                    \
   {                                                                                              \
     sizeof(bagua_ddp_config_t), NULL, 0, -1, NULL, 1, 0, -1, 500, NULL, -1.0, 0.0, 0.0, 0, -1.0, \
-        0.9, 0.999, 1e-8                                                                         \
+        0.9, 0.999, 1e-8, NULL, -1, NULL                                                         \
   }
 
 /* Counters of one rank. Set struct_size = sizeof(bagua_ddp_stats_t) before the call. */

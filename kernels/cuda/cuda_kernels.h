@@ -96,6 +96,22 @@ bagua_status_t bagua__cuda_adam_step(float *param, const void *grad, bagua_dtype
                                      cudaStream_t stream);
 
 /*
+ * The data-parallel layer's own element-wise steps (ddp_ops.cu), each the f32 arithmetic of
+ * its CPU counterpart in comm/ddp: buf /= (float)k; QAdam's m = beta1 m + (1 - beta1)(g + wd p)
+ * and its frozen-variance update (bagua__ddp_qadam_frozen_step); and low-precision
+ * decentralized SGD's diff = x + s/3 - (5/3) w. f32 buffers, element-aligned.
+ */
+bagua_status_t bagua__cuda_div_f32(float *buf, size_t n, int k, cudaStream_t stream);
+bagua_status_t bagua__cuda_qadam_momentum(float *m, const float *g, const float *p, size_t n,
+                                          float beta1, float one_minus_beta1, float wd,
+                                          cudaStream_t stream);
+bagua_status_t bagua__cuda_lpdec_diff(float *diff, const float *x, const float *s, const float *w,
+                                      size_t n, cudaStream_t stream);
+bagua_status_t bagua__cuda_qadam_frozen(float *p, const float *m, const float *v, size_t n,
+                                        double lr, double beta1, double beta2, double eps,
+                                        int64_t step, int64_t v_step, cudaStream_t stream);
+
+/*
  * Number of CUDA devices this process can use; 0 (with *why set to the CUDA error text, which
  * stays valid for the process) when there is no device or no usable driver. `why` may be NULL.
  */

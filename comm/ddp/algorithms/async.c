@@ -19,7 +19,6 @@
 #include "../ddp_internal.h"
 #include "common/check.h"
 #include "common/log.h"
-#include "kernels/kernels.h"
 
 typedef struct {
   pthread_mutex_t weight_lock;
@@ -53,15 +52,28 @@ static bagua_status_t one_round(bagua_ddp_t *d, state_t *s, int *go_on) {
   *go_on = flag;
   if (!flag) return BAGUA_OK;
   size_t n = d->total;
+  const bagua__ddp_dev_t *dev = d->dev;
+  const bagua__lane_t A = BAGUA__LANE_ASYNC, C = BAGUA__LANE_COMPUTE;
+  bagua_status_t st;
+  /* On a GPU the weights are updated on the compute lane: under the lock, first order this
+   * lane after the updates enqueued so far, and after writing, order the compute lane after
+   * this one, so that the lock still makes the two updates exclusive. */
   pthread_mutex_lock(&s->weight_lock);
-  memcpy(s->temp, d->params, n * sizeof(float));
+  st = dev->order(d, C, A);
+  if (st == BAGUA_OK) st = dev->copy(d, A, s->temp, d->params, n * sizeof(float));
   pthread_mutex_unlock(&s->weight_lock);
-  BAGUA_CHECK(bagua_allreduce(d->async_comm, s->temp, s->reduced, n, BAGUA_F32, BAGUA_SUM));
-  bagua__div(BAGUA_F32, s->reduced, n, d->size);
-  bagua__axpy(-1.0f, s->temp, s->reduced, n);
+  BAGUA_CHECK(st);
+  BAGUA_CHECK(dev->allreduce(d, A, d->async_comm, s->temp, s->reduced, n, BAGUA_F32, BAGUA_SUM));
+  BAGUA_CHECK(dev->div(d, A, s->reduced, n, d->size));
+  BAGUA_CHECK(dev->axpy(d, A, -1.0f, s->temp, s->reduced, n));
   pthread_mutex_lock(&s->weight_lock);
-  bagua__axpy(1.0f, s->reduced, d->params, n);
+  st = dev->order(d, C, A);
+  if (st == BAGUA_OK) st = dev->axpy(d, A, 1.0f, s->reduced, d->params, n);
+  if (st == BAGUA_OK) st = dev->order(d, A, C);
   pthread_mutex_unlock(&s->weight_lock);
+  BAGUA_CHECK(st);
+  /* One round in flight at a time; also where a failed collective on a GPU surfaces. */
+  BAGUA_CHECK(dev->sync(d, A));
   atomic_fetch_add(&d->async_rounds, 1);
   return BAGUA_OK;
 }
@@ -69,6 +81,7 @@ static bagua_status_t one_round(bagua_ddp_t *d, state_t *s, int *go_on) {
 static void *averaging_thread(void *arg) {
   bagua_ddp_t *d = arg;
   state_t *s = d->algo_state;
+  d->dev->thread_init(d);
   for (;;) {
     int go_on = 0;
     bagua_status_t st = one_round(d, s, &go_on);
@@ -115,8 +128,8 @@ static bagua_status_t setup(bagua_ddp_t *d) {
   pthread_condattr_destroy(&ca);
   d->algo_state = s;
   d->weight_lock = &s->weight_lock;
-  s->temp = bagua__ddp_alloc_floats(d->total);
-  s->reduced = bagua__ddp_alloc_floats(d->total);
+  s->temp = bagua__ddp_alloc_floats(d, d->total);
+  s->reduced = bagua__ddp_alloc_floats(d, d->total);
   return s->temp && s->reduced ? BAGUA_OK : BAGUA_ERR_NO_MEMORY;
 }
 
@@ -143,8 +156,8 @@ static void teardown(bagua_ddp_t *d) {
   pthread_cond_destroy(&s->wake);
   pthread_mutex_destroy(&s->ctl);
   pthread_mutex_destroy(&s->weight_lock);
-  free(s->temp);
-  free(s->reduced);
+  bagua__ddp_free(d, s->temp);
+  bagua__ddp_free(d, s->reduced);
   free(s);
   d->algo_state = NULL;
 }
@@ -183,10 +196,11 @@ bagua_status_t bagua_ddp_async_abort(bagua_ddp_t *d) {
   bagua_status_t st = atomic_load(&d->error);
   if (st != BAGUA_OK) return st;
   /* One last full average so that every rank holds the same model. */
-  st = bagua_allreduce(d->async_comm, d->params, d->params, d->total, BAGUA_F32, BAGUA_AVG);
-  if (st != BAGUA_OK) return bagua__ddp_fail(d, st);
-  bagua__ddp_copy_back(d);
-  return BAGUA_OK;
+  st = d->dev->allreduce(d, BAGUA__LANE_COMPUTE, d->async_comm, d->params, d->params, d->total,
+                         BAGUA_F32, BAGUA_AVG);
+  if (st == BAGUA_OK) st = d->dev->sync(d, BAGUA__LANE_COMPUTE);
+  if (st == BAGUA_OK) st = bagua__ddp_copy_back(d);
+  return bagua__ddp_fail(d, st);
 }
 
 bagua_status_t bagua_ddp_async_resume(bagua_ddp_t *d) {

@@ -21,7 +21,7 @@ static bagua_status_t bucket_op(bagua_ddp_t *d, void *arg) {
 }
 
 static void teardown(bagua_ddp_t *d) {
-  if (d->algo_state) bagua__ddp_u8_free(d->algo_state);
+  if (d->algo_state) bagua__ddp_u8_free(d, d->algo_state);
   free(d->algo_state);
   d->algo_state = NULL;
 }

@@ -14,11 +14,9 @@
  *              unimplemented in Bagua).
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "../ddp_internal.h"
 #include "common/check.h"
-#include "kernels/kernels.h"
 
 typedef struct {
   float *peer;       /* the averaged weights, adopted by the next update */
@@ -48,40 +46,44 @@ int bagua__ddp_shift_one_peer(int rank, int n, int64_t step) {
   return (int)(n % 2 ? mod(j + sit + 1, n) : j);
 }
 
+#define L BAGUA__LANE_COMM
+
 static bagua_status_t exchange(bagua_ddp_t *d, void *arg) {
+  (void)arg;
   state_t *s = d->algo_state;
+  const bagua__ddp_dev_t *dev = d->dev;
   int hier = d->s.hierarchical;
   size_t n = d->total;
-  memcpy(s->peer, d->params, n * sizeof(float));
+  BAGUA_CHECK(dev->copy(d, L, s->peer, d->params, n * sizeof(float)));
   if (hier) BAGUA_CHECK(bagua__ddp_node_reduce(d, s->peer, n, 1));
   bagua_comm_t *c = hier ? d->inter : d->comm;
   int size = c ? bagua_comm_size(c) : 1, me = c ? bagua_comm_rank(c) : 0;
   if (c && size > 1) {
     switch (d->s.peer_mode) {
       case BAGUA__PEER_ALL:
-        BAGUA_CHECK(bagua_allreduce(c, s->peer, s->peer, n, BAGUA_F32, BAGUA_AVG));
+        BAGUA_CHECK(dev->allreduce(d, L, c, s->peer, s->peer, n, BAGUA_F32, BAGUA_AVG));
         break;
       case BAGUA__PEER_SHIFT_ONE: {
         int p = bagua__ddp_shift_one_peer(me, size, s->exchanges);
         if (p == me) break;
-        BAGUA_CHECK(bagua_sendrecv(c, s->peer, n, p, s->recv[0], n, p, BAGUA_F32));
-        bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[0], n);
-        bagua__div(BAGUA_F32, s->peer, n, 2);
+        BAGUA_CHECK(dev->sendrecv(d, L, c, s->peer, n, p, s->recv[0], n, p, BAGUA_F32));
+        BAGUA_CHECK(dev->add(d, L, s->peer, s->recv[0], n));
+        BAGUA_CHECK(dev->div(d, L, s->peer, n, 2));
         break;
       }
       case BAGUA__PEER_RING: {
         int left = (me + size - 1) % size, right = (me + 1) % size;
-        BAGUA_CHECK(bagua_sendrecv(c, s->peer, n, right, s->recv[0], n, left, BAGUA_F32));
+        BAGUA_CHECK(dev->sendrecv(d, L, c, s->peer, n, right, s->recv[0], n, left, BAGUA_F32));
         /* With two ranks both neighbours are the same peer: one exchange, counted twice. */
         if (size == 2) {
-          bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[0], n);
-          bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[0], n);
+          BAGUA_CHECK(dev->add(d, L, s->peer, s->recv[0], n));
+          BAGUA_CHECK(dev->add(d, L, s->peer, s->recv[0], n));
         } else {
-          BAGUA_CHECK(bagua_sendrecv(c, s->peer, n, left, s->recv[1], n, right, BAGUA_F32));
-          bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[0], n);
-          bagua__reduce(BAGUA_F32, BAGUA_SUM, s->peer, s->recv[1], n);
+          BAGUA_CHECK(dev->sendrecv(d, L, c, s->peer, n, left, s->recv[1], n, right, BAGUA_F32));
+          BAGUA_CHECK(dev->add(d, L, s->peer, s->recv[0], n));
+          BAGUA_CHECK(dev->add(d, L, s->peer, s->recv[1], n));
         }
-        bagua__div(BAGUA_F32, s->peer, n, 3);
+        BAGUA_CHECK(dev->div(d, L, s->peer, n, 3));
         break;
       }
     }
@@ -96,9 +98,9 @@ static bagua_status_t setup(bagua_ddp_t *d) {
   if (!s) return BAGUA_ERR_NO_MEMORY;
   d->algo_state = s;
   int nrecv = d->s.peer_mode == BAGUA__PEER_RING ? 2 : d->s.peer_mode == BAGUA__PEER_SHIFT_ONE;
-  if (!(s->peer = bagua__ddp_alloc_floats(d->total))) return BAGUA_ERR_NO_MEMORY;
+  if (!(s->peer = bagua__ddp_alloc_floats(d, d->total))) return BAGUA_ERR_NO_MEMORY;
   for (int i = 0; i < nrecv; i++)
-    if (!(s->recv[i] = bagua__ddp_alloc_floats(d->total))) return BAGUA_ERR_NO_MEMORY;
+    if (!(s->recv[i] = bagua__ddp_alloc_floats(d, d->total))) return BAGUA_ERR_NO_MEMORY;
   return BAGUA_OK;
 }
 
@@ -111,17 +113,18 @@ static bagua_status_t next_step(bagua_ddp_t *d) {
 
 static bagua_status_t pre_update(bagua_ddp_t *d) {
   state_t *s = d->algo_state;
-  if (s->pending) memcpy(d->params, s->peer, d->total * sizeof(float));
+  int pending = s->pending;
   s->pending = 0;
-  return BAGUA_OK;
+  if (!pending) return BAGUA_OK;
+  return d->dev->copy(d, BAGUA__LANE_COMPUTE, d->params, s->peer, d->total * sizeof(float));
 }
 
 static void teardown(bagua_ddp_t *d) {
   state_t *s = d->algo_state;
   if (!s) return;
-  free(s->peer);
-  free(s->recv[0]);
-  free(s->recv[1]);
+  bagua__ddp_free(d, s->peer);
+  bagua__ddp_free(d, s->recv[0]);
+  bagua__ddp_free(d, s->recv[1]);
   free(s);
   d->algo_state = NULL;
 }

@@ -13,11 +13,9 @@
  * Every replica starts equal to the broadcast weights, so W = x0 and S = 2 x0 initially.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "../ddp_internal.h"
 #include "common/check.h"
-#include "kernels/kernels.h"
 
 typedef struct {
   bagua_comm_t *comm; /* the ring's communicator: all ranks, or node leaders; NULL: none */
@@ -26,8 +24,12 @@ typedef struct {
   uint8_t *mine, *from_left, *from_right;
 } state_t;
 
+#define L BAGUA__LANE_COMM
+
 static bagua_status_t ring_exchange(bagua_ddp_t *d, void *arg) {
+  (void)arg;
   state_t *s = d->algo_state;
+  const bagua__ddp_dev_t *dev = d->dev;
   size_t n = d->total;
   float *x = d->params, *diff = d->grads;
   if (d->s.hierarchical) BAGUA_CHECK(bagua__ddp_node_reduce(d, x, n, 1));
@@ -35,23 +37,22 @@ static bagua_status_t ring_exchange(bagua_ddp_t *d, void *arg) {
   if (size > 1) {
     int me = bagua_comm_rank(s->comm);
     int left = (me + size - 1) % size, right = (me + 1) % size;
-    const float third = 1.0f / 3.0f, five_thirds = 5.0f / 3.0f;
-    for (size_t i = 0; i < n; i++) diff[i] = x[i] + s->s[i] * third - five_thirds * s->w[i];
-    BAGUA_CHECK(bagua__minmax_u8_compress(BAGUA_F32, diff, n, 1, s->mine));
-    BAGUA_CHECK(bagua_sendrecv(s->comm, s->mine, s->region, right, s->from_left, s->region, left,
-                               BAGUA_U8));
+    BAGUA_CHECK(dev->lpdec_diff(d, L, diff, x, s->s, s->w, n));
+    BAGUA_CHECK(dev->compress(d, L, diff, n, 1, s->mine));
+    BAGUA_CHECK(dev->sendrecv(d, L, s->comm, s->mine, s->region, right, s->from_left, s->region,
+                              left, BAGUA_U8));
     /* With two ranks the left and right neighbour are one peer: one exchange, added twice. */
     const uint8_t *second = s->from_left;
     if (size > 2) {
-      BAGUA_CHECK(bagua_sendrecv(s->comm, s->mine, s->region, left, s->from_right, s->region, right,
-                                 BAGUA_U8));
+      BAGUA_CHECK(dev->sendrecv(d, L, s->comm, s->mine, s->region, left, s->from_right, s->region,
+                                right, BAGUA_U8));
       second = s->from_right;
     }
-    BAGUA_CHECK(bagua__minmax_u8_decompress_add(BAGUA_F32, s->from_left, n, 1, s->s));
-    BAGUA_CHECK(bagua__minmax_u8_decompress_add(BAGUA_F32, second, n, 1, s->s));
-    BAGUA_CHECK(bagua__minmax_u8_decompress(BAGUA_F32, s->mine, n, 1, x));
-    bagua__axpy(1.0f, s->w, x, n);
-    memcpy(s->w, x, n * sizeof(float));
+    BAGUA_CHECK(dev->decompress_add(d, L, s->from_left, n, 1, s->s));
+    BAGUA_CHECK(dev->decompress_add(d, L, second, n, 1, s->s));
+    BAGUA_CHECK(dev->decompress(d, L, s->mine, n, 1, x));
+    BAGUA_CHECK(dev->axpy(d, L, 1.0f, s->w, x, n));
+    BAGUA_CHECK(dev->copy(d, L, s->w, x, n * sizeof(float)));
   }
   if (d->s.hierarchical) BAGUA_CHECK(bagua__ddp_node_bcast(d, x, n));
   return BAGUA_OK;
@@ -64,15 +65,17 @@ static bagua_status_t setup(bagua_ddp_t *d) {
   s->comm = d->s.hierarchical ? d->inter : d->comm;
   if (!s->comm || bagua_comm_size(s->comm) < 2) return BAGUA_OK;
   s->region = bagua__minmax_u8_compressed_size(d->total, BAGUA_F32);
-  s->w = bagua__ddp_alloc_floats(d->total);
-  s->s = bagua__ddp_alloc_floats(d->total);
-  s->mine = malloc(3 * s->region);
+  s->w = bagua__ddp_alloc_floats(d, d->total);
+  s->s = bagua__ddp_alloc_floats(d, d->total);
+  s->mine = d->dev->alloc(d, 3 * s->region);
   if (!s->w || !s->s || !s->mine) return BAGUA_ERR_NO_MEMORY;
   s->from_left = s->mine + s->region;
   s->from_right = s->mine + 2 * s->region;
-  memcpy(s->w, d->params, d->total * sizeof(float));
-  for (size_t i = 0; i < d->total; i++) s->s[i] = 2.0f * d->params[i];
-  return BAGUA_OK;
+  /* Setup runs on the training thread, after the weights were broadcast on its lane. */
+  size_t bytes = d->total * sizeof(float);
+  BAGUA_CHECK(d->dev->copy(d, BAGUA__LANE_COMPUTE, s->w, d->params, bytes));
+  BAGUA_CHECK(d->dev->copy(d, BAGUA__LANE_COMPUTE, s->s, d->params, bytes));
+  return d->dev->scale(d, BAGUA__LANE_COMPUTE, 2.0f, s->s, d->total);
 }
 
 /* Runs after the optimizer, synchronously (Bagua's post-optimizer-step hook). */
@@ -85,9 +88,9 @@ static bagua_status_t post_update(bagua_ddp_t *d) {
 static void teardown(bagua_ddp_t *d) {
   state_t *s = d->algo_state;
   if (!s) return;
-  free(s->w);
-  free(s->s);
-  free(s->mine);
+  bagua__ddp_free(d, s->w);
+  bagua__ddp_free(d, s->s);
+  bagua__ddp_free(d, s->mine);
   free(s);
   d->algo_state = NULL;
 }

@@ -12,7 +12,6 @@
  * changes with the step count, since m shares the gradients' flat layout.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "../ddp_internal.h"
 #include "common/check.h"
@@ -33,23 +32,24 @@ static bagua_status_t bucket_op(bagua_ddp_t *d, void *arg) {
   if (warm(d)) return bagua__ddp_allreduce_avg(d, d->grads + b->offset, b->count, 0);
   float *m = d->opt_m + b->offset;
   const float *g = d->grads + b->offset, *p = d->params + b->offset;
-  const float beta1 = (float)d->s.beta1, one_minus_beta1 = (float)(1.0 - d->s.beta1);
-  const float wd = (float)d->s.weight_decay;
-  for (size_t i = 0; i < b->count; i++) m[i] = beta1 * m[i] + one_minus_beta1 * (g[i] + wd * p[i]);
+  BAGUA_CHECK(d->dev->qadam_momentum(d, BAGUA__LANE_COMM, m, g, p, b->count, (float)d->s.beta1,
+                                     (float)(1.0 - d->s.beta1), (float)d->s.weight_decay));
   BAGUA_CHECK(bagua__ddp_u8_allreduce(d, d->algo_state, m, b->offset, b->count));
-  memset(m + b->used, 0, (b->count - b->used) * sizeof(float));
+  if (b->count > b->used)
+    BAGUA_CHECK(
+        d->dev->zero(d, BAGUA__LANE_COMM, m + b->used, (b->count - b->used) * sizeof(float)));
   return BAGUA_OK;
 }
 
 static bagua_status_t update(bagua_ddp_t *d) {
   if (warm(d)) return bagua__ddp_optim_step(d);
-  bagua__ddp_qadam_frozen_step(d->params, d->opt_m, d->opt_v, d->total, d->lr, d->s.beta1,
-                               d->s.beta2, d->s.eps, d->steps + 1, d->s.warmup_steps);
-  return BAGUA_OK;
+  return d->dev->qadam_frozen(d, BAGUA__LANE_COMPUTE, d->params, d->opt_m, d->opt_v, d->total,
+                              d->lr, d->s.beta1, d->s.beta2, d->s.eps, d->steps + 1,
+                              d->s.warmup_steps);
 }
 
 static void teardown(bagua_ddp_t *d) {
-  if (d->algo_state) bagua__ddp_u8_free(d->algo_state);
+  if (d->algo_state) bagua__ddp_u8_free(d, d->algo_state);
   free(d->algo_state);
   d->algo_state = NULL;
 }
