@@ -291,6 +291,9 @@ static bagua_status_t zero(bagua_ddp_t *d, bagua__lane_t l, void *dst, size_t by
 static bagua_status_t transfer(bagua_ddp_t *d, bagua__lane_t l, void *dst, const void *src,
                                size_t bytes) {
   if (!bytes) return BAGUA_OK;
+  /* A copy to or from pageable host memory blocks the calling thread until the lane reaches
+   * it, without a bound; waiting for the lane first keeps that wait bounded. */
+  BAGUA_CHECK(sync_(d, l));
   BAGUA_CHECK(
       cu(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, S(d)->lane[l]), "cudaMemcpyAsync"));
   return sync_(d, l);

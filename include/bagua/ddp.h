@@ -112,6 +112,9 @@ typedef struct {
    * and `grad` pointers, bagua_ddp_param() and bagua_ddp_grad() are then device pointers.
    * Needs a libbagua built with CUDA and NCCL (otherwise bagua_ddp_create() returns
    * BAGUA_ERR_NOT_SUPPORTED) and a visible device (otherwise BAGUA_ERR_CUDA on every rank).
+   * bagua_ddp_create() makes the chosen device current on the calling thread, which must stay
+   * the training thread. Statistics: bytes_* count only the CPU communicators' traffic (the
+   * layout checks), and comm_s_* the time spent enqueuing GPU work, not running it.
    */
   const char *device;
   /* "cuda": the CUDA device to use; -1: the local rank modulo the visible devices. */
