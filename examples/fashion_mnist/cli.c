@@ -84,6 +84,9 @@ static const opt_spec_t specs[] = {
      FM_OPT_ELASTIC,
      "in-process elasticity under bagua-agent/bagua-launch: workers survive world changes, every "
      "algorithm (off)"},
+    {"--device", "NAME", V_REQUIRED, "cpu or cuda", 0, 0,
+     "where the model trains: cpu, or cuda (one GPU per rank, local rank modulo the visible "
+     "GPUs; needs a build with CUDA and NCCL) (cpu)"},
     {"--help", "", V_NONE, "", 0, 0, "print this help and exit"},
 };
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
@@ -223,6 +226,13 @@ static int apply(const opt_spec_t *s, const char *v, fm_options_t *o) {
     o->sync_interval_ms = (int)l;
   } else if (!strcmp(n, "--elastic")) {
     return parse_bool(v, &o->elastic);
+  } else if (!strcmp(n, "--device")) {
+    if (!strcmp(v, "cpu"))
+      o->device = FM_DEVICE_CPU;
+    else if (!strcmp(v, "cuda"))
+      o->device = FM_DEVICE_CUDA;
+    else
+      return -1;
   } else if (!strcmp(n, "--bucket-mb")) {
     if (parse_double(v, &d) || !(d >= 1.0 / 256 && d <= 4096.0)) return -1;
     o->bucket_mb = d;
@@ -253,6 +263,29 @@ static void algorithm_defaults(fm_options_t *o) {
   if (!(o->given & FM_OPT_COMM_INTERVAL)) o->comm_interval = 1;
   if (!(o->given & FM_OPT_WARMUP_STEPS)) o->warmup_steps = o->algorithm == FM_ALG_QADAM ? 100 : 0;
   if (!(o->given & FM_OPT_SYNC_INTERVAL_MS)) o->sync_interval_ms = 500;
+}
+
+/* --device cuda needs the GPU code, which is compiled only where libbagua has CUDA and NCCL,
+ * and is not offered with --elastic: the elastic loop commits, restores and rebalances state
+ * that lives on the host (the model, the sampler position, the coverage bitmap), and moving
+ * all of it to the device is a separate piece of work. */
+static int device_supported(const fm_options_t *o, FILE *err) {
+#ifndef FM_HAVE_CUDA
+  (void)o;
+  fprintf(err, PROG
+          ": --device cuda: this build has no CUDA/NCCL support (it was configured without the "
+          "CUDA toolkit or without NCCL; rebuild with -DBAGUA_WITH_CUDA=ON where both are "
+          "installed); accepted here: cpu\n");
+  return 0;
+#else
+  if (o->elastic) {
+    fprintf(err, PROG
+            ": --elastic does not support --device cuda yet (the elastic loop keeps its state on "
+            "the host); use --device cpu with --elastic, or drop --elastic\n");
+    return 0;
+  }
+  return 1;
+#endif
 }
 
 int fm_cli_parse(int argc, char **argv, fm_options_t *o, FILE *out, FILE *err) {
@@ -313,6 +346,7 @@ int fm_cli_parse(int argc, char **argv, fm_options_t *o, FILE *out, FILE *err) {
     fprintf(err, "\n");
     return FM_CLI_ERROR;
   }
+  if (o->device == FM_DEVICE_CUDA && !device_supported(o, err)) return FM_CLI_ERROR;
   algorithm_defaults(o);
   return FM_CLI_OK;
 }

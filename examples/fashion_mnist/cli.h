@@ -24,6 +24,10 @@ typedef enum {
 
 typedef enum { FM_PEER_ALL = 0, FM_PEER_SHIFT_ONE, FM_PEER_RING } fm_peer_mode_t;
 
+/* Where the model trains. FM_DEVICE_CUDA is accepted only by a build with CUDA and NCCL
+ * (FM_HAVE_CUDA) and not with --elastic. */
+typedef enum { FM_DEVICE_CPU = 0, FM_DEVICE_CUDA } fm_device_t;
+
 typedef struct {
   int epochs;
   int batch_size; /* per rank */
@@ -46,6 +50,7 @@ typedef struct {
   int sync_interval_ms;
   double bucket_mb; /* 0: the library's default (BAGUA_BUCKET_SIZE) */
   int elastic;      /* --elastic: in-process elasticity through bagua/elastic.h */
+  fm_device_t device;
   /* Which algorithm options appeared on the command line (bit per fm_cli_alg_opt_t). */
   unsigned given;
 } fm_options_t;

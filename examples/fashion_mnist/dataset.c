@@ -85,9 +85,15 @@ void fm_dataset_free(fm_dataset_t *d) {
   memset(d, 0, sizeof(*d));
 }
 
+void fm_dataset_normalisation(float *scale, float *shift) {
+  *scale = 1.0f / (255.0f * PIXEL_STD);
+  *shift = -PIXEL_MEAN / PIXEL_STD;
+}
+
 void fm_dataset_gather(const fm_split_t *s, const size_t *idx, size_t first, size_t n, float *x,
                        uint8_t *y) {
-  const float scale = 1.0f / (255.0f * PIXEL_STD), shift = -PIXEL_MEAN / PIXEL_STD;
+  float scale, shift;
+  fm_dataset_normalisation(&scale, &shift);
   for (size_t r = 0; r < n; r++) {
     size_t e = idx ? idx[r] : first + r;
     const uint8_t *src = s->images.data + e * FM_IMAGE_PIXELS;

@@ -46,4 +46,9 @@ void fm_dataset_free(fm_dataset_t *d);
 void fm_dataset_gather(const fm_split_t *s, const size_t *idx, size_t first, size_t n, float *x,
                        uint8_t *y);
 
+/* The normalisation fm_dataset_gather applies: x = (float)pixel * scale + shift, computed as a
+ * product then a sum (no fused multiply-add). The GPU gather uses the same two constants, so
+ * both paths feed the network bit-identical inputs. */
+void fm_dataset_normalisation(float *scale, float *shift);
+
 #endif

@@ -27,6 +27,40 @@ static const char *optimizer_for(const fm_options_t *o) {
 static bagua_status_t create(bagua_comm_t *comm, bagua_elastic_t *e, fm_mlp_t *model, fm_sgd_t *opt,
                              const fm_options_t *o, long total_steps, fm_grad_sync_t **out);
 
+void fm_grad_sync_ddp_config(const fm_options_t *o, long total_steps, bagua_ddp_config_t *cfg) {
+  bagua_ddp_config_t init = BAGUA_DDP_CONFIG_INIT;
+  *cfg = init;
+  cfg->algorithm = fm_algorithm_name(o->algorithm);
+  cfg->bucket_bytes = (int64_t)(o->bucket_mb * 1024 * 1024);
+  cfg->hierarchical = (o->given & FM_OPT_HIERARCHICAL) ? o->hierarchical : -1;
+  if (o->given & FM_OPT_PEER_MODE) cfg->peer_mode = fm_peer_mode_name(o->peer_mode);
+  cfg->comm_interval = o->comm_interval;
+  cfg->error_feedback = o->error_feedback;
+  if (o->given & FM_OPT_WARMUP_STEPS) {
+    cfg->warmup_steps = (int)o->warmup_steps;
+  } else if (o->algorithm == FM_ALG_QADAM) {
+    /* Bagua's tutorial: warm up for about 20% of training. With its fixed 100 steps the
+     * variance frozen at the switch is still tiny for weights of rarely active units, and the
+     * compressed momentum's quantization noise divided by it blew this MLP up (loss NaN in the
+     * first epoch at 4 ranks); 20% trains normally. */
+    long w = total_steps / 5;
+    cfg->warmup_steps = (int)(w < 100 ? 100 : w);
+  }
+  cfg->sync_interval_ms = o->sync_interval_ms;
+  cfg->optimizer = optimizer_for(o);
+  if (o->algorithm == FM_ALG_QADAM) {
+    /* QAdam is Adam: the SGD default rate is far too large for it. Bagua's 1e-3 also
+     * diverged here once the variance froze (loss NaN in epoch 2-3 at 4 ranks, with or
+     * without compression); 3e-4 reached 88% in 5 epochs (docs/benchmarks.md). */
+    cfg->lr = o->lr_given ? o->lr : 0.0003;
+    cfg->weight_decay = o->weight_decay;
+  } else {
+    cfg->lr = o->lr;
+    cfg->momentum = o->momentum;
+    cfg->weight_decay = o->weight_decay;
+  }
+}
+
 bagua_status_t fm_grad_sync_create(bagua_comm_t *comm, fm_mlp_t *model, fm_sgd_t *opt,
                                    const fm_options_t *o, long total_steps, fm_grad_sync_t **out) {
   return create(comm, NULL, model, opt, o, total_steps, out);
@@ -49,36 +83,8 @@ static bagua_status_t create(bagua_comm_t *comm, bagua_elastic_t *e, fm_mlp_t *m
   s->opt = opt;
   s->expected_layer = model->nlayers - 1;
   if (e || bagua_comm_size(comm) > 1) {
-    bagua_ddp_config_t cfg = BAGUA_DDP_CONFIG_INIT;
-    cfg.algorithm = fm_algorithm_name(o->algorithm);
-    cfg.bucket_bytes = (int64_t)(o->bucket_mb * 1024 * 1024);
-    cfg.hierarchical = (o->given & FM_OPT_HIERARCHICAL) ? o->hierarchical : -1;
-    if (o->given & FM_OPT_PEER_MODE) cfg.peer_mode = fm_peer_mode_name(o->peer_mode);
-    cfg.comm_interval = o->comm_interval;
-    cfg.error_feedback = o->error_feedback;
-    if (o->given & FM_OPT_WARMUP_STEPS) {
-      cfg.warmup_steps = (int)o->warmup_steps;
-    } else if (o->algorithm == FM_ALG_QADAM) {
-      /* Bagua's tutorial: warm up for about 20% of training. With its fixed 100 steps the
-       * variance frozen at the switch is still tiny for weights of rarely active units, and the
-       * compressed momentum's quantization noise divided by it blew this MLP up (loss NaN in the
-       * first epoch at 4 ranks); 20% trains normally. */
-      long w = total_steps / 5;
-      cfg.warmup_steps = (int)(w < 100 ? 100 : w);
-    }
-    cfg.sync_interval_ms = o->sync_interval_ms;
-    cfg.optimizer = optimizer_for(o);
-    if (o->algorithm == FM_ALG_QADAM) {
-      /* QAdam is Adam: the SGD default rate is far too large for it. Bagua's 1e-3 also
-       * diverged here once the variance froze (loss NaN in epoch 2-3 at 4 ranks, with or
-       * without compression); 3e-4 reached 88% in 5 epochs (docs/benchmarks.md). */
-      cfg.lr = o->lr_given ? o->lr : 0.0003;
-      cfg.weight_decay = o->weight_decay;
-    } else {
-      cfg.lr = o->lr;
-      cfg.momentum = o->momentum;
-      cfg.weight_decay = o->weight_decay;
-    }
+    bagua_ddp_config_t cfg;
+    fm_grad_sync_ddp_config(o, total_steps, &cfg);
     st = bagua_ddp_create(comm, &cfg, &s->ddp);
     if (st != BAGUA_OK) goto fail;
     /* Backward order: the last layer's gradient is ready first. Copy mode keeps the model's

@@ -50,6 +50,13 @@ bagua_status_t fm_grad_sync_create_elastic(bagua_elastic_t *e, fm_mlp_t *model, 
                                            fm_grad_sync_t **out);
 void fm_grad_sync_destroy(fm_grad_sync_t *s);
 
+/*
+ * The data-parallel layer's settings for `o`: the algorithm and its options, the optimizer and
+ * its learning rate, over a run of `total_steps` steps (QAdam's default warm-up is a fifth of
+ * it). The device fields keep their defaults (host memory); the GPU loop sets them.
+ */
+void fm_grad_sync_ddp_config(const fm_options_t *o, long total_steps, bagua_ddp_config_t *cfg);
+
 /* The grad-ready hook (an fm_grad_ready_cb, ctx is the fm_grad_sync_t): layer `layer`'s
  * gradient slice is final. Returns 0 or a bagua_status_t. */
 int fm_grad_sync_on_grad_ready(void *ctx, int layer);

@@ -3,7 +3,8 @@
  *
  * Run it as one process, or as N processes with the torchrun-style variables RANK,
  * WORLD_SIZE, MASTER_ADDR and MASTER_PORT (bagua-launch sets them); see
- * docs/fashion_mnist.md. Exit status: 0 success, 1 runtime failure, 2 bad flags or data.
+ * docs/fashion_mnist.md. Exit status: 0 success, 1 runtime failure, 2 bad flags or data,
+ * 3 --device cuda on a rank (or with a peer) that has no usable CUDA device.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,10 @@
 #include "dataset.h"
 #include "grad_sync.h"
 #include "train.h"
+#ifdef FM_HAVE_CUDA
+#include "fm_cuda.h"
+#include "train_cuda.h"
+#endif
 
 /*
  * Joins the job. Without WORLD_SIZE this is a single-process run, so the communicator is
@@ -38,6 +43,38 @@ static int all_ranks_ok(bagua_comm_t *comm, int ok) {
   if (bagua_comm_size(comm) == 1) return ok;
   if (bagua_allreduce(comm, &v, &v, 1, BAGUA_I32, BAGUA_MIN) != BAGUA_OK) return 0;
   return v;
+}
+
+/*
+ * --device cuda: picks this rank's GPU (local rank modulo the visible devices) and makes sure
+ * every rank has one before anything else happens, so that a machine without a GPU or driver
+ * fails at once with the runtime's reason, on every rank, instead of deep inside the set-up.
+ * Returns 0 with *device set, or the exit status 3.
+ */
+static int select_device(const fm_options_t *o, bagua_comm_t *comm, int *device) {
+  *device = -1;
+  if (o->device != FM_DEVICE_CUDA) return 0;
+#ifdef FM_HAVE_CUDA
+  int ok = fm_cuda_select_device(bagua_comm_local_rank(comm), device) == 0;
+  if (!ok) fprintf(stderr, "fashion_mnist: no CUDA device: %s\n", fm_cuda_error());
+  if (all_ranks_ok(comm, ok)) return 0;
+  if (ok)
+    fprintf(stderr, "fashion_mnist: rank %d: another rank has no usable CUDA device\n",
+            bagua_comm_rank(comm));
+#else
+  (void)comm; /* unreachable: the command line rejects --device cuda in this build */
+#endif
+  return 3;
+}
+
+/* The non-elastic training loop for the chosen device. */
+static int train(const fm_options_t *o, bagua_comm_t *comm, const fm_dataset_t *data, int device) {
+#ifdef FM_HAVE_CUDA
+  if (o->device == FM_DEVICE_CUDA) return fm_train_run_cuda(o, comm, data, device);
+#else
+  (void)device;
+#endif
+  return fm_train_run(o, comm, data);
 }
 
 int main(int argc, char **argv) {
@@ -78,7 +115,9 @@ int main(int argc, char **argv) {
     fm_dataset_free(&data);
     return st == BAGUA_ERR_INVALID_ARG ? 2 : 1;
   }
+  int device = -1;
   if (!elastic) {
+    if ((status = select_device(&o, comm, &device)) != 0) goto out;
     ds = fm_dataset_load(o.data_dir, (size_t)o.limit_train, (size_t)o.limit_test, &data, err,
                          sizeof(err));
     if (ds != FM_IDX_OK) fprintf(stderr, "fashion_mnist: %s\n", err);
@@ -90,7 +129,7 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
-  status = elastic ? fm_train_run_elastic(&o, elastic, &data) : fm_train_run(&o, comm, &data);
+  status = elastic ? fm_train_run_elastic(&o, elastic, &data) : train(&o, comm, &data, device);
 out:
   fm_dataset_free(&data);
   if (elastic)

@@ -12,6 +12,7 @@
 #include "grad_sync.h"
 #include "mlp.h"
 #include "optim.h"
+#include "report.h"
 #include "sampler.h"
 
 /* Rows per forward pass when evaluating: large enough to keep the GEMM efficient. */
@@ -40,23 +41,6 @@ uint32_t fm_params_crc(const fm_mlp_t *m) {
   return (uint32_t)crc32_z(crc, (const Bytef *)m->params, m->nparams * sizeof(float));
 }
 
-static void print_header(const fm_options_t *o, bagua_comm_t *comm, const fm_mlp_t *m,
-                         const fm_dataset_t *data, size_t per_rank, size_t steps) {
-  int world = bagua_comm_size(comm);
-  char arch[256];
-  int used = snprintf(arch, sizeof(arch), "%d", m->layer[0].in);
-  for (int l = 0; l < m->nlayers && used < (int)sizeof(arch); l++)
-    used += snprintf(arch + used, sizeof(arch) - (size_t)used, "-%d", m->layer[l].out);
-  printf(
-      "fashion_mnist: %d rank%s (%s), model %s (%zu params), gemm %s, train %zu (%zu per rank, "
-      "%zu steps/epoch), test %zu, batch %d per rank, lr %g momentum %g weight_decay %g "
-      "seed %llu, algorithm %s\n",
-      world, world == 1 ? "" : "s", world == 1 ? "single process" : bagua_comm_transport_name(comm),
-      arch, m->nparams, fm_gemm_isa(), data->train.count, per_rank, steps, data->test.count,
-      o->batch_size, o->lr, o->momentum, o->weight_decay, (unsigned long long)o->seed,
-      fm_algorithm_name(o->algorithm));
-}
-
 /* Everything one rank's training run owns. */
 typedef struct {
   const fm_options_t *o;
@@ -73,14 +57,8 @@ typedef struct {
   int64_t step;       /* optimizer steps taken */
 } trainer_t;
 
-/* What one epoch measured on this rank. */
-typedef struct {
-  double loss_sum, correct, seconds, comm_seconds;
-  uint64_t bytes;
-} epoch_stats_t;
-
 /* One pass over this rank's shard: forward, loss, backward with the grad-ready hook, step. */
-static bagua_status_t run_epoch(trainer_t *t, int epoch, epoch_stats_t *es) {
+static bagua_status_t run_epoch(trainer_t *t, int epoch, fm_epoch_stats_t *es) {
   const fm_options_t *o = t->o;
   fm_sampler_epoch(o->seed, epoch, t->data->train.count, t->rank, t->world, t->perm, t->idx);
   double t0 = now_s(), c0 = fm_grad_sync_comm_seconds(t->sync);
@@ -114,25 +92,13 @@ static bagua_status_t run_epoch(trainer_t *t, int epoch, epoch_stats_t *es) {
 /* Rank 0's epoch line. Loss and accuracy cover the whole global epoch, not just rank 0's
  * shard; the small reduction that gathers them runs after the byte count was taken, so the
  * per-step traffic is gradients only. */
-static bagua_status_t report_epoch(trainer_t *t, int epoch, const epoch_stats_t *es) {
-  double stats[2] = {es->loss_sum, es->correct};
-  if (t->world > 1) {
-    bagua_status_t st = bagua_allreduce(t->comm, stats, stats, 2, BAGUA_F64, BAGUA_SUM);
-    if (st != BAGUA_OK) {
-      fprintf(stderr, "fashion_mnist: rank %d: epoch statistics allreduce failed: %s\n", t->rank,
-              bagua_strerror(st));
-      return st;
-    }
-  }
-  if (t->rank != 0) return BAGUA_OK;
-  double total = (double)t->per_rank * t->world;
+static bagua_status_t report_epoch(trainer_t *t, int epoch, const fm_epoch_stats_t *es) {
+  fm_epoch_stats_t global = *es;
+  bagua_status_t st = fm_report_reduce(t->comm, &global);
+  if (st != BAGUA_OK || t->rank != 0) return st;
   double acc = fm_evaluate(&t->model, &t->data->test, t->x, t->y);
-  printf(
-      "epoch %d/%d loss %.4f train_acc %.4f test_acc %.4f time %.2fs samples/s %.0f "
-      "bytes/step %.0f comm %.1f%% overlap %.1f%%\n",
-      epoch, t->o->epochs, stats[0] / total, stats[1] / total, acc, es->seconds,
-      total / es->seconds, (double)es->bytes / (double)t->steps_per_epoch,
-      100.0 * es->comm_seconds / es->seconds, 100.0 * fm_grad_sync_overlap(t->sync));
+  fm_report_epoch(t->o, epoch, &global, (double)t->per_rank * t->world, t->steps_per_epoch, acc,
+                  fm_grad_sync_overlap(t->sync));
   return BAGUA_OK;
 }
 
@@ -176,17 +142,16 @@ int fm_train_run(const fm_options_t *o, bagua_comm_t *comm, const fm_dataset_t *
   int status = setup(&t);
   if (status != 0) goto out;
   status = 1;
-  if (t.rank == 0) print_header(o, comm, &t.model, data, t.per_rank, t.steps_per_epoch);
+  if (t.rank == 0)
+    fm_report_header(o, comm, &t.model, data, t.per_rank, t.steps_per_epoch, fm_gemm_isa(), NULL);
   for (int epoch = 1; epoch <= o->epochs; epoch++) {
-    epoch_stats_t es;
+    fm_epoch_stats_t es;
     if (run_epoch(&t, epoch, &es) != BAGUA_OK || report_epoch(&t, epoch, &es) != BAGUA_OK) goto out;
     train_seconds += es.seconds;
   }
   double acc = fm_evaluate(&t.model, &data->test, t.x, t.y);
-  if (t.rank == 0)
-    printf("done: %lld steps in %.1fs of training\n", (long long)t.step, train_seconds);
-  printf("final rank=%d step=%lld params_crc=%08x test_acc=%.4f\n", t.rank, (long long)t.step,
-         fm_params_crc(&t.model), acc);
+  if (t.rank == 0) fm_report_done(t.step, train_seconds);
+  fm_report_final(t.rank, t.step, fm_params_crc(&t.model), acc);
   status = 0;
 out:
   fm_grad_sync_destroy(t.sync);
