@@ -455,6 +455,9 @@ void bagua_ddp_abort(bagua_ddp_t *d) {
 
 void bagua__ddp_unbuild(bagua_ddp_t *d) {
   bagua__ddp_sched_stop(d);
+  /* On a GPU the copies and the update enqueued on the compute stream may still read the
+   * buffers freed below (bounded; see dev.h). */
+  (void)d->dev->sync(d, BAGUA__LANE_COMPUTE);
   if (d->setup_called && d->s.algo->teardown) d->s.algo->teardown(d);
   d->setup_called = 0;
   d->is_ready = 0;

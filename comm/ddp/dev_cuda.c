@@ -44,6 +44,7 @@ typedef struct {
   cudaEvent_t *job_ev;
   size_t njobs;
   atomic_int aborted;
+  atomic_int wedged; /* a lane did not drain: never free device memory again */
 } state_t;
 
 static state_t *S(bagua_ddp_t *d) {
@@ -67,17 +68,20 @@ static double now_ms(void) {
 /* lifecycle                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-static void abort_(bagua_ddp_t *d) {
-  state_t *s = S(d);
-  if (!s) return;
+static void abort_state(state_t *s) {
   atomic_store(&s->aborted, 1);
   for (int i = 0; i < NC_COUNT; i++)
     if (s->nc[i]) bagua_nccl_comm_abort(s->nc[i]);
 }
 
-static void close_(bagua_ddp_t *d) {
+/* Called with d->comm_mu held (bagua__ddp_comms_abort), so the state cannot be detached and
+ * freed underneath. */
+static void abort_(bagua_ddp_t *d) {
   state_t *s = S(d);
-  if (!s) return;
+  if (s) abort_state(s);
+}
+
+static void free_state(state_t *s) {
   /* Finalizing waits (bounded) for the communicators' outstanding work; destroying a stream
    * or an event with work pending is legal, CUDA releases it once the work is done. */
   for (int i = NC_COUNT - 1; i >= 0; i--) bagua_nccl_comm_destroy(s->nc[i]);
@@ -91,18 +95,51 @@ static void close_(bagua_ddp_t *d) {
     if (s->own_lane[a]) cudaStreamDestroy(s->lane[a]);
   }
   free(s);
+}
+
+/* The state is detached under d->comm_mu, so an abort from another thread (bagua_ddp_abort,
+ * the elastic departure timer) sees either the whole state or none. */
+static void close_(bagua_ddp_t *d) {
+  pthread_mutex_lock(&d->comm_mu);
+  state_t *s = d->dev_state;
   d->dev_state = NULL;
+  pthread_mutex_unlock(&d->comm_mu);
+  if (s) free_state(s);
 }
 
 static bagua_status_t event(cudaEvent_t *ev) {
   return cu(cudaEventCreateWithFlags(ev, cudaEventDisableTiming), "cudaEventCreateWithFlags");
 }
 
+/* The caller's compute stream must belong to the chosen device, and must be one stream for
+ * every thread (cudaStreamPerThread names a different stream on each thread, so events
+ * recorded on it by the averaging thread would order nothing). */
+static bagua_status_t check_stream(bagua_ddp_t *d, int device) {
+  cudaStream_t cs = (cudaStream_t)d->s.cuda_stream;
+  if (cs == cudaStreamPerThread) {
+    BAGUA_WARN(
+        "bagua_ddp_create: config.cuda_stream = cudaStreamPerThread is not accepted; "
+        "accepted: NULL (the legacy default stream) or a stream created on device %d",
+        device);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  if (!cs || cs == cudaStreamLegacy) return BAGUA_OK;
+  int sd = -1;
+  BAGUA_CHECK(cu(cudaStreamGetDevice(cs, &sd), "cudaStreamGetDevice(config.cuda_stream)"));
+  if (sd != device) {
+    BAGUA_WARN(
+        "bagua_ddp_create: config.cuda_stream belongs to device %d, but the context uses "
+        "device %d; accepted: a stream of device %d (or set config.cuda_device)",
+        sd, device, device);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  return BAGUA_OK;
+}
+
 static bagua_status_t open_(bagua_ddp_t *d) {
   bagua_status_t st;
   state_t *s = calloc(1, sizeof(*s));
   if (!s) return BAGUA_ERR_NO_MEMORY;
-  d->dev_state = s;
   s->timeout_ms = (int)bagua__param_int(BAGUA_P_COMM_TIMEOUT_MS);
   s->cpu[NC_COMM] = d->comm;
   s->cpu[NC_INTRA] = d->intra;
@@ -114,6 +151,7 @@ static bagua_status_t open_(bagua_ddp_t *d) {
   s->device = bagua_nccl_comm_device(s->nc[NC_COMM]);
   /* The training thread issues the COMPUTE lane's work, so it works on the chosen device. */
   BAGUA_CHECK_GOTO(cu(cudaSetDevice(s->device), "cudaSetDevice"), st, fail);
+  BAGUA_CHECK_GOTO(check_stream(d, s->device), st, fail);
   for (int i = NC_INTRA; i < NC_COUNT; i++)
     if (s->cpu[i])
       BAGUA_CHECK_GOTO(bagua_nccl_comm_create(s->cpu[i], s->device, &s->nc[i]), st, fail);
@@ -135,10 +173,15 @@ static bagua_status_t open_(bagua_ddp_t *d) {
     BAGUA_CHECK_GOTO(event(&s->in_ev[i]), st, fail);
     BAGUA_CHECK_GOTO(event(&s->out_ev[i]), st, fail);
   }
+  pthread_mutex_lock(&d->comm_mu);
+  d->dev_state = s;
+  pthread_mutex_unlock(&d->comm_mu);
   BAGUA_INFO(BAGUA_SUBSYS_COMM, "ddp: cuda device %d, NCCL communicators ready", s->device);
   return BAGUA_OK;
 fail:
-  close_(d);
+  /* Peers that got further fail at their first collective (NCCL aborts on destroy here). */
+  abort_state(s);
+  free_state(s);
   return st;
 }
 
@@ -206,52 +249,77 @@ static bagua_status_t nccl_error(state_t *s) {
   return BAGUA_OK;
 }
 
-static void pause_briefly(void) {
-  struct timespec ts = {0, 20 * 1000};
+/*
+ * Polling back-off: the first polls come quickly (a step's communication often ends within
+ * microseconds of the host starting to wait), later ones up to 1 ms apart, so that a long wait
+ * neither burns a core nor keeps taking the NCCL communicators' locks.
+ */
+static void pause_for(double *us) {
+  struct timespec ts = {0, (long)(*us * 1000)};
   nanosleep(&ts, NULL);
+  if (*us < 1000) *us *= 2;
+}
+
+static const char *lane_name(bagua__lane_t l) {
+  return l == BAGUA__LANE_COMPUTE ? "compute" : l == BAGUA__LANE_COMM ? "comm" : "async";
+}
+
+/*
+ * Waits until lane l is idle, for at most the timeout, without looking at the communicators:
+ * used after an abort (to keep buffers alive while kernels exit) and around host transfers,
+ * which an aborted communicator must not fail (the elastic rebuild snapshots the weights after
+ * aborting). A lane that does not drain marks the state wedged: its memory is then leaked
+ * rather than freed under running kernels.
+ */
+static bagua_status_t drain(state_t *s, bagua__lane_t l) {
+  double deadline = now_ms() + s->timeout_ms, us = 5;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s->lane[l]);
+    if (e == cudaSuccess) return BAGUA_OK;
+    if (e != cudaErrorNotReady) return cu(e, "a kernel or copy of the data-parallel layer");
+    if (now_ms() > deadline) {
+      BAGUA_WARN("ddp (cuda): the %s lane did not drain within %d ms; its buffers are leaked",
+                 lane_name(l), s->timeout_ms);
+      atomic_store(&s->wedged, 1);
+      return BAGUA_ERR_TIMEOUT;
+    }
+    pause_for(&us);
+  }
 }
 
 static bagua_status_t sync_(bagua_ddp_t *d, bagua__lane_t l) {
   state_t *s = S(d);
   if (!s) return BAGUA_OK;
-  bagua_status_t failed = BAGUA_OK;
-  double deadline = now_ms() + s->timeout_ms;
+  double start = now_ms(), deadline = start + s->timeout_ms, next_check = start, us = 5;
   for (;;) {
     cudaError_t e = cudaStreamQuery(s->lane[l]);
     if (e == cudaSuccess) break;
+    bagua_status_t st = BAGUA_OK;
     if (e != cudaErrorNotReady) {
-      /* A kernel fault is sticky: nothing on this device works any more. */
-      bagua_status_t st = cu(e, "a kernel or copy of the data-parallel layer");
-      abort_(d);
-      return failed != BAGUA_OK ? failed : st;
-    }
-    if (failed == BAGUA_OK) {
-      bagua_status_t st = nccl_error(s);
+      st = cu(e, "a kernel or copy of the data-parallel layer");
+    } else if (now_ms() >= next_check) {
+      /* The communicators' error state is behind their locks; look at it once a millisecond. */
+      next_check = now_ms() + 1;
+      st = nccl_error(s);
       if (st == BAGUA_OK && (atomic_load(&s->aborted) || atomic_load(&d->aborted)))
         st = BAGUA_ERR_ABORTED;
       if (st == BAGUA_OK && now_ms() > deadline) {
         BAGUA_WARN(
             "ddp (cuda): work on the %s lane did not finish within %d ms "
             "(BAGUA_COMM_TIMEOUT_MS); aborting the NCCL communicators",
-            l == BAGUA__LANE_COMPUTE ? "compute"
-            : l == BAGUA__LANE_COMM  ? "comm"
-                                     : "async",
-            s->timeout_ms);
+            lane_name(l), s->timeout_ms);
         st = BAGUA_ERR_TIMEOUT;
       }
-      if (st != BAGUA_OK) {
-        /* Aborting NCCL makes kernels waiting for a peer exit, so the stream drains. */
-        failed = st;
-        abort_(d);
-        deadline = now_ms() + s->timeout_ms;
-      }
-    } else if (now_ms() > deadline) {
-      BAGUA_WARN("ddp (cuda): the %d-th lane did not drain after the abort", (int)l);
-      return failed;
     }
-    pause_briefly();
+    if (st != BAGUA_OK) {
+      /* Aborting NCCL makes kernels waiting for a peer exit, so the lane drains. */
+      abort_state(s);
+      (void)drain(s, l);
+      return st;
+    }
+    pause_for(&us);
   }
-  return failed != BAGUA_OK ? failed : nccl_error(s);
+  return nccl_error(s);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -273,7 +341,10 @@ static void *alloc(bagua_ddp_t *d, size_t bytes) {
 }
 
 static void free_(bagua_ddp_t *d, void *p) {
-  (void)d;
+  state_t *s = S(d);
+  /* cudaFree waits for the whole device, without a bound, and kernels of a wedged lane may
+   * still use the buffer: leak it instead (drain() said so). */
+  if (s && atomic_load(&s->wedged)) return;
   (void)cu(cudaFree(p), "cudaFree");
 }
 
@@ -292,21 +363,23 @@ static bagua_status_t transfer(bagua_ddp_t *d, bagua__lane_t l, void *dst, const
                                size_t bytes) {
   if (!bytes) return BAGUA_OK;
   /* A copy to or from pageable host memory blocks the calling thread until the lane reaches
-   * it, without a bound; waiting for the lane first keeps that wait bounded. */
-  BAGUA_CHECK(sync_(d, l));
+   * it, without a bound; waiting for the lane first keeps that wait bounded. The waits do not
+   * look at the communicators: the elastic rebuild snapshots after aborting them. */
+  state_t *s = S(d);
+  BAGUA_CHECK(drain(s, l));
   BAGUA_CHECK(
-      cu(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, S(d)->lane[l]), "cudaMemcpyAsync"));
-  return sync_(d, l);
+      cu(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->lane[l]), "cudaMemcpyAsync"));
+  return drain(s, l);
 }
 
 static int owns(bagua_ddp_t *d, const void *p) {
-  (void)d;
   struct cudaPointerAttributes a;
   if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  if (a.type == cudaMemoryTypeManaged) return 1;
+  return a.type == cudaMemoryTypeDevice && a.device == S(d)->device;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -404,8 +477,13 @@ static bagua_status_t leave(bagua_ddp_t *d, bagua__lane_t l, int idx, bagua_stat
 static bagua_status_t allreduce(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c, const void *sb,
                                 void *rb, size_t n, bagua_dtype_t dt, bagua_op_t op) {
   int i;
+  /* ncclAvg multiplies by 1/n before summing; the CPU sums, then divides. Summing here and
+   * dividing with the CPU's kernel keeps the two devices' rounding the same. */
+  int avg = op == BAGUA_AVG && dt == BAGUA_F32;
   BAGUA_CHECK(enter(d, l, c, &i));
-  return leave(d, l, i, bagua_nccl_allreduce(S(d)->nc[i], sb, rb, n, dt, op));
+  BAGUA_CHECK(
+      leave(d, l, i, bagua_nccl_allreduce(S(d)->nc[i], sb, rb, n, dt, avg ? BAGUA_SUM : op)));
+  return avg ? bagua__cuda_div_f32(rb, n, bagua_comm_size(c), LANE(d, l)) : BAGUA_OK;
 }
 
 static bagua_status_t reduce(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c, const void *sb,

@@ -84,6 +84,7 @@ static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *
   /* Threads blocked on the old world's communicators leave at once. */
   bagua__ddp_comms_abort(d);
   bagua__ddp_sched_stop(d);
+  (void)d->dev->sync(d, BAGUA__LANE_COMPUTE);
   if (d->setup_called && d->s.algo->teardown) d->s.algo->teardown(d);
   d->setup_called = 0;
   /* A round change noticed at a step boundary carries the live state (the program's

@@ -55,17 +55,21 @@ static bagua_status_t one_round(bagua_ddp_t *d, state_t *s, int *go_on) {
   const bagua__ddp_dev_t *dev = d->dev;
   const bagua__lane_t A = BAGUA__LANE_ASYNC, C = BAGUA__LANE_COMPUTE;
   bagua_status_t st;
-  /* On a GPU the weights are updated on the compute lane: under the lock, first order this
-   * lane after the updates enqueued so far, and after writing, order the compute lane after
-   * this one, so that the lock still makes the two updates exclusive. */
+  /* On a GPU the weights are updated on the compute lane. Under the lock this lane is first
+   * ordered after the updates enqueued so far, and the compute lane after this lane's access,
+   * so the lock still makes the snapshot and the write exclusive with the local updates. */
   pthread_mutex_lock(&s->weight_lock);
   st = dev->order(d, C, A);
   if (st == BAGUA_OK) st = dev->copy(d, A, s->temp, d->params, n * sizeof(float));
+  if (st == BAGUA_OK) st = dev->order(d, A, C);
   pthread_mutex_unlock(&s->weight_lock);
   BAGUA_CHECK(st);
   BAGUA_CHECK(dev->allreduce(d, A, d->async_comm, s->temp, s->reduced, n, BAGUA_F32, BAGUA_SUM));
   BAGUA_CHECK(dev->div(d, A, s->reduced, n, d->size));
   BAGUA_CHECK(dev->axpy(d, A, -1.0f, s->temp, s->reduced, n));
+  /* Wait for the network here, off the lock: the compute lane must only ever wait for the
+   * short copy and update below, never for peers. */
+  BAGUA_CHECK(dev->sync(d, A));
   pthread_mutex_lock(&s->weight_lock);
   st = dev->order(d, C, A);
   if (st == BAGUA_OK) st = dev->axpy(d, A, 1.0f, s->reduced, d->params, n);
@@ -152,6 +156,8 @@ static void teardown(bagua_ddp_t *d) {
   state_t *s = d->algo_state;
   if (!s) return;
   stop(s);
+  /* The averaging lane's last work must be over before its buffers are freed. */
+  (void)d->dev->sync(d, BAGUA__LANE_ASYNC);
   d->weight_lock = NULL;
   pthread_cond_destroy(&s->wake);
   pthread_mutex_destroy(&s->ctl);
