@@ -33,11 +33,11 @@ uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d) {
 
 float *bagua__ddp_alloc_floats(bagua_ddp_t *d, size_t n) {
   if (n > SIZE_MAX / sizeof(float) - 64) return NULL;
-  return d->dev->alloc(d, n * sizeof(float));
+  return d->s.dev->alloc(d, n * sizeof(float));
 }
 
 void bagua__ddp_free(bagua_ddp_t *d, void *p) {
-  if (p) d->dev->free(d, p);
+  if (p) d->s.dev->free(d, p);
 }
 
 static bagua_status_t usage(const char *fn, const char *why) {
@@ -73,7 +73,7 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   d->node_count = bagua_comm_node_count(c);
   pthread_mutex_unlock(&d->comm_mu);
   /* The device's communicators (NCCL on CUDA) mirror the CPU ones just made. */
-  st = d->dev->open(d);
+  st = d->s.dev->open(d);
   if (st != BAGUA_OK) {
     bagua__ddp_comms_close(d);
     return st;
@@ -93,12 +93,12 @@ void bagua__ddp_comms_abort(bagua_ddp_t *d) {
   bagua_comm_abort(d->intra);
   bagua_comm_abort(d->inter);
   bagua_comm_abort(d->async_comm);
-  d->dev->abort(d);
+  d->s.dev->abort(d);
   pthread_mutex_unlock(&d->comm_mu);
 }
 
 void bagua__ddp_comms_close(bagua_ddp_t *d) {
-  d->dev->close(d);
+  d->s.dev->close(d);
   pthread_mutex_lock(&d->comm_mu);
   bagua_comm_t *c[4] = {d->async_comm, d->inter, d->intra, d->comm};
   d->comm = d->intra = d->inter = d->async_comm = NULL;
@@ -124,13 +124,12 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
   bagua_ddp_t *d = calloc(1, sizeof(*d));
   if (!d) return BAGUA_ERR_NO_MEMORY;
   d->s = s;
-  d->dev = s.dev;
   d->lr = s.lr;
   pthread_mutex_init(&d->comm_mu, NULL);
   BAGUA_CHECK_GOTO(bagua__ddp_comms_open(d, comm), st, fail);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
              "ddp: %s on %d ranks (%d nodes), device %s, hierarchical %d, bucket %zu bytes, lr %g",
-             s.algo->name, d->size, d->node_count, d->dev->name, s.hierarchical, s.bucket_bytes,
+             s.algo->name, d->size, d->node_count, d->s.dev->name, s.hierarchical, s.bucket_bytes,
              s.lr);
   *out = d;
   return BAGUA_OK;
@@ -187,8 +186,8 @@ bagua_status_t bagua__ddp_copy_back(bagua_ddp_t *d) {
   if (d->weight_lock) pthread_mutex_lock(d->weight_lock);
   for (int i = 0; i < d->ntensors && st == BAGUA_OK; i++) {
     bagua__ddp_tensor_t *t = &d->tensors[i];
-    st = d->dev->copy(d, BAGUA__LANE_COMPUTE, t->user_param, d->params + t->offset,
-                      t->count * sizeof(float));
+    st = d->s.dev->copy(d, BAGUA__LANE_COMPUTE, t->user_param, d->params + t->offset,
+                        t->count * sizeof(float));
   }
   if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
   return st;
@@ -198,8 +197,8 @@ static bagua_status_t zero_padding(bagua_ddp_t *d, float *buf) {
   for (int b = 0; b < d->nbuckets; b++) {
     const bagua__ddp_bucket_t *k = &d->buckets[b];
     if (k->count > k->used)
-      BAGUA_CHECK(d->dev->zero(d, BAGUA__LANE_COMPUTE, buf + k->offset + k->used,
-                               (k->count - k->used) * sizeof(float)));
+      BAGUA_CHECK(d->s.dev->zero(d, BAGUA__LANE_COMPUTE, buf + k->offset + k->used,
+                                 (k->count - k->used) * sizeof(float)));
   }
   return BAGUA_OK;
 }
@@ -208,12 +207,12 @@ static bagua_status_t zero_padding(bagua_ddp_t *d, float *buf) {
 static bagua_status_t check_pointers(bagua_ddp_t *d) {
   for (int i = 0; i < d->ntensors; i++) {
     bagua__ddp_tensor_t *t = &d->tensors[i];
-    if (!d->dev->owns(d, t->user_param) || (t->user_grad && !d->dev->owns(d, t->user_grad))) {
+    if (!d->s.dev->owns(d, t->user_param) || (t->user_grad && !d->s.dev->owns(d, t->user_grad))) {
       BAGUA_WARN(
           "bagua_ddp_ready: tensor %d (\"%s\"): its %s array is not %s memory; with "
           "config.device \"%s\" register device pointers",
-          i, t->name, d->dev->owns(d, t->user_param) ? "grad" : "param", d->dev->name,
-          d->dev->name);
+          i, t->name, d->s.dev->owns(d, t->user_param) ? "grad" : "param", d->s.dev->name,
+          d->s.dev->name);
       return BAGUA_ERR_INVALID_ARG;
     }
   }
@@ -275,19 +274,19 @@ bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const float *carry_m, const floa
   d->params = bagua__ddp_alloc_floats(d, d->total);
   d->grads = bagua__ddp_alloc_floats(d, d->total);
   if (!d->params || !d->grads) {
-    BAGUA_WARN("bagua_ddp_ready: out of %s memory for %zu parameters", d->dev->name, d->total);
+    BAGUA_WARN("bagua_ddp_ready: out of %s memory for %zu parameters", d->s.dev->name, d->total);
     st = BAGUA_ERR_NO_MEMORY;
     goto fail;
   }
   for (int i = 0; i < d->ntensors; i++) {
     bagua__ddp_tensor_t *t = &d->tensors[i];
     BAGUA_CHECK_GOTO(
-        d->dev->copy(d, L, d->params + t->offset, t->user_param, t->count * sizeof(float)), st,
+        d->s.dev->copy(d, L, d->params + t->offset, t->user_param, t->count * sizeof(float)), st,
         fail);
   }
   BAGUA_CHECK_GOTO(check_same_layout(d), st, fail);
   BAGUA_CHECK_GOTO(sync_scalars(d), st, fail);
-  BAGUA_CHECK_GOTO(d->dev->broadcast(d, L, d->comm, d->params, d->params, d->total, BAGUA_F32, 0),
+  BAGUA_CHECK_GOTO(d->s.dev->broadcast(d, L, d->comm, d->params, d->params, d->total, BAGUA_F32, 0),
                    st, fail);
   BAGUA_CHECK_GOTO(bagua__ddp_optim_setup(d), st, fail);
   /* An elastic rebuild carries the optimizer state over in registration order (the bucket
@@ -297,10 +296,10 @@ bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const float *carry_m, const floa
   /* The state is zero on a fresh start; broadcasting it keeps ranks identical should a
    * caller ever load state on rank 0 only. */
   if (d->opt_m)
-    BAGUA_CHECK_GOTO(d->dev->broadcast(d, L, d->comm, d->opt_m, d->opt_m, d->total, BAGUA_F32, 0),
+    BAGUA_CHECK_GOTO(d->s.dev->broadcast(d, L, d->comm, d->opt_m, d->opt_m, d->total, BAGUA_F32, 0),
                      st, fail);
   if (d->opt_v)
-    BAGUA_CHECK_GOTO(d->dev->broadcast(d, L, d->comm, d->opt_v, d->opt_v, d->total, BAGUA_F32, 0),
+    BAGUA_CHECK_GOTO(d->s.dev->broadcast(d, L, d->comm, d->opt_v, d->opt_v, d->total, BAGUA_F32, 0),
                      st, fail);
   d->setup_called = 1;
   if (d->s.algo->setup) BAGUA_CHECK_GOTO(d->s.algo->setup(d), st, fail);
@@ -339,8 +338,8 @@ static int grads_communicated(const bagua_ddp_t *d) {
 static bagua_status_t mark_ready(bagua_ddp_t *d, int i) {
   bagua__ddp_tensor_t *t = &d->tensors[i];
   if (t->user_grad)
-    BAGUA_CHECK(d->dev->copy(d, BAGUA__LANE_COMPUTE, d->grads + t->offset, t->user_grad,
-                             t->count * sizeof(float)));
+    BAGUA_CHECK(d->s.dev->copy(d, BAGUA__LANE_COMPUTE, d->grads + t->offset, t->user_grad,
+                               t->count * sizeof(float)));
   t->ready = 1;
   d->buckets[t->bucket].pending--;
   int comm = grads_communicated(d);
@@ -457,7 +456,7 @@ void bagua__ddp_unbuild(bagua_ddp_t *d) {
   bagua__ddp_sched_stop(d);
   /* On a GPU the copies and the update enqueued on the compute stream may still read the
    * buffers freed below (bounded; see dev.h). */
-  (void)d->dev->sync(d, BAGUA__LANE_COMPUTE);
+  (void)d->s.dev->sync(d, BAGUA__LANE_COMPUTE);
   if (d->setup_called && d->s.algo->teardown) d->s.algo->teardown(d);
   d->setup_called = 0;
   d->is_ready = 0;

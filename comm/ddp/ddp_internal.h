@@ -130,8 +130,7 @@ typedef struct {
 
 struct bagua_ddp_s {
   bagua__ddp_settings_t s;
-  const bagua__ddp_dev_t *dev; /* = s.dev */
-  void *dev_state;             /* the device's own resources (dev_cuda.c: NCCL comms, streams) */
+  void *dev_state; /* the device's own resources (dev_cuda.c: NCCL comms, streams) */
   /* Guards the communicator pointers against bagua_ddp_abort() from other threads while an
    * elastic rebuild replaces them. */
   pthread_mutex_t comm_mu;

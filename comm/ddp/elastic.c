@@ -24,8 +24,8 @@ bagua_status_t bagua__ddp_pack(bagua_ddp_t *d, const float *flat, float *packed)
   size_t o = 0;
   for (int i = 0; i < d->ntensors; i++) {
     const bagua__ddp_tensor_t *t = &d->tensors[i];
-    BAGUA_CHECK(d->dev->to_host(d, BAGUA__LANE_COMPUTE, packed + o, flat + t->offset,
-                                t->count * sizeof(float)));
+    BAGUA_CHECK(d->s.dev->to_host(d, BAGUA__LANE_COMPUTE, packed + o, flat + t->offset,
+                                  t->count * sizeof(float)));
     o += t->count;
   }
   return BAGUA_OK;
@@ -36,8 +36,8 @@ bagua_status_t bagua__ddp_unpack(bagua_ddp_t *d, const float *packed, float *fla
   size_t o = 0;
   for (int i = 0; i < d->ntensors; i++) {
     const bagua__ddp_tensor_t *t = &d->tensors[i];
-    BAGUA_CHECK(d->dev->from_host(d, BAGUA__LANE_COMPUTE, flat + t->offset, packed + o,
-                                  t->count * sizeof(float)));
+    BAGUA_CHECK(d->s.dev->from_host(d, BAGUA__LANE_COMPUTE, flat + t->offset, packed + o,
+                                    t->count * sizeof(float)));
     o += t->count;
   }
   return BAGUA_OK;
@@ -84,7 +84,7 @@ static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *
   /* Threads blocked on the old world's communicators leave at once. */
   bagua__ddp_comms_abort(d);
   bagua__ddp_sched_stop(d);
-  (void)d->dev->sync(d, BAGUA__LANE_COMPUTE);
+  (void)d->s.dev->sync(d, BAGUA__LANE_COMPUTE);
   if (d->setup_called && d->s.algo->teardown) d->s.algo->teardown(d);
   d->setup_called = 0;
   /* A round change noticed at a step boundary carries the live state (the program's
@@ -94,8 +94,8 @@ static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *
   size_t o = 0;
   for (int i = 0; i < d->ntensors; i++) {
     bagua__ddp_tensor_t *t = &d->tensors[i];
-    BAGUA_CHECK_GOTO(d->dev->from_host(d, BAGUA__LANE_COMPUTE, t->user_param, el->params + o,
-                                       t->count * sizeof(float)),
+    BAGUA_CHECK_GOTO(d->s.dev->from_host(d, BAGUA__LANE_COMPUTE, t->user_param, el->params + o,
+                                         t->count * sizeof(float)),
                      st, fail);
     o += t->count;
   }

@@ -17,7 +17,7 @@ bagua_status_t bagua__ddp_optim_setup(bagua_ddp_t *d) {
   if (need_v && !(d->opt_v = bagua__ddp_alloc_floats(d, d->total))) goto nomem;
   return BAGUA_OK;
 nomem:
-  BAGUA_WARN("ddp: out of %s memory for the optimizer state of %zu elements", d->dev->name,
+  BAGUA_WARN("ddp: out of %s memory for the optimizer state of %zu elements", d->s.dev->name,
              d->total);
   return BAGUA_ERR_NO_MEMORY;
 }
@@ -27,16 +27,16 @@ bagua_status_t bagua__ddp_optim_step(bagua_ddp_t *d) {
   switch (s->optimizer) {
     case BAGUA__OPT_SGD: {
       bagua__sgd_params_t hp = {d->lr, s->momentum, s->dampening, s->weight_decay, s->nesterov};
-      return d->dev->sgd(d, BAGUA__LANE_COMPUTE, d->params, d->grads, d->opt_m, d->total, &hp,
-                         d->steps == 0);
+      return d->s.dev->sgd(d, BAGUA__LANE_COMPUTE, d->params, d->grads, d->opt_m, d->total, &hp,
+                           d->steps == 0);
     }
     case BAGUA__OPT_ADAM:
     case BAGUA__OPT_ADAMW:
     case BAGUA__OPT_QADAM: { /* QAdam's warm-up is plain Adam with L2 weight decay */
       bagua__adam_params_t hp = {d->lr,  s->beta1,        s->beta2,
                                  s->eps, s->weight_decay, s->optimizer == BAGUA__OPT_ADAMW};
-      return d->dev->adam(d, BAGUA__LANE_COMPUTE, d->params, d->grads, d->opt_m, d->opt_v, d->total,
-                          &hp, d->steps + 1);
+      return d->s.dev->adam(d, BAGUA__LANE_COMPUTE, d->params, d->grads, d->opt_m, d->opt_v,
+                            d->total, &hp, d->steps + 1);
     }
   }
   return BAGUA_ERR_INTERNAL;

@@ -16,7 +16,7 @@
 static void *comm_thread(void *arg) {
   bagua_ddp_t *d = arg;
   bagua__ddp_sched_t *q = &d->sched;
-  d->dev->thread_init(d);
+  d->s.dev->thread_init(d);
   pthread_mutex_lock(&q->mu);
   for (;;) {
     while (q->completed == q->submitted && !q->stop) pthread_cond_wait(&q->cv_work, &q->mu);
@@ -28,7 +28,7 @@ static void *comm_thread(void *arg) {
     bagua_status_t st = atomic_load(&d->error);
     /* On a GPU the job's work must not start before the compute-stream work that was
      * enqueued when it was submitted (the gradients it carries, the update before it). */
-    if (st == BAGUA_OK) st = d->dev->job_wait(d, slot);
+    if (st == BAGUA_OK) st = d->s.dev->job_wait(d, slot);
     if (st == BAGUA_OK) st = job->fn(d, job->arg);
     if (st != BAGUA_OK) bagua__ddp_fail(d, st);
     job->t_end = bagua__ddp_now();
@@ -45,7 +45,7 @@ bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap) {
   q->cap = cap;
   q->jobs = calloc(cap, sizeof(*q->jobs));
   if (!q->jobs) return BAGUA_ERR_NO_MEMORY;
-  bagua_status_t st = d->dev->jobs_init(d, cap);
+  bagua_status_t st = d->s.dev->jobs_init(d, cap);
   if (st != BAGUA_OK) {
     free(q->jobs);
     q->jobs = NULL;
@@ -65,7 +65,7 @@ bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap) {
     pthread_cond_destroy(&q->cv_work);
     pthread_cond_destroy(&q->cv_done);
     pthread_mutex_destroy(&q->mu);
-    d->dev->jobs_fini(d);
+    d->s.dev->jobs_fini(d);
     free(q->jobs);
     q->jobs = NULL;
     return BAGUA_ERR_SYSTEM;
@@ -85,7 +85,7 @@ bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg
     return bagua__ddp_fail(d, BAGUA_ERR_INTERNAL);
   }
   size_t slot = (size_t)(q->submitted % q->cap);
-  bagua_status_t st = d->dev->job_mark(d, slot);
+  bagua_status_t st = d->s.dev->job_mark(d, slot);
   if (st != BAGUA_OK) {
     pthread_mutex_unlock(&q->mu);
     return bagua__ddp_fail(d, st);
@@ -121,7 +121,7 @@ bagua_status_t bagua__ddp_wait(bagua_ddp_t *d) {
   bagua_status_t st = atomic_load(&d->error);
   if (st != BAGUA_OK) return st;
   /* The jobs only enqueued their work on a GPU: wait for it (bounded, see dev.h). */
-  return bagua__ddp_fail(d, d->dev->sync(d, BAGUA__LANE_COMM));
+  return bagua__ddp_fail(d, d->s.dev->sync(d, BAGUA__LANE_COMM));
 }
 
 void bagua__ddp_sched_stop(bagua_ddp_t *d) {
@@ -135,8 +135,8 @@ void bagua__ddp_sched_stop(bagua_ddp_t *d) {
   q->started = 0;
   /* Work the jobs enqueued on a GPU must be over before the buffers are freed; sync ends
    * by itself after an abort or a timeout. */
-  (void)d->dev->sync(d, BAGUA__LANE_COMM);
-  d->dev->jobs_fini(d);
+  (void)d->s.dev->sync(d, BAGUA__LANE_COMM);
+  d->s.dev->jobs_fini(d);
   pthread_cond_destroy(&q->cv_work);
   pthread_cond_destroy(&q->cv_done);
   pthread_mutex_destroy(&q->mu);

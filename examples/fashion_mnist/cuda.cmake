@@ -79,7 +79,8 @@ target_link_libraries(test_fm_gpu_mlp PRIVATE fashion_mnist_core m)
 add_test(NAME example_fm_gpu_mlp COMMAND test_fm_gpu_mlp)
 set_tests_properties(example_fm_gpu_mlp PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS gpu)
 
-add_executable(test_fm_gpu_run fashion_mnist/gpu_test/test_fm_gpu_run.c)
+add_executable(test_fm_gpu_run fashion_mnist/gpu_test/test_fm_gpu_run.c
+                               ${PROJECT_SOURCE_DIR}/tests/examples/fm_child.c)
 target_include_directories(test_fm_gpu_run PRIVATE ${PROJECT_SOURCE_DIR}/tests)
 set(_fm_gpu_tests example_fm_gpu_mlp)
 foreach(cfg "1;gradient_allreduce" "2;gradient_allreduce" "2;bytegrad" "2;decentralized"

@@ -8,7 +8,11 @@
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/test.h"
@@ -24,6 +28,30 @@
 static inline void gpu_require_device(void) {
   const char *why = "";
   if (bagua__cuda_device_count(&why) == 0) TEST_SKIP("no CUDA device (%s)", why);
+}
+
+/*
+ * The same for a test that forks its ranks: whether a device exists is asked in a child
+ * process, because a CUDA context must not exist in the parent when it forks (CUDA does not
+ * survive fork) and cudaGetDeviceCount creates the driver state. The child prints the reason.
+ */
+static inline void gpu_require_device_in_child(void) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) TEST_FAIL("fork failed");
+  if (pid == 0) {
+    const char *why = "";
+    if (bagua__cuda_device_count(&why) == 0) {
+      printf("SKIP: no CUDA device (%s)\n", why);
+      fflush(stdout);
+      _exit(77);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) TEST_FAIL("device probe crashed");
+  if (WEXITSTATUS(status) == 77) exit(77);
+  if (WEXITSTATUS(status) != 0) TEST_FAIL("device probe failed");
 }
 
 enum { GPU_GUARD = 64, GPU_GUARD_BYTE = 0xa5 };

@@ -657,37 +657,13 @@ static int body_timeout(bagua_comm_t *c, void *arg) {
   return 0;
 }
 
-/*
- * Whether a device exists is asked in a child process: a CUDA context must not exist in the
- * parent when it forks the ranks (CUDA does not survive fork), and cudaGetDeviceCount creates
- * the driver state. The child prints the reason itself.
- */
-static void require_device_without_cuda_here(void) {
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) TEST_FAIL("fork failed");
-  if (pid == 0) {
-    const char *why = "";
-    if (bagua__cuda_device_count(&why) == 0) {
-      printf("SKIP: no CUDA device (%s)\n", why);
-      fflush(stdout);
-      _exit(77);
-    }
-    _exit(0);
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) TEST_FAIL("device probe crashed");
-  if (WEXITSTATUS(status) == 77) exit(77);
-  if (WEXITSTATUS(status) != 0) TEST_FAIL("device probe failed");
-}
-
 int main(int argc, char **argv) {
   int nranks = argc > 1 ? atoi(argv[1]) : 1;
   if (nranks < 1 || nranks > 2) {
     fprintf(stderr, "usage: test_gpu_ddp 1|2\n");
     return 2;
   }
-  require_device_without_cuda_here();
+  gpu_require_device_in_child();
   ASSERT_EQ(bagua_nccl_available(), 1);
   double t0 = mp_now();
   mp_opts_t o = {0};

@@ -430,37 +430,13 @@ static int body(bagua_comm_t *cpu, void *arg) {
   return 0;
 }
 
-/*
- * Whether a device exists is asked in a child process: a CUDA context must not exist in the
- * parent when it forks the ranks (CUDA does not survive fork), and cudaGetDeviceCount creates
- * the driver state. The child prints the reason itself.
- */
-static void require_device_without_cuda_here(void) {
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) TEST_FAIL("fork failed");
-  if (pid == 0) {
-    const char *why = "";
-    if (bagua__cuda_device_count(&why) == 0) {
-      printf("SKIP: no CUDA device (%s)\n", why);
-      fflush(stdout);
-      _exit(77);
-    }
-    _exit(0);
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) TEST_FAIL("device probe crashed");
-  if (WEXITSTATUS(status) == 77) exit(77);
-  if (WEXITSTATUS(status) != 0) TEST_FAIL("device probe failed");
-}
-
 int main(int argc, char **argv) {
   int nranks = argc > 1 ? atoi(argv[1]) : 1;
   if (nranks < 1 || nranks > 2) {
     fprintf(stderr, "usage: test_gpu_nccl 1|2\n");
     return 2;
   }
-  require_device_without_cuda_here();
+  gpu_require_device_in_child();
   int timeout_ms = 4000;
   mp_opts_t o = {0};
   o.nranks = nranks;

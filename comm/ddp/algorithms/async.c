@@ -52,7 +52,7 @@ static bagua_status_t one_round(bagua_ddp_t *d, state_t *s, int *go_on) {
   *go_on = flag;
   if (!flag) return BAGUA_OK;
   size_t n = d->total;
-  const bagua__ddp_dev_t *dev = d->dev;
+  const bagua__ddp_dev_t *dev = d->s.dev;
   const bagua__lane_t A = BAGUA__LANE_ASYNC, C = BAGUA__LANE_COMPUTE;
   bagua_status_t st;
   /* On a GPU the weights are updated on the compute lane. Under the lock this lane is first
@@ -85,7 +85,7 @@ static bagua_status_t one_round(bagua_ddp_t *d, state_t *s, int *go_on) {
 static void *averaging_thread(void *arg) {
   bagua_ddp_t *d = arg;
   state_t *s = d->algo_state;
-  d->dev->thread_init(d);
+  d->s.dev->thread_init(d);
   for (;;) {
     int go_on = 0;
     bagua_status_t st = one_round(d, s, &go_on);
@@ -157,7 +157,7 @@ static void teardown(bagua_ddp_t *d) {
   if (!s) return;
   stop(s);
   /* The averaging lane's last work must be over before its buffers are freed. */
-  (void)d->dev->sync(d, BAGUA__LANE_ASYNC);
+  (void)d->s.dev->sync(d, BAGUA__LANE_ASYNC);
   d->weight_lock = NULL;
   pthread_cond_destroy(&s->wake);
   pthread_mutex_destroy(&s->ctl);
@@ -202,9 +202,9 @@ bagua_status_t bagua_ddp_async_abort(bagua_ddp_t *d) {
   bagua_status_t st = atomic_load(&d->error);
   if (st != BAGUA_OK) return st;
   /* One last full average so that every rank holds the same model. */
-  st = d->dev->allreduce(d, BAGUA__LANE_COMPUTE, d->async_comm, d->params, d->params, d->total,
-                         BAGUA_F32, BAGUA_AVG);
-  if (st == BAGUA_OK) st = d->dev->sync(d, BAGUA__LANE_COMPUTE);
+  st = d->s.dev->allreduce(d, BAGUA__LANE_COMPUTE, d->async_comm, d->params, d->params, d->total,
+                           BAGUA_F32, BAGUA_AVG);
+  if (st == BAGUA_OK) st = d->s.dev->sync(d, BAGUA__LANE_COMPUTE);
   if (st == BAGUA_OK) st = bagua__ddp_copy_back(d);
   return bagua__ddp_fail(d, st);
 }

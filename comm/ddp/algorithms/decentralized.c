@@ -51,7 +51,7 @@ int bagua__ddp_shift_one_peer(int rank, int n, int64_t step) {
 static bagua_status_t exchange(bagua_ddp_t *d, void *arg) {
   (void)arg;
   state_t *s = d->algo_state;
-  const bagua__ddp_dev_t *dev = d->dev;
+  const bagua__ddp_dev_t *dev = d->s.dev;
   int hier = d->s.hierarchical;
   size_t n = d->total;
   BAGUA_CHECK(dev->copy(d, L, s->peer, d->params, n * sizeof(float)));
@@ -116,7 +116,7 @@ static bagua_status_t pre_update(bagua_ddp_t *d) {
   int pending = s->pending;
   s->pending = 0;
   if (!pending) return BAGUA_OK;
-  return d->dev->copy(d, BAGUA__LANE_COMPUTE, d->params, s->peer, d->total * sizeof(float));
+  return d->s.dev->copy(d, BAGUA__LANE_COMPUTE, d->params, s->peer, d->total * sizeof(float));
 }
 
 static void teardown(bagua_ddp_t *d) {

@@ -29,7 +29,7 @@ typedef struct {
 static bagua_status_t ring_exchange(bagua_ddp_t *d, void *arg) {
   (void)arg;
   state_t *s = d->algo_state;
-  const bagua__ddp_dev_t *dev = d->dev;
+  const bagua__ddp_dev_t *dev = d->s.dev;
   size_t n = d->total;
   float *x = d->params, *diff = d->grads;
   if (d->s.hierarchical) BAGUA_CHECK(bagua__ddp_node_reduce(d, x, n, 1));
@@ -67,15 +67,15 @@ static bagua_status_t setup(bagua_ddp_t *d) {
   s->region = bagua__minmax_u8_compressed_size(d->total, BAGUA_F32);
   s->w = bagua__ddp_alloc_floats(d, d->total);
   s->s = bagua__ddp_alloc_floats(d, d->total);
-  s->mine = d->dev->alloc(d, 3 * s->region);
+  s->mine = d->s.dev->alloc(d, 3 * s->region);
   if (!s->w || !s->s || !s->mine) return BAGUA_ERR_NO_MEMORY;
   s->from_left = s->mine + s->region;
   s->from_right = s->mine + 2 * s->region;
   /* Setup runs on the training thread, after the weights were broadcast on its lane. */
   size_t bytes = d->total * sizeof(float);
-  BAGUA_CHECK(d->dev->copy(d, BAGUA__LANE_COMPUTE, s->w, d->params, bytes));
-  BAGUA_CHECK(d->dev->copy(d, BAGUA__LANE_COMPUTE, s->s, d->params, bytes));
-  return d->dev->scale(d, BAGUA__LANE_COMPUTE, 2.0f, s->s, d->total);
+  BAGUA_CHECK(d->s.dev->copy(d, BAGUA__LANE_COMPUTE, s->w, d->params, bytes));
+  BAGUA_CHECK(d->s.dev->copy(d, BAGUA__LANE_COMPUTE, s->s, d->params, bytes));
+  return d->s.dev->scale(d, BAGUA__LANE_COMPUTE, 2.0f, s->s, d->total);
 }
 
 /* Runs after the optimizer, synchronously (Bagua's post-optimizer-step hook). */

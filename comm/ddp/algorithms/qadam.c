@@ -32,20 +32,20 @@ static bagua_status_t bucket_op(bagua_ddp_t *d, void *arg) {
   if (warm(d)) return bagua__ddp_allreduce_avg(d, d->grads + b->offset, b->count, 0);
   float *m = d->opt_m + b->offset;
   const float *g = d->grads + b->offset, *p = d->params + b->offset;
-  BAGUA_CHECK(d->dev->qadam_momentum(d, BAGUA__LANE_COMM, m, g, p, b->count, (float)d->s.beta1,
-                                     (float)(1.0 - d->s.beta1), (float)d->s.weight_decay));
+  BAGUA_CHECK(d->s.dev->qadam_momentum(d, BAGUA__LANE_COMM, m, g, p, b->count, (float)d->s.beta1,
+                                       (float)(1.0 - d->s.beta1), (float)d->s.weight_decay));
   BAGUA_CHECK(bagua__ddp_u8_allreduce(d, d->algo_state, m, b->offset, b->count));
   if (b->count > b->used)
     BAGUA_CHECK(
-        d->dev->zero(d, BAGUA__LANE_COMM, m + b->used, (b->count - b->used) * sizeof(float)));
+        d->s.dev->zero(d, BAGUA__LANE_COMM, m + b->used, (b->count - b->used) * sizeof(float)));
   return BAGUA_OK;
 }
 
 static bagua_status_t update(bagua_ddp_t *d) {
   if (warm(d)) return bagua__ddp_optim_step(d);
-  return d->dev->qadam_frozen(d, BAGUA__LANE_COMPUTE, d->params, d->opt_m, d->opt_v, d->total,
-                              d->lr, d->s.beta1, d->s.beta2, d->s.eps, d->steps + 1,
-                              d->s.warmup_steps);
+  return d->s.dev->qadam_frozen(d, BAGUA__LANE_COMPUTE, d->params, d->opt_m, d->opt_v, d->total,
+                                d->lr, d->s.beta1, d->s.beta2, d->s.eps, d->steps + 1,
+                                d->s.warmup_steps);
 }
 
 static void teardown(bagua_ddp_t *d) {
