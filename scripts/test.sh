@@ -1,13 +1,40 @@
 #!/usr/bin/env bash
-# Runs the whole test suite twice: an optimised -Werror build, and an AddressSanitizer +
-# UndefinedBehaviorSanitizer build. Exits non-zero if any test fails in either.
-set -euo pipefail
+# Runs the whole test suite in two builds: an optimised -Werror build, and an AddressSanitizer +
+# UndefinedBehaviorSanitizer build. A failure in one build does not stop the other: every
+# build runs, every failing test is listed at the end, and the exit status is non-zero if
+# anything failed (a build that does not compile counts as a failure of that build).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBAGUA_WERROR=ON
-cmake --build build -j "$jobs"
-(cd build && ctest --output-on-failure -j 1)
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBAGUA_WERROR=ON -DBAGUA_SANITIZE=ON
-cmake --build build-asan -j "$jobs"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j 1)
+failed=()
+
+# run_build NAME CTEST_ENV CMAKE_ARGS...: configures, builds and tests one build directory.
+run_build() {
+  local dir=$1 envs=$2
+  shift 2
+  echo "=== $dir: configure and build"
+  if ! cmake -S . -B "$dir" -G Ninja "$@" || ! cmake --build "$dir" -j "$jobs"; then
+    failed+=("$dir: the build failed")
+    return
+  fi
+  echo "=== $dir: tests"
+  if ! (cd "$dir" && env $envs ctest --output-on-failure -j 1); then
+    local log="$dir/Testing/Temporary/LastTestsFailed.log"
+    if [ -s "$log" ]; then
+      while IFS= read -r line; do failed+=("$dir: ${line#*:}"); done <"$log"
+    else
+      failed+=("$dir: ctest failed")
+    fi
+  fi
+}
+
+run_build build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBAGUA_WERROR=ON
+run_build build-asan "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1" \
+  -DCMAKE_BUILD_TYPE=Debug -DBAGUA_WERROR=ON -DBAGUA_SANITIZE=ON
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "=== FAILED (${#failed[@]}):"
+  printf '  %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "=== all builds passed"

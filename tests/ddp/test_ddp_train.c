@@ -73,6 +73,25 @@ typedef struct {
   bagua_ddp_stats_t st;
 } result_t;
 
+/* Waits until the async averaging thread has completed a round after *seen, then records the
+ * new count. Every rank's thread runs rounds on its own timer, so this always makes progress
+ * unless averaging is broken, which the deadline turns into a failure. */
+static void wait_for_round(bagua_ddp_t *ddp, uint64_t *seen) {
+  double deadline = mp_now() + 10.0;
+  for (;;) {
+    bagua_ddp_stats_t st = {.struct_size = sizeof(st)};
+    ASSERT_OK(bagua_ddp_stats(ddp, &st));
+    if (st.async_rounds > *seen) {
+      *seen = st.async_rounds;
+      return;
+    }
+    if (mp_now() > deadline)
+      TEST_FAIL("no async averaging round completed within 10 s (rounds so far: %llu)",
+                (unsigned long long)*seen);
+    usleep(200);
+  }
+}
+
 /* Trains `m` on shard `s` with the configuration of `a` over the ranks of `c`. */
 static void train(bagua_comm_t *c, const targs_t *a, const shard_t *s, model_t *m, int nunion,
                   result_t *res) {
@@ -97,7 +116,9 @@ static void train(bagua_comm_t *c, const targs_t *a, const shard_t *s, model_t *
   assert_same_on_all_ranks(c, m->b, prob.d_out, "initial b");
   res->loss0 = model_union_loss(m, nunion);
   double t0 = mp_now(), lr = a->lr;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, rounds_seen = 0;
+  int is_async = !strcmp(a->algorithm, "async");
+  int warmup = a->warmup > 0 ? a->warmup : 0; /* the async default is no warm-up */
   for (int t = 0; t < a->steps; t++) {
     ASSERT_OK(model_train_step(m, s, ddp, a->zc));
     bagua_ddp_stats_t st = {.struct_size = sizeof(st)};
@@ -107,11 +128,21 @@ static void train(bagua_comm_t *c, const targs_t *a, const shard_t *s, model_t *
     if (a->decay != 1.0) ASSERT_OK(bagua_ddp_set_lr(ddp, lr));
     /* Stands for a longer forward pass, so that async averaging gets rounds in. */
     if (a->sleep_us) usleep((useconds_t)a->sleep_us);
+    /* Pace the local steps on the background rounds: after warm-up (the thread starts at the
+     * end of step warmup-1), at least one round completes between two steps of this rank. How
+     * far a rank drifts from the average between rounds is then bounded by the algorithm
+     * (about one local step), not by how the machine happens to schedule the threads. */
+    if (is_async && t + 1 >= warmup) wait_for_round(ddp, &rounds_seen);
   }
   res->secs = mp_now() - t0;
   res->bytes_per_step = (double)bytes / a->steps;
   res->loss_before_abort = model_union_loss(m, nunion);
-  if (!strcmp(a->algorithm, "async")) ASSERT_OK(bagua_ddp_async_abort(ddp));
+  /* Abort stops every rank's averaging thread at its next round, so it waits until every rank
+   * has left the loop above: a rank still pacing its last step on a round would wait forever. */
+  if (is_async) {
+    ASSERT_OK(bagua_barrier(c));
+    ASSERT_OK(bagua_ddp_async_abort(ddp));
+  }
   res->st.struct_size = sizeof(res->st);
   ASSERT_OK(bagua_ddp_stats(ddp, &res->st));
   bagua_ddp_destroy(ddp);
@@ -156,8 +187,10 @@ static int body(bagua_comm_t *c, void *arg) {
   if (!(loss < limit)) TEST_FAIL("rank %d: loss %g did not reach %g", me, loss, limit);
   if (!strcmp(a->algorithm, "async")) {
     /* Every rank's own model, before the final average, must already be much better than
-     * training alone: the background rounds did the averaging. (Not held to the limit itself:
-     * how far a rank drifted since the last round depends on scheduling.) */
+     * training alone: the background rounds did the averaging. With steps paced on rounds
+     * (see train) a rank is at most about one local step from the average; measured over 88 rank
+     * runs, 4 jobs at once on 2 vCPUs: 0.0148 to 0.0163 against bounds of 0.0267 to 0.0298
+     * (rank-dependent), a margin of at least 39 %. Before pacing it reached 0.0267 (issue 13). */
     double mid = 0.5 * (limit + loss_alone);
     if (!(r.loss_before_abort < mid))
       TEST_FAIL("rank %d: loss %g before the final average is not below %g", me,
