@@ -14,10 +14,7 @@
 #include <stdio.h>
 
 #include "bagua/error.h"
-
-#ifndef BAGUA_AGENT_VERSION
-#define BAGUA_AGENT_VERSION "0.0.0"
-#endif
+#include "bagua/version.h"
 
 /* Node and job ids: 1..127 bytes of [A-Za-z0-9._-], so they can be etcd path segments. */
 #define BAGUA_AGENT_ID_MAX 128

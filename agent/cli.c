@@ -295,7 +295,7 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
         fputs(usage_text, stdout);
         return 1;
       case OPT_VERSION:
-        printf("bagua-agent %s\n", BAGUA_AGENT_VERSION);
+        printf("bagua-agent %s\n", BAGUA_VERSION_STRING);
         return 1;
       case ':':
         bagua__agent_err("flag %s needs a value; run bagua-agent --help for the flags",

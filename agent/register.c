@@ -93,7 +93,7 @@ static char *node_record(const bagua__agent_t *a) {
   snprintf(n.host, sizeof(n.host), "%s", a->host);
   snprintf(n.addr, sizeof(n.addr), "%s", a->cfg->node_addr);
   snprintf(n.tag, sizeof(n.tag), "%s", a->cfg->tag);
-  snprintf(n.version, sizeof(n.version), "%s", BAGUA_AGENT_VERSION);
+  snprintf(n.version, sizeof(n.version), "%s", BAGUA_VERSION_STRING);
   n.nproc = a->cfg->nproc;
   n.pid = (int)getpid();
   n.master_port = a->master_port;

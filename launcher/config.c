@@ -12,7 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bagua/bagua.h"
+#include "bagua/error.h"
+#include "bagua/params.h"
 #include "bagua/params.h"
 #include "common/params.h"
 #include "launch.h"

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "agents.h"
-#include "bagua/bagua.h"
+#include "bagua/version.h"
 #include "bagua/params.h"
 #include "common/etcd/etcd.h"
 #include "common/log.h"

@@ -12,10 +12,6 @@
 #include "bagua/loader.h"
 #include "bagua/params.h"
 #include "bagua/types.h"
-
-#define BAGUA_VERSION_MAJOR 0
-#define BAGUA_VERSION_MINOR 1
-#define BAGUA_VERSION_PATCH 0
-#define BAGUA_VERSION_STRING "0.1.0"
+#include "bagua/version.h"
 
 #endif

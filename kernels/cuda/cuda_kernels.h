@@ -97,7 +97,7 @@ bagua_status_t bagua__cuda_adam_step(float *param, const void *grad, bagua_dtype
 
 /*
  * The data-parallel layer's own element-wise steps (ddp_ops.cu), each the f32 arithmetic of
- * its CPU counterpart in comm/ddp: buf /= (float)k; QAdam's m = beta1 m + (1 - beta1)(g + wd p)
+ * its CPU counterpart in ddp/: buf /= (float)k; QAdam's m = beta1 m + (1 - beta1)(g + wd p)
  * and its frozen-variance update (bagua__ddp_qadam_frozen_step); and low-precision
  * decentralized SGD's diff = x + s/3 - (5/3) w. f32 buffers, element-aligned.
  */

@@ -1,8 +1,8 @@
 /*
- * Element-wise kernels that only the data-parallel layer needs on a GPU (comm/ddp/dev_cuda.c):
+ * Element-wise kernels that only the data-parallel layer needs on a GPU (ddp/dev_cuda.c):
  * division by a rank count, QAdam's momentum update and frozen-variance step, and the weight
  * difference of low-precision decentralized SGD. Each performs the f32 operations of its CPU
- * counterpart in comm/ddp (dev_cpu.c, optim.c) in the same order; with --fmad=false and IEEE
+ * counterpart in ddp/ (dev_cpu.c, optim.c) in the same order; with --fmad=false and IEEE
  * division and square root the results are bit-identical for finite values.
  */
 #include "common.cuh"

@@ -17,7 +17,7 @@
 
 #include "../comm/mp.h"
 #include "../test.h"
-#include "comm/ddp/ddp_internal.h"
+#include "ddp/ddp_internal.h"
 #include "problem.h"
 
 static void check_layout(bagua__ddp_tensor_t *t, int nt, size_t bucket_bytes, size_t align,

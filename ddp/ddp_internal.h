@@ -1,5 +1,5 @@
 /*
- * Internal definitions of the data-parallel layer (comm/ddp/): the context, its tensors and
+ * Internal definitions of the data-parallel layer (ddp/): the context, its tensors and
  * buckets, the communication thread, the algorithm hooks and the shared communication ops.
  * Not installed.
  */
@@ -117,7 +117,7 @@ typedef struct {
   int stop;                      /* under mu */
 } bagua__ddp_sched_t;
 
-/* What an elastic context (include/bagua/elastic.h) needs of a bagua_ddp_t (comm/ddp/elastic.c):
+/* What an elastic context (include/bagua/elastic.h) needs of a bagua_ddp_t (ddp/elastic.c):
  * the last commit in registration order, so that it survives a change of the flat layout. */
 typedef struct {
   struct bagua_elastic_s *e; /* attached to, or NULL */

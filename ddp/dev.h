@@ -1,6 +1,6 @@
 /*
  * Where the data-parallel layer's flat buffers live and how work on them runs: the device
- * operations of comm/ddp. Every algorithm, the optimizer and the context itself touch the
+ * operations of ddp/. Every algorithm, the optimizer and the context itself touch the
  * flat parameters, gradients, optimizer state and scratch buffers only through this table,
  * so one implementation of each algorithm serves host memory (dev_cpu.c: plain calls into
  * kernels/ and the CPU communicators) and GPU memory (dev_cuda.c: CUDA kernels and NCCL).
