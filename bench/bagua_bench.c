@@ -303,7 +303,7 @@ static double busbw_factor(coll_t c, int n) {
 
 static int run_rank(const opts_t *o, bagua_comm_config_t *cfg) {
   bagua_comm_t *c = NULL;
-  bagua_status_t st = bagua_comm_init(cfg, &c);
+  bagua_status_t st = bagua_comm_create(cfg, &c);
   if (st != BAGUA_OK) {
     fprintf(stderr, "bagua-bench: communicator creation failed: %s (%s)\n", bagua_strerror(st),
             bagua_last_error());

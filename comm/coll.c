@@ -9,13 +9,18 @@
 #include "common/check.h"
 #include "common/log.h"
 
-/* Checks what every collective needs; `nbuf` is the largest element count touched. */
+/* How many buffers of `count` elements a collective touches on one rank. */
+#define PER_RANK 0 /* one per rank of the communicator (count * size elements) */
+
+/* Checks what every collective needs. `mult` is how many times `count` elements one buffer
+ * holds: 1, or PER_RANK for count * size (read only after `c` is known not to be NULL). */
 static bagua_status_t check_args(bagua_comm_t *c, const char *fn, bagua_dtype_t dt, int op,
                                  int root, size_t count, size_t mult) {
   if (!c) {
     BAGUA_WARN("%s: communicator is NULL", fn);
     return BAGUA_ERR_INVALID_ARG;
   }
+  if (mult == PER_RANK) mult = (size_t)c->size;
   if ((unsigned)dt >= BAGUA_DTYPE__COUNT) {
     BAGUA_WARN("%s: dtype %d is invalid; accepted: f32 f16 bf16 f64 i32 i64 u8", fn, (int)dt);
     return BAGUA_ERR_INVALID_ARG;
@@ -66,7 +71,7 @@ bagua_status_t bagua_allreduce(bagua_comm_t *c, const void *s, void *r, size_t c
 
 bagua_status_t bagua_reduce_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
                                     bagua_dtype_t dt, bagua_op_t op) {
-  BAGUA_CHECK(check_args(c, "bagua_reduce_scatter", dt, (int)op, -1, count, (size_t)c->size));
+  BAGUA_CHECK(check_args(c, "bagua_reduce_scatter", dt, (int)op, -1, count, PER_RANK));
   if (count == 0) return BAGUA_OK;
   NEED_BUF(s, "bagua_reduce_scatter", "sendbuf");
   NEED_BUF(r, "bagua_reduce_scatter", "recvbuf");
@@ -75,7 +80,7 @@ bagua_status_t bagua_reduce_scatter(bagua_comm_t *c, const void *s, void *r, siz
 
 bagua_status_t bagua_allgather(bagua_comm_t *c, const void *s, void *r, size_t count,
                                bagua_dtype_t dt) {
-  BAGUA_CHECK(check_args(c, "bagua_allgather", dt, -1, -1, count, (size_t)c->size));
+  BAGUA_CHECK(check_args(c, "bagua_allgather", dt, -1, -1, count, PER_RANK));
   if (count == 0) return BAGUA_OK;
   NEED_BUF(s, "bagua_allgather", "sendbuf");
   NEED_BUF(r, "bagua_allgather", "recvbuf");
@@ -84,7 +89,7 @@ bagua_status_t bagua_allgather(bagua_comm_t *c, const void *s, void *r, size_t c
 
 bagua_status_t bagua_alltoall(bagua_comm_t *c, const void *s, void *r, size_t count,
                               bagua_dtype_t dt) {
-  BAGUA_CHECK(check_args(c, "bagua_alltoall", dt, -1, -1, count, (size_t)c->size));
+  BAGUA_CHECK(check_args(c, "bagua_alltoall", dt, -1, -1, count, PER_RANK));
   if (count == 0) return BAGUA_OK;
   NEED_BUF(s, "bagua_alltoall", "sendbuf");
   NEED_BUF(r, "bagua_alltoall", "recvbuf");
@@ -111,7 +116,7 @@ bagua_status_t bagua_reduce(bagua_comm_t *c, const void *s, void *r, size_t coun
 
 bagua_status_t bagua_gather(bagua_comm_t *c, const void *s, void *r, size_t count, bagua_dtype_t dt,
                             int root) {
-  BAGUA_CHECK(check_args(c, "bagua_gather", dt, -1, root, count, (size_t)c->size));
+  BAGUA_CHECK(check_args(c, "bagua_gather", dt, -1, root, count, PER_RANK));
   if (count == 0) return BAGUA_OK;
   NEED_BUF(s, "bagua_gather", "sendbuf");
   if (c->rank == root) NEED_BUF(r, "bagua_gather", "recvbuf on the root");
@@ -120,7 +125,7 @@ bagua_status_t bagua_gather(bagua_comm_t *c, const void *s, void *r, size_t coun
 
 bagua_status_t bagua_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
                              bagua_dtype_t dt, int root) {
-  BAGUA_CHECK(check_args(c, "bagua_scatter", dt, -1, root, count, (size_t)c->size));
+  BAGUA_CHECK(check_args(c, "bagua_scatter", dt, -1, root, count, PER_RANK));
   if (count == 0) return BAGUA_OK;
   if (c->rank == root) NEED_BUF(s, "bagua_scatter", "sendbuf on the root");
   NEED_BUF(r, "bagua_scatter", "recvbuf");
@@ -168,6 +173,8 @@ bagua_status_t bagua_sendrecv(bagua_comm_t *c, const void *sbuf, size_t scount, 
     BAGUA_WARN("bagua_sendrecv: a rank can exchange with itself only as both dst and src");
     return BAGUA_ERR_INVALID_ARG;
   }
+  if (scount) NEED_BUF(sbuf, "bagua_sendrecv", "sbuf");
+  if (rcount) NEED_BUF(rbuf, "bagua_sendrecv", "rbuf");
   if (dst == c->rank) {
     if (scount != rcount) {
       BAGUA_WARN("bagua_sendrecv: self exchange with send count %zu != receive count %zu", scount,

@@ -313,14 +313,14 @@ bagua_status_t bagua__endpoint_init(bagua__endpoint_t *ep, const char *node_id, 
   return BAGUA_OK;
 }
 
-bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out) {
+bagua_status_t bagua_comm_create(const bagua_comm_config_t *cfg, bagua_comm_t **out) {
   bagua_comm_config_t def = BAGUA_COMM_CONFIG_INIT;
   if (!out) return BAGUA_ERR_INVALID_ARG;
   *out = NULL;
   if (!cfg) cfg = &def;
   if (cfg->struct_size < sizeof(bagua_comm_config_t)) {
     BAGUA_WARN(
-        "bagua_comm_init: config struct_size %zu is smaller than this library's %zu; "
+        "bagua_comm_create: config struct_size %zu is smaller than this library's %zu; "
         "initialise it with BAGUA_COMM_CONFIG_INIT",
         cfg->struct_size, sizeof(bagua_comm_config_t));
     return BAGUA_ERR_INVALID_ARG;
@@ -330,7 +330,7 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
   int size = cfg->size >= 0 ? cfg->size : (int)bagua__param_int(BAGUA_P_WORLD_SIZE);
   if (size < 1 || rank < 0 || rank >= size) {
     BAGUA_WARN(
-        "bagua_comm_init: rank %d / world size %d is invalid; set RANK in [0, WORLD_SIZE) "
+        "bagua_comm_create: rank %d / world size %d is invalid; set RANK in [0, WORLD_SIZE) "
         "and WORLD_SIZE >= 1 (or the config fields)",
         rank, size);
     return BAGUA_ERR_INVALID_ARG;
@@ -369,7 +369,7 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
     tcp.master_port = (uint16_t)port;
   } else {
     BAGUA_WARN(
-        "bootstrap \"%s\" is not supported by bagua_comm_init; accepted: env://, "
+        "bootstrap \"%s\" is not supported by bagua_comm_create; accepted: env://, "
         "tcp://HOST:PORT",
         boot);
     return BAGUA_ERR_INVALID_ARG;
@@ -381,13 +381,13 @@ bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **ou
                 : strcasecmp(t, "shm") == 0 ? BAGUA_TRANSPORT_SHM
                                             : BAGUA_TRANSPORT_AUTO;
   } else if (transport > BAGUA_TRANSPORT_SHM) {
-    BAGUA_WARN("bagua_comm_init: transport %d is invalid; accepted: 0 auto, 1 tcp, 2 shm",
+    BAGUA_WARN("bagua_comm_create: transport %d is invalid; accepted: 0 auto, 1 tcp, 2 shm",
                transport);
     return BAGUA_ERR_INVALID_ARG;
   }
   int nstreams = cfg->nstreams > 0 ? cfg->nstreams : (int)bagua__param_int(BAGUA_P_NET_NSTREAMS);
   if (nstreams > 16) {
-    BAGUA_WARN("bagua_comm_init: nstreams %d is invalid; accepted: 1..16", nstreams);
+    BAGUA_WARN("bagua_comm_create: nstreams %d is invalid; accepted: 1..16", nstreams);
     return BAGUA_ERR_INVALID_ARG;
   }
   bagua__log_set_rank(rank);
@@ -510,4 +510,8 @@ bagua_status_t bagua_comm_split_node(bagua_comm_t *c, bagua_comm_t **intra, bagu
     *intra = NULL;
   }
   return st;
+}
+
+bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out) {
+  return bagua_comm_create(cfg, out);
 }

@@ -140,7 +140,7 @@ bagua_status_t bagua__endpoint_init(bagua__endpoint_t *ep, const char *node_id, 
 bagua_status_t bagua__comm_alloc(int rank, int size, bagua_comm_t **out);
 
 /*
- * Everything a world communicator is built from, resolved (bagua_comm_init fills it from its
+ * Everything a world communicator is built from, resolved (bagua_comm_create fills it from its
  * config and the parameters; the elastic context from a round record). The hooks let a caller
  * abort a communicator while it is still being built: `on_alloc` runs right after allocation,
  * before the bootstrap (from then on another thread may call bagua_comm_abort on it), and

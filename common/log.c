@@ -16,7 +16,7 @@ unsigned bagua__log_mask = BAGUA_SUBSYS_ALL;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *g_out;
 static char g_host[64];
-static int g_rank = -1;
+static _Atomic int g_rank = -1; /* set by the training thread, read by every logger */
 static __thread char t_last_error[512];
 
 static const struct {
@@ -102,8 +102,9 @@ void bagua__log_set_rank(int rank) {
   g_rank = rank;
 }
 
-static const char *subsys_name(unsigned subsys) {
-  if (subsys == BAGUA_SUBSYS_ALL) return "WARN";
+static const char *subsys_name(int level, unsigned subsys) {
+  /* Lines for every subsystem (the CHECK macros' "-> status" trail) carry their level. */
+  if (subsys == BAGUA_SUBSYS_ALL) return level == BAGUA_LOG_TRACE ? "TRACE" : "INFO";
   for (size_t i = 0; i < sizeof(k_subsys) / sizeof(k_subsys[0]); i++)
     if (k_subsys[i].bit == subsys) return k_subsys[i].name;
   return "?";
@@ -118,14 +119,16 @@ void bagua__log(int level, unsigned subsys, const char *file, int line, const ch
   va_end(ap);
   if (level == BAGUA_LOG_WARN) snprintf(t_last_error, sizeof(t_last_error), "%s", msg);
   char rank[24] = "";
-  if (g_rank >= 0) snprintf(rank, sizeof(rank), " [%d]", g_rank);
-  const char *base = strrchr(file, '/');
-  base = base ? base + 1 : file;
+  int r = g_rank;
+  if (r >= 0) snprintf(rank, sizeof(rank), " [%d]", r);
+  /* The build maps the source root away (-fmacro-prefix-map), so `file` reads
+   * comm/elastic/elastic.c; a path that still starts at / came from elsewhere: keep it. */
+  const char *base = file;
   pthread_mutex_lock(&g_lock);
   if (level == BAGUA_LOG_WARN)
     fprintf(g_out, "%s:%d%s WARN %s (%s:%d)\n", g_host, (int)getpid(), rank, msg, base, line);
   else
-    fprintf(g_out, "%s:%d%s %s %s\n", g_host, (int)getpid(), rank, subsys_name(subsys), msg);
+    fprintf(g_out, "%s:%d%s %s %s\n", g_host, (int)getpid(), rank, subsys_name(level, subsys), msg);
   pthread_mutex_unlock(&g_lock);
 }
 

@@ -16,16 +16,6 @@
 #include "log.h"
 #include "params.h"
 
-int64_t bagua__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-int64_t bagua__now_ms(void) {
-  return bagua__now_ns() / 1000000;
-}
-
 void bagua__ipv4_str(uint32_t addr, char *out, size_t len) {
   struct in_addr a = {.s_addr = addr};
   if (!inet_ntop(AF_INET, &a, out, (socklen_t)len)) snprintf(out, len, "?");

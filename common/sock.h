@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "bagua/error.h"
+#include "common/time.h" /* the clock the socket deadlines use */
 
 /* Reads an abort flag that another thread may set (NULL means "never aborted"). The flag is a
  * plain int so it can live in any struct; every access goes through these atomic builtins. */
@@ -20,9 +21,6 @@ static inline void bagua__flag_set(volatile int *flag) {
   __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
 }
 
-/* Monotonic clock in milliseconds and nanoseconds. */
-int64_t bagua__now_ms(void);
-int64_t bagua__now_ns(void);
 
 /* Resolves "host" (name or dotted quad) to an IPv4 address in network order. */
 bagua_status_t bagua__resolve_ipv4(const char *host, uint32_t *addr);

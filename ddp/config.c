@@ -190,3 +190,8 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
   BAGUA_CHECK(check_device(c, s));
   return check_optimizer(c, s);
 }
+
+void bagua_ddp_config_init(bagua_ddp_config_t *cfg) {
+  if (!cfg) return;
+  *cfg = (bagua_ddp_config_t)BAGUA_DDP_CONFIG_INIT;
+}

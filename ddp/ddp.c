@@ -116,7 +116,7 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
   }
   *out = NULL;
   if (!comm) {
-    BAGUA_WARN("bagua_ddp_create: comm is NULL; pass a communicator from bagua_comm_init()");
+    BAGUA_WARN("bagua_ddp_create: comm is NULL; pass a communicator from bagua_comm_create()");
     return BAGUA_ERR_INVALID_ARG;
   }
   bagua__ddp_settings_t s;

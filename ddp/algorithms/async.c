@@ -26,7 +26,7 @@ typedef struct {
   pthread_cond_t wake;
   int stop;    /* this rank asks the threads to stop */
   int running; /* thread started and not yet joined */
-  int paused;  /* bagua_ddp_async_abort() was called and not resumed */
+  int paused;  /* bagua_ddp_async_pause() was called and not resumed */
   pthread_t thread;
   float *temp, *reduced;
 } state_t;
@@ -188,11 +188,11 @@ static bagua_status_t check_async(bagua_ddp_t *d, const char *fn) {
   return (bagua_status_t)atomic_load(&d->error);
 }
 
-bagua_status_t bagua_ddp_async_abort(bagua_ddp_t *d) {
-  BAGUA_CHECK(check_async(d, "bagua_ddp_async_abort"));
+bagua_status_t bagua_ddp_async_pause(bagua_ddp_t *d) {
+  BAGUA_CHECK(check_async(d, "bagua_ddp_async_pause"));
   state_t *s = d->algo_state;
   if (s->paused) {
-    BAGUA_WARN("bagua_ddp_async_abort: averaging is already stopped; call resume first");
+    BAGUA_WARN("bagua_ddp_async_pause: averaging is already stopped; call resume first");
     return BAGUA_ERR_INVALID_USAGE;
   }
   /* Joining is bounded: the thread leaves at its next round, whose collectives every rank's
@@ -213,7 +213,7 @@ bagua_status_t bagua_ddp_async_resume(bagua_ddp_t *d) {
   BAGUA_CHECK(check_async(d, "bagua_ddp_async_resume"));
   state_t *s = d->algo_state;
   if (!s->paused) {
-    BAGUA_WARN("bagua_ddp_async_resume: averaging is not stopped; call abort first");
+    BAGUA_WARN("bagua_ddp_async_resume: averaging is not stopped; call bagua_ddp_async_pause first");
     return BAGUA_ERR_INVALID_USAGE;
   }
   s->paused = 0;
@@ -223,3 +223,5 @@ bagua_status_t bagua_ddp_async_resume(bagua_ddp_t *d) {
   }
   return BAGUA_OK;
 }
+
+bagua_status_t bagua_ddp_async_abort(bagua_ddp_t *d) { return bagua_ddp_async_pause(d); }

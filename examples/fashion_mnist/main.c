@@ -27,10 +27,10 @@
  */
 static bagua_status_t join(bagua_comm_t **comm) {
   bagua_comm_config_t cfg = BAGUA_COMM_CONFIG_INIT;
-  if (getenv("WORLD_SIZE")) return bagua_comm_init(NULL, comm);
+  if (getenv("WORLD_SIZE")) return bagua_comm_create(NULL, comm);
   cfg.rank = 0;
   cfg.size = 1;
-  return bagua_comm_init(&cfg, comm);
+  return bagua_comm_create(&cfg, comm);
 }
 
 /*

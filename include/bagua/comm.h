@@ -57,15 +57,21 @@ typedef struct {
   int nstreams;           /* -1: BAGUA_NET_NSTREAMS */
 } bagua_comm_config_t;
 
-#define BAGUA_COMM_CONFIG_INIT \
-  { sizeof(bagua_comm_config_t), -1, -1, NULL, -1, NULL, NULL, -1, -1, -1 }
+#define BAGUA_COMM_CONFIG_INIT                                                              \
+  {                                                                                         \
+    .struct_size = sizeof(bagua_comm_config_t), .rank = -1, .size = -1, .transport = -1,    \
+    .timeout_ms = -1, .connect_timeout_ms = -1, .nstreams = -1                              \
+  }
 
 /*
  * Creates a communicator; collective over all `size` ranks (blocks until all have joined, up
  * to the connect timeout). `cfg` may be NULL (everything from the environment). On success
  * *out is a new communicator the caller frees with bagua_comm_destroy().
  */
-BAGUA_EXTERN bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out);
+BAGUA_EXTERN bagua_status_t bagua_comm_create(const bagua_comm_config_t *cfg, bagua_comm_t **out);
+/* The name of bagua_comm_create() before 0.2 (every constructor is now *_create). */
+BAGUA_EXTERN BAGUA_DEPRECATED("bagua_comm_create") bagua_status_t
+bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out);
 
 /*
  * Splits `comm` into sub-communicators: ranks passing the same `color` form one, ordered by

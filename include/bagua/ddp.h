@@ -37,7 +37,7 @@
  * bagua_ddp_create(), so the caller may go on using that one from the training thread.
  *
  * Collective calls. bagua_ddp_create(), bagua_ddp_ready(), bagua_ddp_step() (for every
- * algorithm except async after its warm-up), bagua_ddp_async_abort(),
+ * algorithm except async after its warm-up), bagua_ddp_async_pause(),
  * bagua_ddp_async_resume() and bagua_ddp_destroy() must be called by every rank, in the same
  * order, with the same tensors registered in the same order and the same configuration.
  * bagua_ddp_ready() checks the last two and fails with BAGUA_ERR_INVALID_USAGE on a mismatch.
@@ -131,11 +131,18 @@ typedef struct {
   void *cuda_stream;
 } bagua_ddp_config_t;
 
+/* The defaults, field by field; a field not named here starts at 0 or NULL. C++ callers (no
+ * designated initialisers before C++20) use bagua_ddp_config_init() instead. */
 #define BAGUA_DDP_CONFIG_INIT                                                                    \
   {                                                                                              \
-    sizeof(bagua_ddp_config_t), NULL, 0, -1, NULL, 1, 0, -1, 500, NULL, -1.0, 0.0, 0.0, 0, -1.0, \
-        0.9, 0.999, 1e-8, NULL, -1, NULL                                                         \
+    .struct_size = sizeof(bagua_ddp_config_t), .hierarchical = -1, .comm_interval = 1,           \
+    .warmup_steps = -1, .sync_interval_ms = 500, .lr = -1.0, .weight_decay = -1.0, .beta1 = 0.9,  \
+    .beta2 = 0.999, .eps = 1e-8, .cuda_device = -1                                               \
   }
+
+/* Fills *cfg with the defaults of BAGUA_DDP_CONFIG_INIT (for callers that cannot use the
+ * macro, such as C++ or a language binding). */
+BAGUA_EXTERN void bagua_ddp_config_init(bagua_ddp_config_t *cfg);
 
 /* Counters of one rank. Set struct_size = sizeof(bagua_ddp_stats_t) before the call. */
 typedef struct {
@@ -222,16 +229,20 @@ BAGUA_EXTERN bagua_status_t bagua_ddp_step(bagua_ddp_t *ddp);
 BAGUA_EXTERN bagua_status_t bagua_ddp_set_lr(bagua_ddp_t *ddp, double lr);
 
 /*
- * async only. bagua_ddp_async_abort() stops background averaging on all ranks (a rank's
+ * async only. bagua_ddp_async_pause() stops background averaging on all ranks (a rank's
  * request stops every rank's thread at their next common round), waits for this rank's
  * thread, then averages the weights once more so that every rank holds the same model when it
  * returns. bagua_ddp_async_resume() restarts averaging (at once, or at the end of the warm-up).
  * Both are collective: every rank must call them, within BAGUA_COMM_TIMEOUT_MS of each
- * other. Calling abort twice, or resume without abort, is BAGUA_ERR_INVALID_USAGE. Other
+ * other. Calling pause twice, or resume without pause, is BAGUA_ERR_INVALID_USAGE. Other
  * algorithms: BAGUA_ERR_INVALID_USAGE.
  */
-BAGUA_EXTERN bagua_status_t bagua_ddp_async_abort(bagua_ddp_t *ddp);
+BAGUA_EXTERN bagua_status_t bagua_ddp_async_pause(bagua_ddp_t *ddp);
 BAGUA_EXTERN bagua_status_t bagua_ddp_async_resume(bagua_ddp_t *ddp);
+/* The name of bagua_ddp_async_pause() before 0.2: "abort" now means only bagua_ddp_abort(),
+ * the thread-safe kill. */
+BAGUA_EXTERN BAGUA_DEPRECATED("bagua_ddp_async_pause") bagua_status_t
+bagua_ddp_async_abort(bagua_ddp_t *ddp);
 
 /*
  * Elastic training (include/bagua/elastic.h). Makes the context follow `e` through world

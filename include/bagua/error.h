@@ -16,8 +16,11 @@ extern "C" {
 
 #if defined(__GNUC__)
 #define BAGUA_EXTERN __attribute__((visibility("default")))
+/* Marks an old name kept for one release; the compiler warns and names the replacement. */
+#define BAGUA_DEPRECATED(use) __attribute__((deprecated("use " use)))
 #else
 #define BAGUA_EXTERN
+#define BAGUA_DEPRECATED(use)
 #endif
 
 /* XX(NAME, value, text). The text says what happened and where to look next. */

@@ -1,5 +1,5 @@
 /*
- * A libbagua worker for the agent tests: bagua_comm_init(NULL) with nothing but what
+ * A libbagua worker for the agent tests: bagua_comm_create(NULL) with nothing but what
  * bagua-agent put in the environment (etcd:// bootstrap, round, job and node ids), one
  * allreduce, checked, and a line saying how the communicator came out.
  */
@@ -10,9 +10,9 @@
 
 int main(void) {
   bagua_comm_t *c = NULL;
-  bagua_status_t st = bagua_comm_init(NULL, &c);
+  bagua_status_t st = bagua_comm_create(NULL, &c);
   if (st != BAGUA_OK) {
-    fprintf(stderr, "bagua_comm_init: %s: %s\n", bagua_err_name(st), bagua_last_error());
+    fprintf(stderr, "bagua_comm_create: %s: %s\n", bagua_err_name(st), bagua_last_error());
     return 1;
   }
   int rank = bagua_comm_rank(c), size = bagua_comm_size(c);

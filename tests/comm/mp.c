@@ -71,9 +71,9 @@ int mp_run(const mp_opts_t *o, mp_body_fn body, void *arg) {
       bagua_comm_config_t cfg;
       mp_config(o, port, r, &cfg);
       bagua_comm_t *c = NULL;
-      bagua_status_t st = bagua_comm_init(&cfg, &c);
+      bagua_status_t st = bagua_comm_create(&cfg, &c);
       if (st != BAGUA_OK) {
-        fprintf(stderr, "rank %d: bagua_comm_init failed: %s\n", r, bagua_err_name(st));
+        fprintf(stderr, "rank %d: bagua_comm_create failed: %s\n", r, bagua_err_name(st));
         _exit(3);
       }
       int rc = body(c, arg);

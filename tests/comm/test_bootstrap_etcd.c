@@ -28,7 +28,7 @@ static int rank_main(const char *endpoint, int round, int rank, int size) {
   setenv("BAGUA_CONNECT_TIMEOUT_MS", "15000", 1);
   bagua__params_reload();
   bagua_comm_t *c = NULL;
-  ASSERT_OK(bagua_comm_init(NULL, &c));
+  ASSERT_OK(bagua_comm_create(NULL, &c));
   ASSERT_EQ(bagua_comm_size(c), size);
   ASSERT_EQ(bagua_comm_rank(c), rank);
   int64_t v = rank + 1, sum = 0;
@@ -67,7 +67,7 @@ int main(void) {
   setenv("WORLD_SIZE", "2", 1);
   bagua__params_reload();
   bagua_comm_t *c = NULL;
-  ASSERT_STATUS(bagua_comm_init(NULL, &c), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_comm_create(NULL, &c), BAGUA_ERR_INVALID_ARG);
   ASSERT_TRUE(strstr(bagua_last_error(), "BAGUA_ROUND") != NULL);
   /* An unreachable etcd fails within the etcd timeout instead of hanging. */
   snprintf(buf, sizeof(buf), "etcd://127.0.0.1:%d", etcd_fixture_free_port());
@@ -76,7 +76,7 @@ int main(void) {
   setenv("BAGUA_ETCD_TIMEOUT_MS", "500", 1);
   bagua__params_reload();
   long long t0 = etcd_fixture_now_ms();
-  bagua_status_t st = bagua_comm_init(NULL, &c);
+  bagua_status_t st = bagua_comm_create(NULL, &c);
   long long ms = etcd_fixture_now_ms() - t0;
   printf("unreachable etcd: %s after %lld ms\n", bagua_err_name(st), ms);
   ASSERT_TRUE(st == BAGUA_ERR_CURL || st == BAGUA_ERR_TIMEOUT);

@@ -62,7 +62,7 @@ static int fault_test(int transport, int sig) {
       bagua_comm_config_t cfg;
       mp_config(&o, port, r, &cfg);
       bagua_comm_t *c = NULL;
-      if (bagua_comm_init(&cfg, &c) != BAGUA_OK) _exit(3);
+      if (bagua_comm_create(&cfg, &c) != BAGUA_OK) _exit(3);
       int rc = loop_body(c, NULL);
       bagua_comm_destroy(c);
       _exit(rc);
@@ -162,7 +162,7 @@ static int handshake_test(void) {
     bagua_comm_config_t cfg;
     mp_config(&o, port, 0, &cfg);
     bagua_comm_t *c = NULL;
-    if (bagua_comm_init(&cfg, &c) != BAGUA_OK) _exit(3);
+    if (bagua_comm_create(&cfg, &c) != BAGUA_OK) _exit(3);
     int32_t v = 5;
     if (bagua_allreduce(c, &v, &v, 1, BAGUA_I32, BAGUA_SUM) != BAGUA_OK || v != 12) _exit(4);
     bagua_comm_destroy(c);
@@ -195,12 +195,12 @@ static int handshake_test(void) {
   mp_config(&o, port, 1, &cfg);
   cfg.job_id = "another-job";
   bagua_comm_t *c = NULL;
-  ASSERT_STATUS(bagua_comm_init(&cfg, &c), BAGUA_ERR_PROTOCOL);
+  ASSERT_STATUS(bagua_comm_create(&cfg, &c), BAGUA_ERR_PROTOCOL);
   printf("foreign rank refused: %s\n", bagua_last_error());
   ASSERT_TRUE(strstr(bagua_last_error(), "job") != NULL);
   /* The real rank 1 still forms the communicator with rank 0. */
   mp_config(&o, port, 1, &cfg);
-  ASSERT_OK(bagua_comm_init(&cfg, &c));
+  ASSERT_OK(bagua_comm_create(&cfg, &c));
   int32_t v = 7;
   ASSERT_OK(bagua_allreduce(c, &v, &v, 1, BAGUA_I32, BAGUA_SUM));
   ASSERT_EQ(v, 12);
@@ -243,21 +243,21 @@ static int badenv_test(void) {
   cfg.rank = 0;
   cfg.size = 1;
   bagua_comm_t *c = NULL;
-  ASSERT_STATUS(bagua_comm_init(&cfg, &c), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_comm_create(&cfg, &c), BAGUA_ERR_INVALID_ARG);
   printf("bad env: %s\n", bagua_last_error());
   ASSERT_TRUE(strstr(bagua_last_error(), "BAGUA_NET_NSTREAMS") != NULL);
   ASSERT_TRUE(strstr(bagua_last_error(), "[1, 16]") != NULL);
   setenv("BAGUA_NET_NSTREAMS", "2", 1);
   setenv("BAGUA_TRANSPORT", "carrier-pigeon", 1);
   bagua__params_reload();
-  ASSERT_STATUS(bagua_comm_init(&cfg, &c), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_comm_create(&cfg, &c), BAGUA_ERR_INVALID_ARG);
   ASSERT_TRUE(strstr(bagua_last_error(), "auto|tcp|shm") != NULL);
   unsetenv("BAGUA_TRANSPORT");
   bagua__params_reload();
   cfg.rank = 3;
-  ASSERT_STATUS(bagua_comm_init(&cfg, &c), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_comm_create(&cfg, &c), BAGUA_ERR_INVALID_ARG);
   cfg.rank = 0;
-  ASSERT_OK(bagua_comm_init(&cfg, &c)); /* size 1 needs no peers */
+  ASSERT_OK(bagua_comm_create(&cfg, &c)); /* size 1 needs no peers */
   float f = 3;
   ASSERT_OK(bagua_allreduce(c, &f, &f, 1, BAGUA_F32, BAGUA_AVG));
   ASSERT_EQ((int)f, 3);

@@ -2,7 +2,7 @@
  * Asynchronous model averaging: stop and restart without deadlock.
  *
  *   unequal   ranks train different numbers of steps between the calls (there is no
- *             collective in an async step), one rank reaches bagua_ddp_async_abort() late;
+ *             collective in an async step), one rank reaches bagua_ddp_async_pause() late;
  *             after each abort every rank holds the same weights; resume continues the
  *             rounds; a second abort in a row is refused; destroy while averaging runs.
  *   warmup    abort and resume during the warm-up (no thread yet), the thread starting at
@@ -57,12 +57,12 @@ static int body_unequal(bagua_comm_t *c, void *arg) {
   double t0 = mp_now();
   train(ddp, &m, &s, 40 + 25 * me);
   if (me == 0) usleep(200 * 1000); /* a late rank: the others wait in abort */
-  ASSERT_OK(bagua_ddp_async_abort(ddp));
+  ASSERT_OK(bagua_ddp_async_pause(ddp));
   assert_same_on_all_ranks(c, m.w, nw, "W after abort");
   assert_same_on_all_ranks(c, m.b, prob.d_out, "b after abort");
   uint64_t r1 = rounds(ddp);
   ASSERT_GE(r1, 2);
-  ASSERT_STATUS(bagua_ddp_async_abort(ddp), BAGUA_ERR_INVALID_USAGE);
+  ASSERT_STATUS(bagua_ddp_async_pause(ddp), BAGUA_ERR_INVALID_USAGE);
   double loss1 = model_union_loss(&m, n);
   /* Steps while stopped are local SGD only. */
   train(ddp, &m, &s, 5);
@@ -70,7 +70,7 @@ static int body_unequal(bagua_comm_t *c, void *arg) {
   ASSERT_OK(bagua_ddp_async_resume(ddp));
   ASSERT_STATUS(bagua_ddp_async_resume(ddp), BAGUA_ERR_INVALID_USAGE);
   train(ddp, &m, &s, 60 - 20 * me);
-  ASSERT_OK(bagua_ddp_async_abort(ddp));
+  ASSERT_OK(bagua_ddp_async_pause(ddp));
   assert_same_on_all_ranks(c, m.w, nw, "W after the second abort");
   uint64_t r2 = rounds(ddp);
   ASSERT_GT(r2, r1);
@@ -97,7 +97,7 @@ static int body_warmup(bagua_comm_t *c, void *arg) {
   model_init(&prob, me, &m);
   bagua_ddp_t *ddp = make(c, &m, 10);
   train(ddp, &m, &s, 3);
-  ASSERT_OK(bagua_ddp_async_abort(ddp));
+  ASSERT_OK(bagua_ddp_async_pause(ddp));
   ASSERT_EQ(rounds(ddp), 0);
   ASSERT_OK(bagua_ddp_async_resume(ddp));
   train(ddp, &m, &s, 7); /* the warm-up ends: the thread starts */

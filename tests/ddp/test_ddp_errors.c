@@ -102,7 +102,7 @@ static int body_usage(bagua_comm_t *c, void *arg) {
   ASSERT_STATUS(bagua_ddp_ready(ddp), BAGUA_ERR_INVALID_USAGE);
   ASSERT_STATUS(bagua_ddp_register(ddp, "y", p, g, 4), BAGUA_ERR_INVALID_USAGE);
   ASSERT_STATUS(bagua_ddp_set_lr(ddp, -1), BAGUA_ERR_INVALID_ARG);
-  ASSERT_STATUS(bagua_ddp_async_abort(ddp), BAGUA_ERR_INVALID_USAGE);
+  ASSERT_STATUS(bagua_ddp_async_pause(ddp), BAGUA_ERR_INVALID_USAGE);
   ASSERT_STATUS(bagua_ddp_async_resume(ddp), BAGUA_ERR_INVALID_USAGE);
   bagua_ddp_stats_t st = {.struct_size = 0};
   ASSERT_STATUS(bagua_ddp_stats(ddp, &st), BAGUA_ERR_INVALID_ARG);

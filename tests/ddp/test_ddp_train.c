@@ -141,7 +141,7 @@ static void train(bagua_comm_t *c, const targs_t *a, const shard_t *s, model_t *
    * has left the loop above: a rank still pacing its last step on a round would wait forever. */
   if (is_async) {
     ASSERT_OK(bagua_barrier(c));
-    ASSERT_OK(bagua_ddp_async_abort(ddp));
+    ASSERT_OK(bagua_ddp_async_pause(ddp));
   }
   res->st.struct_size = sizeof(res->st);
   ASSERT_OK(bagua_ddp_stats(ddp, &res->st));

@@ -17,7 +17,7 @@
  * Checks: every worker reaches STEPS (the elastic step counter and the context's own step
  * count agree, so no step was lost or repeated), the world sizes recorded per committed step
  * change as the rounds did, the loss went down, and for the centralised algorithms (and async
- * after bagua_ddp_async_abort) the final weights are bit-identical on every rank.
+ * after bagua_ddp_async_pause) the final weights are bit-identical on every rank.
  */
 #include <math.h>
 #include <signal.h>
@@ -130,7 +130,7 @@ static int worker(const char *endpoint, int round, int rank, int size, int slot,
     progress[slot] = s + 1;
     rounds_sleep_ms(10);
   }
-  if (strcmp(algo, "async") == 0) ASSERT_OK(bagua_ddp_async_abort(ddp));
+  if (strcmp(algo, "async") == 0) ASSERT_OK(bagua_ddp_async_pause(ddp));
   bagua_ddp_stats_t stt = {.struct_size = sizeof(stt)};
   ASSERT_OK(bagua_ddp_stats(ddp, &stt));
   res.step = bagua_elastic_step(e);

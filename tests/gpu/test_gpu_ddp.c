@@ -17,7 +17,7 @@
  *     sums differently from the CPU transport) and within a few quantization bins per step
  *     where weights or gradients cross MinMaxUInt8 between ranks (a sum rounded differently
  *     can move a value into the neighbouring bin);
- *   - async: after bagua_ddp_async_abort() every rank holds the same finite weights.
+ *   - async: after bagua_ddp_async_pause() every rank holds the same finite weights.
  * The centralized algorithms must also leave identical weights on both ranks.
  *
  * With two ranks two more runs check the failure paths in cuda mode: bagua_ddp_abort() from
@@ -399,7 +399,7 @@ static uint64_t run(bagua_comm_t *c, ctx_t *x, const case_t *k, int cuda, float 
     }
   }
   if (is_async(k)) {
-    DDP_OK(x, k, bagua_ddp_async_abort(ddp));
+    DDP_OK(x, k, bagua_ddp_async_pause(ddp));
     /* The final average may have run on the library's own stream. */
     if (cuda) CUDA_OK(cudaDeviceSynchronize());
   }
