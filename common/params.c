@@ -113,6 +113,27 @@ const char *bagua__param_str(bagua__param_id_t id) {
   return g_val[id].sval;
 }
 
+const char *bagua__param_env_name(bagua__param_id_t id) {
+  return g_desc[id].env;
+}
+
+void bagua__param_bounds(bagua__param_id_t id, int64_t *lo, int64_t *hi) {
+  if (lo) *lo = g_desc[id].lo;
+  if (hi) *hi = g_desc[id].hi;
+}
+
+int64_t bagua__param_int_default(bagua__param_id_t id) {
+  return g_desc[id].idef;
+}
+
+bagua_status_t bagua__param_parse(bagua__param_id_t id, const char *value, int64_t *out, char *err,
+                                  size_t errlen) {
+  int64_t v = 0;
+  if (validate(&g_desc[id], value, &v, err, errlen) != 0) return BAGUA_ERR_INVALID_ARG;
+  if (out) *out = v;
+  return BAGUA_OK;
+}
+
 int bagua__param_is_set(bagua__param_id_t id) {
   ensure_loaded();
   return g_val[id].set && !g_val[id].bad;

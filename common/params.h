@@ -23,6 +23,15 @@ typedef enum {
 
 int64_t bagua__param_int(bagua__param_id_t id);
 const char *bagua__param_str(bagua__param_id_t id);
+/* The registry's description of a parameter, so that no caller writes its bounds or default
+ * again: the variable's name, and for INT parameters the inclusive bounds and the default. */
+const char *bagua__param_env_name(bagua__param_id_t id);
+void bagua__param_bounds(bagua__param_id_t id, int64_t *lo, int64_t *hi);
+int64_t bagua__param_int_default(bagua__param_id_t id);
+/* Validates `value` for parameter `id` as if the environment held it (the same rules and
+ * message as bagua__params_check()); on success *out holds the parsed integer (INT only). */
+bagua_status_t bagua__param_parse(bagua__param_id_t id, const char *value, int64_t *out, char *err,
+                                  size_t errlen);
 /* True when the environment set the parameter (as opposed to the built-in default). */
 int bagua__param_is_set(bagua__param_id_t id);
 /* BAGUA_OK, or BAGUA_ERR_INVALID_ARG with a warning naming the first bad variable. */
