@@ -4,8 +4,9 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config git
-      libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev zlib1g-dev
-      etcd-server etcd-client iproute2 dataset-fashion-mnist)
+      clang libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev zlib1g-dev
+      etcd-server etcd-client iproute2 dataset-fashion-mnist
+      python3-dev python3-numpy python3-pytest python3-torch python3-torchvision)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -221,6 +221,19 @@ static int badargs_body(bagua_comm_t *c, void *arg) {
   ASSERT_STATUS(bagua_broadcast(c, f, f, 8, BAGUA_F32, 5), BAGUA_ERR_INVALID_ARG);
   ASSERT_STATUS(bagua_allreduce(c, NULL, f, 8, BAGUA_F32, BAGUA_SUM), BAGUA_ERR_INVALID_ARG);
   ASSERT_STATUS(bagua_send(c, f, 1, BAGUA_F32, me), BAGUA_ERR_INVALID_ARG);
+  /* A NULL communicator is refused before anything reads it, in the collectives whose
+   * buffers hold one block per rank too (they once read its size first). */
+  ASSERT_STATUS(bagua_reduce_scatter(NULL, f, f, 1, BAGUA_F32, BAGUA_SUM), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_allgather(NULL, f, f, 1, BAGUA_F32), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_alltoall(NULL, f, f, 1, BAGUA_F32), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_gather(NULL, f, f, 1, BAGUA_F32, 0), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_scatter(NULL, f, f, 1, BAGUA_F32, 0), BAGUA_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(bagua_last_error(), "communicator is NULL") != NULL);
+  /* sendrecv with a NULL buffer and a non-zero count: an error naming the buffer, no crash. */
+  ASSERT_STATUS(bagua_sendrecv(c, NULL, 2, me, f, 2, me, BAGUA_F32), BAGUA_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(bagua_last_error(), "sbuf") != NULL);
+  ASSERT_STATUS(bagua_sendrecv(c, f, 2, me, NULL, 2, me, BAGUA_F32), BAGUA_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(bagua_last_error(), "rbuf") != NULL);
   ASSERT_STATUS(bagua_comm_get_async_error(c), BAGUA_OK);
   /* Still usable after refused arguments. */
   ASSERT_OK(bagua_allreduce(c, f, f, 8, BAGUA_F32, BAGUA_SUM));

@@ -1,0 +1,23 @@
+"""The PyTorch front end of Bagua-C, with upstream Bagua's ``bagua.torch_api`` names.
+
+Typical use (CPU tensors)::
+
+    import bagua.torch_api as bagua
+    bagua.init_process_group()
+    bagua.allreduce_inplace(tensor, op=bagua.ReduceOp.AVG)
+"""
+
+from bagua._C import BaguaError  # noqa: F401
+from bagua.torch_api import communication  # noqa: F401
+from bagua.torch_api.communication import (  # noqa: F401
+    BaguaProcessGroup, ReduceOp, allgather, allgather_inplace, allreduce, allreduce_inplace,
+    alltoall, alltoall_inplace, barrier, broadcast, gather, get_default_group,
+    init_process_group, is_initialized, new_group, recv, reduce, reduce_inplace,
+    reduce_scatter, reduce_scatter_inplace, scatter, send)
+from bagua.torch_api.env import (  # noqa: F401
+    get_local_rank, get_local_size, get_rank, get_world_size)
+
+
+def get_backend(model_name=None):
+    """The name of the communication backend: libbagua over shm/tcp."""
+    return "bagua-c"

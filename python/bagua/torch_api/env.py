@@ -1,0 +1,48 @@
+"""Worker environment, read through libbagua's parameter registry.
+
+bagua-launch and torchrun both set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT; libbagua's registry (common/params.def) is the one place that
+reads and validates them, so the Python layer asks it instead of os.environ.
+"""
+
+from bagua import _C
+
+
+def _int(name, default):
+    value = _C.param_get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not an integer") from None
+
+
+def get_rank():
+    """This worker's global rank (RANK, default 0)."""
+    return max(_int("RANK", 0), 0)
+
+
+def get_world_size():
+    """Number of workers (WORLD_SIZE, default 1)."""
+    return max(_int("WORLD_SIZE", 1), 1)
+
+
+def get_local_rank():
+    """Rank of this worker on its node (LOCAL_RANK, default 0)."""
+    return max(_int("LOCAL_RANK", 0), 0)
+
+
+def get_local_size():
+    """Workers on this node (LOCAL_WORLD_SIZE, default 1)."""
+    return max(_int("LOCAL_WORLD_SIZE", 1), 1)
+
+
+def get_master_addr():
+    """Address of rank 0 (MASTER_ADDR)."""
+    return _C.param_get("MASTER_ADDR") or "127.0.0.1"
+
+
+def get_bootstrap():
+    """How libbagua's ranks find each other (BAGUA_BOOTSTRAP: env://, tcp://, etcd://)."""
+    return _C.param_get("BAGUA_BOOTSTRAP") or "env://"

@@ -1,0 +1,327 @@
+/*
+ * bagua._C.Comm: a libbagua communicator (include/bagua/comm.h). Buffers are passed as
+ * addresses (torch's data_ptr()) with element counts and dtype codes; the Python layer
+ * (bagua/torch_api/communication.py) checks tensors (CPU, contiguous, dtype, sizes) first.
+ *
+ * Ownership: a Comm owns its bagua_comm_t and destroys it in close() or when collected.
+ * Threading: the GIL is released around every call that can block; abort() may be called
+ * from any thread (libbagua's abort is thread-safe) and makes blocked calls return.
+ */
+#include "ext.h"
+
+typedef struct {
+  PyObject_HEAD bagua_comm_t *comm;
+} comm_obj_t;
+
+static PyTypeObject g_comm_type;
+
+bagua_comm_t *bagua_py_comm_get(PyObject *obj) {
+  if (!PyObject_TypeCheck(obj, &g_comm_type)) {
+    PyErr_Format(PyExc_TypeError, "expected a bagua._C.Comm, not %s", Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  comm_obj_t *c = (comm_obj_t *)obj;
+  if (!c->comm) {
+    PyErr_SetString(PyExc_ValueError, "the communicator is closed");
+    return NULL;
+  }
+  return c->comm;
+}
+
+static PyObject *wrap(bagua_comm_t *comm) {
+  comm_obj_t *o = PyObject_New(comm_obj_t, &g_comm_type);
+  if (!o) {
+    bagua_comm_destroy(comm);
+    return NULL;
+  }
+  o->comm = comm;
+  return (PyObject *)o;
+}
+
+static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  static char *kws[] = {"rank", "size", "bootstrap", "transport", "timeout_ms", NULL};
+  int rank = -1, size = -1, timeout_ms = -1;
+  const char *bootstrap = NULL, *transport = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|iizzi", kws, &rank, &size, &bootstrap, &transport,
+                                   &timeout_ms))
+    return NULL;
+  bagua_comm_config_t cfg = BAGUA_COMM_CONFIG_INIT;
+  cfg.rank = rank;
+  cfg.size = size;
+  cfg.bootstrap = bootstrap;
+  cfg.timeout_ms = timeout_ms;
+  if (transport) {
+    static const char *names[] = {"auto", "tcp", "shm"};
+    static const int kinds[] = {BAGUA_TRANSPORT_AUTO, BAGUA_TRANSPORT_TCP, BAGUA_TRANSPORT_SHM};
+    int found = 0;
+    for (int i = 0; i < 3; i++)
+      if (!strcmp(transport, names[i])) cfg.transport = kinds[i], found = 1;
+    if (!found) {
+      PyErr_Format(PyExc_ValueError, "transport \"%s\" is unknown; accepted: auto, tcp, shm",
+                   transport);
+      return NULL;
+    }
+  }
+  bagua_comm_t *comm = NULL;
+  bagua_status_t st;
+  Py_BEGIN_ALLOW_THREADS st = bagua_comm_create(&cfg, &comm);
+  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "bagua_comm_create");
+  (void)type;
+  return wrap(comm);
+}
+
+static void comm_dealloc(comm_obj_t *self) {
+  bagua_comm_t *c = self->comm;
+  self->comm = NULL;
+  if (c) {
+    Py_BEGIN_ALLOW_THREADS bagua_comm_destroy(c);
+    Py_END_ALLOW_THREADS
+  }
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *comm_close(comm_obj_t *self, PyObject *unused) {
+  bagua_comm_t *c = self->comm;
+  self->comm = NULL;
+  if (c) {
+    Py_BEGIN_ALLOW_THREADS bagua_comm_destroy(c);
+    Py_END_ALLOW_THREADS
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *comm_abort(comm_obj_t *self, PyObject *unused) {
+  /* No GIL release needed: abort only sets flags and wakes waiters. */
+  if (self->comm) bagua_comm_abort(self->comm);
+  Py_RETURN_NONE;
+}
+
+#define GET(self)                                  \
+  bagua_comm_t *comm = bagua_py_comm_get((PyObject *)(self)); \
+  if (!comm) return NULL
+
+#define RUN(what, call)                                           \
+  do {                                                            \
+    bagua_status_t st_;                                           \
+    Py_BEGIN_ALLOW_THREADS st_ = (call);                          \
+    Py_END_ALLOW_THREADS if (st_ != BAGUA_OK) return bagua_py_raise(st_, what); \
+    Py_RETURN_NONE;                                               \
+  } while (0)
+
+/* Parses "OOn i [i [i]]": send address, recv address, count, dtype, then up to two ints. */
+static int parse_bufs(PyObject *args, const char *fmt, void **s, void **r, Py_ssize_t *count,
+                      bagua_dtype_t *dt, int *a, int *b) {
+  PyObject *so, *ro;
+  int dcode;
+  if (!PyArg_ParseTuple(args, fmt, &so, &ro, count, &dcode, a, b)) return -1;
+  if (*count < 0) {
+    PyErr_Format(PyExc_ValueError, "count %zd is negative", *count);
+    return -1;
+  }
+  if (bagua_py_ptr(so, s) < 0 || bagua_py_ptr(ro, r) < 0) return -1;
+  return bagua_py_dtype(dcode, dt);
+}
+
+static PyObject *comm_allreduce(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *s, *r;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int opc = 0, unused = 0;
+  bagua_op_t op;
+  if (parse_bufs(args, "OOni|i", &s, &r, &n, &dt, &opc, &unused) < 0 || bagua_py_op(opc, &op) < 0)
+    return NULL;
+  RUN("allreduce", bagua_allreduce(comm, s, r, (size_t)n, dt, op));
+}
+
+static PyObject *comm_reduce_scatter(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *s, *r;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int opc = 0, unused = 0;
+  bagua_op_t op;
+  if (parse_bufs(args, "OOni|i", &s, &r, &n, &dt, &opc, &unused) < 0 || bagua_py_op(opc, &op) < 0)
+    return NULL;
+  RUN("reduce_scatter", bagua_reduce_scatter(comm, s, r, (size_t)n, dt, op));
+}
+
+static PyObject *comm_allgather(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *s, *r;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int a = 0, b = 0;
+  if (parse_bufs(args, "OOni", &s, &r, &n, &dt, &a, &b) < 0) return NULL;
+  RUN("allgather", bagua_allgather(comm, s, r, (size_t)n, dt));
+}
+
+static PyObject *comm_alltoall(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *s, *r;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int a = 0, b = 0;
+  if (parse_bufs(args, "OOni", &s, &r, &n, &dt, &a, &b) < 0) return NULL;
+  RUN("alltoall", bagua_alltoall(comm, s, r, (size_t)n, dt));
+}
+
+static PyObject *comm_broadcast(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *s, *r;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int root = 0, b = 0;
+  if (parse_bufs(args, "OOnii", &s, &r, &n, &dt, &root, &b) < 0) return NULL;
+  RUN("broadcast", bagua_broadcast(comm, s, r, (size_t)n, dt, root));
+}
+
+static PyObject *comm_reduce(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *s, *r;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int opc = 0, root = 0;
+  bagua_op_t op;
+  if (parse_bufs(args, "OOniii", &s, &r, &n, &dt, &opc, &root) < 0 || bagua_py_op(opc, &op) < 0)
+    return NULL;
+  RUN("reduce", bagua_reduce(comm, s, r, (size_t)n, dt, op, root));
+}
+
+static PyObject *comm_gather(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *s, *r;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int root = 0, b = 0;
+  if (parse_bufs(args, "OOnii", &s, &r, &n, &dt, &root, &b) < 0) return NULL;
+  RUN("gather", bagua_gather(comm, s, r, (size_t)n, dt, root));
+}
+
+static PyObject *comm_scatter(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *s, *r;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int root = 0, b = 0;
+  if (parse_bufs(args, "OOnii", &s, &r, &n, &dt, &root, &b) < 0) return NULL;
+  RUN("scatter", bagua_scatter(comm, s, r, (size_t)n, dt, root));
+}
+
+/* send(addr, count, dtype, peer) and recv(addr, count, dtype, peer). */
+static int parse_p2p(PyObject *args, void **p, Py_ssize_t *n, bagua_dtype_t *dt, int *peer) {
+  PyObject *po;
+  int dcode;
+  if (!PyArg_ParseTuple(args, "Onii", &po, n, &dcode, peer)) return -1;
+  if (*n < 0) {
+    PyErr_Format(PyExc_ValueError, "count %zd is negative", *n);
+    return -1;
+  }
+  if (bagua_py_ptr(po, p) < 0) return -1;
+  return bagua_py_dtype(dcode, dt);
+}
+
+static PyObject *comm_send(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *p;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int peer;
+  if (parse_p2p(args, &p, &n, &dt, &peer) < 0) return NULL;
+  RUN("send", bagua_send(comm, p, (size_t)n, dt, peer));
+}
+
+static PyObject *comm_recv(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  void *p;
+  Py_ssize_t n;
+  bagua_dtype_t dt;
+  int peer;
+  if (parse_p2p(args, &p, &n, &dt, &peer) < 0) return NULL;
+  RUN("recv", bagua_recv(comm, p, (size_t)n, dt, peer));
+}
+
+static PyObject *comm_barrier(comm_obj_t *self, PyObject *unused) {
+  GET(self);
+  RUN("barrier", bagua_barrier(comm));
+}
+
+static PyObject *comm_split(comm_obj_t *self, PyObject *args) {
+  GET(self);
+  int color, key = 0;
+  if (!PyArg_ParseTuple(args, "i|i", &color, &key)) return NULL;
+  bagua_comm_t *out = NULL;
+  bagua_status_t st;
+  Py_BEGIN_ALLOW_THREADS st = bagua_comm_split(comm, color, key, &out);
+  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "split");
+  if (!out) Py_RETURN_NONE;
+  return wrap(out);
+}
+
+#define INT_GETTER(name, expr)                                   \
+  static PyObject *get_##name(comm_obj_t *self, void *closure) { \
+    GET(self);                                                   \
+    return PyLong_FromLongLong((long long)(expr));               \
+  }
+INT_GETTER(rank, bagua_comm_rank(comm))
+INT_GETTER(size, bagua_comm_size(comm))
+INT_GETTER(local_rank, bagua_comm_local_rank(comm))
+INT_GETTER(local_size, bagua_comm_local_size(comm))
+INT_GETTER(node_count, bagua_comm_node_count(comm))
+INT_GETTER(bytes_sent, bagua_comm_bytes_sent(comm))
+
+static PyObject *get_transport(comm_obj_t *self, void *closure) {
+  GET(self);
+  return PyUnicode_FromString(bagua_comm_transport_name(comm));
+}
+
+static PyObject *get_closed(comm_obj_t *self, void *closure) {
+  return PyBool_FromLong(self->comm == NULL);
+}
+
+static PyGetSetDef comm_getset[] = {
+    {"rank", (getter)get_rank, NULL, "This process's rank.", NULL},
+    {"size", (getter)get_size, NULL, "Number of ranks.", NULL},
+    {"local_rank", (getter)get_local_rank, NULL, "Rank among the ranks of this node.", NULL},
+    {"local_size", (getter)get_local_size, NULL, "Ranks on this node.", NULL},
+    {"node_count", (getter)get_node_count, NULL, "Number of nodes.", NULL},
+    {"bytes_sent", (getter)get_bytes_sent, NULL, "Bytes sent to peers since creation.", NULL},
+    {"transport", (getter)get_transport, NULL, "\"tcp\", \"shm\" or \"hier(shm+tcp)\".", NULL},
+    {"closed", (getter)get_closed, NULL, "True after close().", NULL},
+    {NULL}};
+
+#define M(name, flags, doc) {#name, (PyCFunction)comm_##name, flags, doc}
+static PyMethodDef comm_methods[] = {
+    M(allreduce, METH_VARARGS, "allreduce(send, recv, count, dtype, op)"),
+    M(reduce_scatter, METH_VARARGS, "reduce_scatter(send, recv, recvcount, dtype, op)"),
+    M(allgather, METH_VARARGS, "allgather(send, recv, sendcount, dtype)"),
+    M(alltoall, METH_VARARGS, "alltoall(send, recv, count, dtype)"),
+    M(broadcast, METH_VARARGS, "broadcast(send, recv, count, dtype, root)"),
+    M(reduce, METH_VARARGS, "reduce(send, recv, count, dtype, op, root)"),
+    M(gather, METH_VARARGS, "gather(send, recv, sendcount, dtype, root)"),
+    M(scatter, METH_VARARGS, "scatter(send, recv, recvcount, dtype, root)"),
+    M(send, METH_VARARGS, "send(buf, count, dtype, peer)"),
+    M(recv, METH_VARARGS, "recv(buf, count, dtype, peer)"),
+    M(barrier, METH_NOARGS, "barrier()"),
+    M(split, METH_VARARGS, "split(color, key=0) -> Comm or None"),
+    M(abort, METH_NOARGS, "abort(): makes current and future calls raise BaguaAbortedError "
+                          "(any thread)"),
+    M(close, METH_NOARGS, "close(): destroys the communicator"),
+    {NULL}};
+
+static PyTypeObject g_comm_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bagua._C.Comm",
+    .tp_basicsize = sizeof(comm_obj_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Comm(rank=-1, size=-1, bootstrap=None, transport=None, timeout_ms=-1): a libbagua "
+              "communicator; -1/None take RANK, WORLD_SIZE, BAGUA_* from the environment.",
+    .tp_new = comm_new,
+    .tp_dealloc = (destructor)comm_dealloc,
+    .tp_methods = comm_methods,
+    .tp_getset = comm_getset,
+};
+
+int bagua_py_comm_init(PyObject *module) {
+  if (PyType_Ready(&g_comm_type) < 0) return -1;
+  return PyModule_AddObjectRef(module, "Comm", (PyObject *)&g_comm_type);
+}

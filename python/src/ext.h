@@ -1,0 +1,36 @@
+/*
+ * Internal declarations of the CPython extension module bagua._C (python/src/): the error
+ * hierarchy and the helpers every type of the module shares.
+ *
+ * Threading: every function here is called with the GIL held. The wrappers release the GIL
+ * around each libbagua call that can block (collectives, creation, steps), so other Python
+ * threads run meanwhile; libbagua's thread-local last-error text is read on the same thread
+ * right after the call, before the GIL is taken back by anyone else's code on this thread.
+ */
+#ifndef BAGUA_PY_EXT_H
+#define BAGUA_PY_EXT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "bagua/bagua.h"
+
+/* Raises the BaguaError subclass of `st` with "WHAT: BAGUA_ERR_X: last warning" and returns
+ * NULL, so callers can `return bagua_py_raise(st, "allreduce");`. */
+PyObject *bagua_py_raise(bagua_status_t st, const char *what);
+
+/* Parses a dtype code (a bagua_dtype_t) or op code; sets ValueError and returns -1 if bad. */
+int bagua_py_dtype(int code, bagua_dtype_t *out);
+int bagua_py_op(int code, bagua_op_t *out);
+
+/* Converts a Python int holding a memory address (torch's data_ptr()) into a pointer; 0 is
+ * accepted only when `count` is 0. Sets an exception and returns -1 if bad. */
+int bagua_py_ptr(PyObject *obj, void **out);
+
+/* Adds the error classes (BaguaError and one subclass per status) to the module. */
+int bagua_py_errors_init(PyObject *module);
+/* Adds the Comm type; bagua_py_comm_get() unwraps one (borrowed; NULL + TypeError if not). */
+int bagua_py_comm_init(PyObject *module);
+bagua_comm_t *bagua_py_comm_get(PyObject *obj);
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * bagua._C: the CPython extension module that binds libbagua for the Python package `bagua`
+ * (python/bagua). It holds no logic of its own: types that own libbagua handles (Comm, DDP,
+ * Sampler, Elastic), the error hierarchy, and the constants of include/bagua/types.h, so that
+ * no Python file repeats a number or a struct layout of the C library.
+ */
+#include "ext.h"
+
+static PyObject *py_param_get(PyObject *self, PyObject *args) {
+  const char *name;
+  if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
+  const char *v = bagua_param_get(name);
+  if (!v) Py_RETURN_NONE;
+  return PyUnicode_FromString(v);
+}
+
+static PyObject *py_dtype_size(PyObject *self, PyObject *args) {
+  int code;
+  bagua_dtype_t dt;
+  if (!PyArg_ParseTuple(args, "i", &code) || bagua_py_dtype(code, &dt) < 0) return NULL;
+  return PyLong_FromSize_t(bagua_dtype_size(dt));
+}
+
+static PyMethodDef methods[] = {
+    {"param_get", py_param_get, METH_VARARGS,
+     "param_get(name) -> str or None: a BAGUA_* or worker variable as libbagua's registry reads "
+     "it (None for an unknown name)."},
+    {"dtype_size", py_dtype_size, METH_VARARGS, "dtype_size(code) -> bytes per element."},
+    {NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "bagua._C",
+    .m_doc = "libbagua bindings for the bagua package.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__C(void) {
+  PyObject *m = PyModule_Create(&module_def);
+  if (!m) return NULL;
+  struct {
+    const char *name;
+    long value;
+  } consts[] = {
+      {"F32", BAGUA_F32}, {"F16", BAGUA_F16}, {"BF16", BAGUA_BF16}, {"F64", BAGUA_F64},
+      {"I32", BAGUA_I32}, {"I64", BAGUA_I64}, {"U8", BAGUA_U8},     {"SUM", BAGUA_SUM},
+      {"AVG", BAGUA_AVG}, {"MIN", BAGUA_MIN}, {"MAX", BAGUA_MAX},
+  };
+  for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
+    if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) goto fail;
+  if (PyModule_AddStringConstant(m, "__version__", BAGUA_VERSION_STRING) < 0) goto fail;
+  if (bagua_py_errors_init(m) < 0 || bagua_py_comm_init(m) < 0) goto fail;
+  return m;
+fail:
+  Py_DECREF(m);
+  return NULL;
+}

@@ -1,0 +1,13 @@
+"""Bad input and failures in bagua.torch_api: clear exceptions, no crash, no hang."""
+
+
+def test_bad_inputs_raise(workers):
+    workers("errors_worker.py", 1, args=["inputs"]).check()
+
+
+def test_dead_peer_raises_within_the_timeout(workers):
+    r = workers("errors_worker.py", 2, args=["deadpeer"], env={"BAGUA_COMM_TIMEOUT_MS": "3000"},
+                nodes=2)
+    assert r.codes[1] == -9, f"rank 1 should have killed itself:\n{r.outputs[1]}"
+    assert r.codes[0] == 0, r.outputs[0]
+    assert "deadpeer: Bagua" in r.outputs[0]

@@ -1,0 +1,60 @@
+"""Bad input raises the documented exception naming the problem; a dead peer raises a
+BaguaError within the communicator's timeout. usage: errors_worker.py inputs|deadpeer"""
+
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import bagua.torch_api as bagua
+from bagua import _C
+
+
+def expect(exc, fn, *words):
+    try:
+        fn()
+    except exc as e:
+        for w in words:
+            assert w in str(e), f"{exc.__name__} message {str(e)!r} does not name {w!r}"
+        return e
+    raise AssertionError(f"{fn} did not raise {exc.__name__}")
+
+
+def inputs():
+    bagua.init_process_group()
+    expect(RuntimeError, bagua.init_process_group, "already")
+    t = torch.zeros(8)
+    expect(TypeError, lambda: bagua.allreduce_inplace([1, 2]), "torch.Tensor")
+    expect(TypeError, lambda: bagua.allreduce_inplace(torch.zeros(4, dtype=torch.complex64)),
+           "complex64", "accepted")
+    expect(ValueError, lambda: bagua.allreduce_inplace(torch.zeros(4, 4).t()), "contiguous")
+    expect(ValueError, lambda: bagua.allreduce(t, torch.zeros(7)), "8", "7")
+    expect(TypeError, lambda: bagua.allreduce(t, torch.zeros(8, dtype=torch.float64)), "dtype")
+    expect(ValueError, lambda: bagua.allreduce_inplace(t, op=bagua.ReduceOp.PRODUCT),
+           "PRODUCT", "accepted")
+    expect(ValueError, lambda: bagua.allgather(t, torch.zeros(3)), "world size")
+    # libbagua's own checks come back as BaguaError subclasses with the status name.
+    e = expect(_C.BaguaInvalidArgError, lambda: bagua.broadcast(t, src=5), "root")
+    assert e.status_name == "BAGUA_ERR_INVALID_ARG" and isinstance(e, bagua.BaguaError)
+    assert isinstance(e, RuntimeError)
+    print("inputs: every bad input raised the documented exception")
+
+
+def deadpeer():
+    bagua.init_process_group()
+    t = torch.ones(1000)
+    bagua.allreduce_inplace(t)
+    if bagua.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    e = expect(bagua.BaguaError, lambda: [bagua.allreduce_inplace(t) for _ in range(1000)])
+    took = time.monotonic() - t0
+    limit = int(_C.param_get("BAGUA_COMM_TIMEOUT_MS")) / 1000 + 1
+    assert took < limit, f"the survivor raised after {took:.2f} s, more than {limit} s"
+    print(f"deadpeer: {type(e).__name__} after {took:.2f} s: {e}")
+
+
+if __name__ == "__main__":
+    {"inputs": inputs, "deadpeer": deadpeer}[sys.argv[1]]()
