@@ -1,32 +1,18 @@
 /*
- * The private etcd bagua-launch runs when no --rdzv-endpoint is given.
- *
- * etcd runs under a small keeper process (a fork of the launcher, in its own process group so
- * a terminal's Ctrl-C does not reach it). The launcher holds the write end of a pipe to the
- * keeper; when the launcher closes it, or dies in any way (even SIGKILL), the keeper sees
- * end-of-file, stops etcd (SIGTERM, then SIGKILL) and removes the temporary directory. etcd
- * itself has a parent-death signal tied to the keeper, so it cannot outlive the keeper either.
+ * The private etcd bagua-launch runs when no --rdzv-endpoint is given: the common helper
+ * (common/etcd/local.h) with etcd under a keeper process, so that etcd is stopped and its
+ * directory removed however the launcher ends (even by SIGKILL).
  */
 #ifndef BAGUA_LAUNCHER_ETCD_LOCAL_H
 #define BAGUA_LAUNCHER_ETCD_LOCAL_H
 
-#include <sys/types.h>
+#include <stddef.h>
 
-/* Upper bound on etcd start-up: process start to a healthy answer. */
-#define LAUNCH_ETCD_START_TIMEOUT_MS 15000
-/* How long etcd gets after SIGTERM before SIGKILL. */
-#define LAUNCH_ETCD_STOP_TIMEOUT_MS 5000
+#include "common/etcd/local.h"
 
-typedef struct {
-  pid_t keeper; /* 0 when not running */
-  int ctl_fd;   /* write end of the keeper's control pipe; closing it stops etcd */
-  int evt_fd;   /* read end: readable when etcd exited by itself */
-  int client_port;
-  char addr[64];     /* address the client URL listens on */
-  char endpoint[96]; /* "ADDR:PORT" for the agents */
-  char dir[64];      /* temporary directory holding data/ and etcd.log */
-  char log_path[96];
-} bagua__launch_etcd_t;
+/* The launcher uses the helper's state as is: `endpoint` ("ADDR:PORT") for the agents,
+ * `client_port` for its own loopback client, `evt_fd` (readable once etcd exited) to poll. */
+typedef bagua__etcd_local_t bagua__launch_etcd_t;
 
 /*
  * Starts etcd from `bin` with its client URL on `addr` (and on 127.0.0.1 as well when `addr`
@@ -39,15 +25,18 @@ int bagua__launch_etcd_start(const char *bin, const char *addr, int sigfd, bagua
                              char *err, size_t errlen);
 
 /* 1 when etcd has exited by itself (the keeper reported it). */
-int bagua__launch_etcd_died(bagua__launch_etcd_t *e);
+static inline int bagua__launch_etcd_died(bagua__launch_etcd_t *e) {
+  return bagua__etcd_local_exited(e);
+}
 
 /* Copies the last `max_bytes` of etcd's log to stderr. */
-void bagua__launch_etcd_dump_log(const bagua__launch_etcd_t *e, long max_bytes);
+static inline void bagua__launch_etcd_dump_log(const bagua__launch_etcd_t *e, long max_bytes) {
+  bagua__etcd_local_dump_log(e, max_bytes);
+}
 
 /* Stops etcd, waits for the keeper and removes the directory. Safe to call twice. */
-void bagua__launch_etcd_stop(bagua__launch_etcd_t *e);
-
-/* Removes a directory tree (used on every exit path that owns one). */
-void bagua__launch_remove_tree(const char *dir);
+static inline void bagua__launch_etcd_stop(bagua__launch_etcd_t *e) {
+  (void)bagua__etcd_local_stop(e);
+}
 
 #endif

@@ -1,13 +1,15 @@
 /*
  * Test fixture: a real single-member etcd on free loopback ports with a temporary data dir.
+ * The process itself is run by the common helper (common/etcd/local.h), directly: etcd is a
+ * child of the test, so it can be stopped, restarted on the same ports and data, or frozen.
  *
  * The fixture is plain data, so processes forked after etcd_fixture_start() can read
- * `endpoint` and talk to etcd. Only the process that started it (`owner`) may stop, restart or
- * signal it; in any other process those calls return -1 and do nothing. Call the start
- * functions from the main thread (or one that outlives the fixture): etcd is started with a
- * parent-death signal, so it cannot outlive a test that crashes or is killed by ctest, and
- * that signal is tied to the thread that forked it. A test that exits without stopping the
- * fixture (a failed assertion, for example) still stops etcd and removes its directory at
+ * `endpoint` and talk to etcd. Only the process that started it (`etcd.owner`) may stop,
+ * restart or signal it; in any other process those calls return -1 and do nothing. Call the
+ * start functions from the main thread (or one that outlives the fixture): etcd is started
+ * with a parent-death signal, so it cannot outlive a test that crashes or is killed by ctest,
+ * and that signal is tied to the thread that forked it. A test that exits without stopping
+ * the fixture (a failed assertion, for example) still stops etcd and removes its directory at
  * exit.
  *
  * Every wait polls a condition against a deadline; none is a fixed sleep.
@@ -15,27 +17,23 @@
 #ifndef BAGUA_TESTS_ETCD_FIXTURE_H
 #define BAGUA_TESTS_ETCD_FIXTURE_H
 
-#include <sys/types.h>
+#include "common/etcd/local.h"
 
 #ifndef ETCD_FIXTURE_BIN
-#define ETCD_FIXTURE_BIN "/usr/bin/etcd"
+#define ETCD_FIXTURE_BIN BAGUA__ETCD_LOCAL_BIN
 #endif
 
 /* Upper bound on etcd start-up (process start to a healthy answer). */
-#define ETCD_FIXTURE_START_TIMEOUT_MS 15000
+#define ETCD_FIXTURE_START_TIMEOUT_MS BAGUA__ETCD_LOCAL_START_TIMEOUT_MS
 /* How long etcd gets to exit after SIGTERM before SIGKILL. */
-#define ETCD_FIXTURE_STOP_TIMEOUT_MS 5000
+#define ETCD_FIXTURE_STOP_TIMEOUT_MS BAGUA__ETCD_LOCAL_STOP_TIMEOUT_MS
 
 typedef struct {
-  pid_t pid;          /* the etcd process; 0 while it is down */
-  pid_t owner;        /* the process that started it */
-  int client_port;    /* loopback port of the client URL */
-  int peer_port;      /* loopback port of the peer URL */
+  /* The process: etcd.pid (0 while down), etcd.owner, etcd.client_port, etcd.peer_port,
+   * etcd.dir, etcd.data_dir, etcd.log_path. */
+  bagua__etcd_local_t etcd;
   char endpoint[64];  /* "http://127.0.0.1:<client_port>" */
   char host_port[32]; /* "127.0.0.1:<client_port>" */
-  char dir[128];      /* temporary directory holding data/ and etcd.log */
-  char data_dir[160];
-  char log_path[160];
 } etcd_fixture_t;
 
 /* 1 when ETCD_FIXTURE_BIN exists and is executable. */
