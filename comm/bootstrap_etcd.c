@@ -4,41 +4,16 @@
  * are there. bagua-agent starts workers with BAGUA_BOOTSTRAP=etcd://HOST:PORT and BAGUA_ROUND,
  * so communicators form without MASTER_ADDR and without any rank acting as a server.
  */
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "bootstrap.h"
 #include "common/check.h"
 #include "common/etcd/etcd.h"
 #include "common/log.h"
 #include "common/sock.h"
-
-/* The local address of the route to host:port: the address peers on that network can use. */
-static uint32_t route_addr(const char *endpoint) {
-  char host[256];
-  const char *p = strstr(endpoint, "://");
-  snprintf(host, sizeof(host), "%s", p ? p + 3 : endpoint);
-  char *comma = strchr(host, ',');
-  if (comma) *comma = '\0';
-  char *colon = strrchr(host, ':');
-  int port = colon ? atoi(colon + 1) : 2379;
-  if (colon) *colon = '\0';
-  uint32_t addr;
-  if (bagua__resolve_ipv4(host, &addr) != BAGUA_OK) return 0;
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  struct sockaddr_in sa = {
-      .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
-  uint32_t local = 0;
-  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) local = bagua__sock_local_addr(fd);
-  close(fd);
-  return local;
-}
 
 bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
                                      bagua__endpoint_t *mine, bagua__endpoint_t *all) {
@@ -50,8 +25,8 @@ bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
   char prefix[512], key[600];
   int *seen = calloc((size_t)ctx->size, sizeof(int));
   if (!seen) return BAGUA_ERR_NO_MEMORY;
-  if (mine->addr == 0) mine->addr = route_addr(cfg->endpoint);
-  if (mine->addr == 0) {
+  /* bagua__route_addr() has said what was wrong with the endpoint; this names the remedy. */
+  if (mine->addr == 0 && bagua__route_addr(cfg->endpoint, &mine->addr) != BAGUA_OK) {
     BAGUA_WARN(
         "etcd bootstrap: cannot determine this node's address towards %s; set "
         "BAGUA_NODE_ADDR",

@@ -127,6 +127,8 @@ void bagua__shm_destroy(bagua__shm_t *s);
 extern const bagua__coll_ops_t bagua__hier_ops;
 bagua_status_t bagua__hier_setup(bagua_comm_t *c);
 
+/* ---- TCP mesh set-up (comm/comm_mesh.c) ---- */
+
 /* Connects the full mesh of TCP streams given c->eps and the listening socket, then picks and
  * sets up the transport. Used by every way of creating a communicator. Takes ownership of
  * lfd. On failure the caller destroys the half-built communicator. */
@@ -136,6 +138,33 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd);
  * rule. `node_id` NULL or "" falls back to BAGUA_NODE_ID, then GROUP_RANK, then the host. */
 bagua_status_t bagua__endpoint_init(bagua__endpoint_t *ep, const char *node_id, uint16_t port,
                                     int rank);
+
+/* ---- configuration (comm/comm_config.c) ---- */
+
+/*
+ * The settings every world communicator is created with. A caller copies in what its own
+ * config says and leaves the rest "unset" (-1 or NULL; 0 or less for the timeouts and
+ * nstreams); bagua__comm_settings_resolve() then gives every unset field its BAGUA_*
+ * parameter and checks the others, so that bagua_comm_create() and bagua_elastic_create()
+ * resolve each setting by one rule.
+ */
+typedef struct {
+  int rank, size;         /* -1: RANK, WORLD_SIZE (range checked by the caller) */
+  const char *job_id;     /* NULL: BAGUA_JOB_ID */
+  const char *node_id;    /* NULL: BAGUA_NODE_ID; "" then means as bagua__endpoint_init */
+  int transport;          /* -1: BAGUA_TRANSPORT; else a bagua_transport_kind_t */
+  int timeout_ms;         /* <= 0: BAGUA_COMM_TIMEOUT_MS */
+  int connect_timeout_ms; /* <= 0: BAGUA_CONNECT_TIMEOUT_MS */
+  int nstreams;           /* <= 0: BAGUA_NET_NSTREAMS */
+} bagua__comm_settings_t;
+
+/* Validates the parameter registry, fills the unset fields of `s` and checks the set ones
+ * against what the registry accepts. `who` names the public caller in warnings. Returns
+ * BAGUA_ERR_INVALID_ARG (with a warning) for a bad field or parameter. */
+bagua_status_t bagua__comm_settings_resolve(const char *who, bagua__comm_settings_t *s);
+
+/* ---- life cycle (comm/comm.c) ---- */
+
 /* Allocates a communicator with the fields every creation path needs. */
 bagua_status_t bagua__comm_alloc(int rank, int size, bagua_comm_t **out);
 
@@ -148,10 +177,8 @@ bagua_status_t bagua__comm_alloc(int rank, int size, bagua_comm_t **out);
  * Both may be NULL.
  */
 typedef struct {
-  int rank, size;
-  const char *job_id, *node_id; /* node_id NULL: as bagua__endpoint_init */
-  int64_t round;                /* makes the communicator id: stale peers cannot join */
-  int nstreams, transport, timeout_ms, connect_timeout_ms;
+  bagua__comm_settings_t s; /* resolved: no field is unset */
+  int64_t round;            /* makes the communicator id: stale peers cannot join */
   bagua__bootstrap_fn boot_fn;
   void *boot_arg;
   void (*on_alloc)(bagua_comm_t *c, void *arg);
@@ -161,6 +188,18 @@ typedef struct {
 
 /* Listens, bootstraps and connects a world communicator (collective over its ranks). */
 bagua_status_t bagua__comm_build(const bagua__comm_build_t *b, bagua_comm_t **out);
+
+/* Storage for the argument of whichever bootstrap bagua__comm_config_resolve() picks. */
+typedef struct {
+  bagua__boot_tcp_t tcp;
+  bagua__boot_etcd_t etcd;
+} bagua__comm_boot_args_t;
+
+/* Resolves a bagua_comm_config_t (NULL fields and -1 from the parameters) into the build
+ * description of bagua_comm_create(), including the bootstrap its URL names; `args` holds
+ * the bootstrap's argument and must outlive the build. */
+bagua_status_t bagua__comm_config_resolve(const bagua_comm_config_t *cfg,
+                                          bagua__comm_boot_args_t *args, bagua__comm_build_t *b);
 
 /* Generic algorithm entry points, also used by transports for cases they do not special-case. */
 bagua_status_t bagua__generic_barrier(bagua_comm_t *c);

@@ -21,7 +21,6 @@ static inline void bagua__flag_set(volatile int *flag) {
   __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
 }
 
-
 /* Resolves "host" (name or dotted quad) to an IPv4 address in network order. */
 bagua_status_t bagua__resolve_ipv4(const char *host, uint32_t *addr);
 
@@ -46,6 +45,14 @@ void bagua__sock_tune(int fd);
 int bagua__sock_set_nonblock(int fd, int on);
 /* Local address of a connected socket (network order). */
 uint32_t bagua__sock_local_addr(int fd);
+/*
+ * The local address of the route to the first entry of an etcd endpoint list
+ * ("[http://]HOST[:PORT][,...]"): the source address the kernel would use towards it, which is
+ * the address peers on that network can reach this host at. A connected UDP socket gives it
+ * without sending anything. Returns BAGUA_OK, or BAGUA_ERR_INVALID_ARG with a warning naming
+ * the endpoint (malformed port, unresolvable host, no route).
+ */
+bagua_status_t bagua__route_addr(const char *endpoint, uint32_t *addr);
 /* Writes "a.b.c.d" for an address in network order. */
 void bagua__ipv4_str(uint32_t addr, char *out, size_t len);
 

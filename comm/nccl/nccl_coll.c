@@ -182,8 +182,10 @@ static bagua_status_t run_group(bagua_nccl_comm_t *c, const bagua_nccl_p2p_t *op
   if (r != ncclSuccess) return bagua__nccl_settle(c, r, "ncclGroupStart", c->timeout_ms);
   ncclResult_t first = ncclSuccess;
   for (int i = 0; i < n && (first == ncclSuccess || first == ncclInProgress); i++) {
-    ncclDataType_t t;
-    bagua__nccl_dtype(ops[i].dtype, &t, what); /* checked by the caller */
+    /* The caller checked every dtype, so bagua__nccl_dtype() sets t; GCC cannot see that
+     * through the call, and at -O3 it reports t as maybe uninitialised without the initialiser. */
+    ncclDataType_t t = ncclUint8;
+    bagua__nccl_dtype(ops[i].dtype, &t, what);
     if (ops[i].is_recv)
       first = ncclRecv(ops[i].buf, ops[i].count, t, ops[i].peer, c->nccl, c->stream);
     else
@@ -234,7 +236,7 @@ static bagua_status_t single_p2p(bagua_nccl_comm_t *c, const bagua_nccl_p2p_t *o
                op->peer);
     return bagua__nccl_leave(c, dev, BAGUA_ERR_INVALID_ARG);
   }
-  ncclDataType_t t;
+  ncclDataType_t t = ncclUint8; /* set below: check_p2p() accepted the dtype (see run_group) */
   bagua__nccl_dtype(op->dtype, &t, what);
   ncclResult_t r = op->is_recv ? ncclRecv(op->buf, op->count, t, op->peer, c->nccl, c->stream)
                                : ncclSend(op->buf, op->count, t, op->peer, c->nccl, c->stream);

@@ -16,15 +16,11 @@
 #include "comm/comm_internal.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "nccl_internal.h"
 
-double bagua__nccl_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-/* Sleeps *pause_ns and doubles it up to 1 ms: quick answers stay quick, long waits stay cheap. */
+/* Sleeps *pause_ns and doubles it up to 1 ms: quick answers stay quick, long waits stay cheap.
+ * The first pauses are shorter than the millisecond bagua__sleep_ms() resolves, hence nanosleep. */
 static void backoff(long *pause_ns) {
   struct timespec ts = {0, *pause_ns};
   nanosleep(&ts, NULL);
@@ -72,10 +68,10 @@ static bagua_status_t aborted_status(bagua_nccl_comm_t *c) {
 
 bagua_status_t bagua__nccl_settle(bagua_nccl_comm_t *c, ncclResult_t r, const char *what,
                                   int timeout_ms) {
-  double deadline = bagua__nccl_now_ms() + timeout_ms;
+  int64_t deadline = bagua__deadline_in(timeout_ms);
   long pause_ns = 10000;
   while (r == ncclInProgress) {
-    if (bagua__nccl_now_ms() > deadline) {
+    if (bagua__expired(deadline)) {
       BAGUA_WARN(
           "%s still in progress after %d ms on rank %d of %d: aborting the NCCL "
           "communicator (see BAGUA_CONNECT_TIMEOUT_MS / BAGUA_COMM_TIMEOUT_MS)",
@@ -326,13 +322,13 @@ bagua_status_t bagua_nccl_comm_query(bagua_nccl_comm_t *c) {
 bagua_status_t bagua_nccl_comm_synchronize(bagua_nccl_comm_t *c) {
   int dev;
   BAGUA_CHECK(bagua__nccl_enter(c, &dev));
-  double deadline = bagua__nccl_now_ms() + c->timeout_ms;
+  int64_t deadline = bagua__deadline_in(c->timeout_ms);
   long pause_ns = 10000;
   bagua_status_t st;
   for (;;) {
     st = poll_once(c);
     if (st != BAGUA_ERR_IN_PROGRESS) break;
-    if (bagua__nccl_now_ms() > deadline) {
+    if (bagua__expired(deadline)) {
       BAGUA_WARN(
           "NCCL communicator (rank %d of %d): queued work not finished after %d ms, "
           "aborting it (see BAGUA_COMM_TIMEOUT_MS)",

@@ -71,6 +71,5 @@ static inline const char *bagua__nccl_last_error(ncclComm_t comm) {
 }
 
 /* Monotonic clock in milliseconds. */
-double bagua__nccl_now_ms(void);
 
 #endif

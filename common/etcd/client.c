@@ -5,10 +5,10 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/check.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "etcd_internal.h"
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
@@ -17,12 +17,6 @@ static CURLcode g_curl_init_rc;
 /* curl_global_init is not thread-safe and must run once before any other libcurl call. */
 static void curl_init_once(void) {
   g_curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
-}
-
-int64_t bagua__etcd_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int bagua__etcd_buf_append(etcd_buf_t *b, const void *p, size_t n) {
@@ -323,14 +317,14 @@ bagua_status_t bagua__etcd_call(bagua__etcd_t *c, const char *path, const cJSON 
   }
   /* The deadline starts before the lock, so time spent queued behind another thread's call
    * counts too and no call outlives its timeout by more than that call's own remainder. */
-  int64_t deadline = bagua__etcd_now_ms() + c->timeout_ms;
+  int64_t deadline = bagua__deadline_in(c->timeout_ms);
   pthread_mutex_lock(&c->lock);
   int start = __atomic_load_n(&c->cur, __ATOMIC_RELAXED), idx = start, tried = 0;
   CURLcode res = CURLE_OK;
   for (int i = 0; i < c->n_endpoints; i++) {
     idx = (start + i) % c->n_endpoints;
     tried = i + 1;
-    int64_t left = deadline - bagua__etcd_now_ms();
+    int64_t left = bagua__ms_left(deadline);
     if (left <= 0) {
       res = CURLE_OPERATION_TIMEDOUT;
       snprintf(c->conn.errbuf, sizeof(c->conn.errbuf), "no time left to try this endpoint");

@@ -86,9 +86,6 @@ bagua_status_t bagua__etcd_call(bagua__etcd_t *c, const char *path, const cJSON 
 /* A new client with the same endpoints and timeout as `c` (for threads that need their own). */
 bagua_status_t bagua__etcd_clone(const bagua__etcd_t *c, bagua__etcd_t **out);
 
-/* Monotonic clock in milliseconds. */
-int64_t bagua__etcd_now_ms(void);
-
 /* ---- JSON glue (json.c) ---- */
 
 /*

@@ -2,13 +2,12 @@
  * Leases: grant, one-shot keep-alive, revoke, and the background keeper thread that agents use
  * to keep their registration keys alive.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/check.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "etcd_internal.h"
 
 static cJSON *id_request(int64_t id) {
@@ -124,7 +123,7 @@ struct bagua__etcd_keeper {
   int64_t id, ttl_ms, interval_ms;
   pthread_t thread;
   pthread_mutex_t mu;
-  pthread_cond_t cv;  /* on CLOCK_MONOTONIC; signalled by stop */
+  pthread_cond_t cv;  /* bagua__cond_init (monotonic); signalled by stop */
   int stop;           /* under mu */
   int gone;           /* atomic: etcd said the lease expired or is unknown */
   int64_t last_ok_ms; /* atomic; the start time until the first renewal */
@@ -132,16 +131,9 @@ struct bagua__etcd_keeper {
 
 /* Sleeps up to `ms` unless stop is requested. Returns 1 when stopping. */
 static int keeper_sleep(bagua__etcd_keeper_t *k, int64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (ms % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000;
-  }
+  int64_t deadline = bagua__deadline_in(ms);
   pthread_mutex_lock(&k->mu);
-  while (!k->stop && pthread_cond_timedwait(&k->cv, &k->mu, &ts) != ETIMEDOUT) {
+  while (!k->stop && bagua__cond_wait_until(&k->cv, &k->mu, deadline) == 0) {
   }
   int stop = k->stop;
   pthread_mutex_unlock(&k->mu);
@@ -161,7 +153,7 @@ static void *keeper_main(void *arg) {
         BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd lease %lld renewed again after %d failed attempt(s)",
                    (long long)k->id, failures);
       failures = 0;
-      __atomic_store_n(&k->last_ok_ms, bagua__etcd_now_ms(), __ATOMIC_RELEASE);
+      __atomic_store_n(&k->last_ok_ms, bagua__now_ms(), __ATOMIC_RELEASE);
     } else if (st == BAGUA_OK) {
       /* Definitive: the lease and its keys are gone, and renewing cannot bring them back. */
       __atomic_store_n(&k->gone, 1, __ATOMIC_RELEASE);
@@ -192,13 +184,9 @@ bagua_status_t bagua__etcd_keeper_start(bagua__etcd_t *c, int64_t id, int64_t tt
   k->id = id;
   k->ttl_ms = ttl_s * 1000;
   k->interval_ms = k->ttl_ms / 3 < 200 ? 200 : k->ttl_ms / 3;
-  k->last_ok_ms = bagua__etcd_now_ms();
+  k->last_ok_ms = bagua__now_ms();
   pthread_mutex_init(&k->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&k->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  bagua__cond_init(&k->cv);
   BAGUA_CHECK_GOTO(bagua__etcd_clone(c, &k->c), st, fail);
   /* One renewal must not outlast the renewal period, or a hung request could eat the TTL. */
   if (k->c->timeout_ms > k->interval_ms) k->c->timeout_ms = (int)k->interval_ms;
@@ -226,7 +214,7 @@ int bagua__etcd_keeper_lost(const bagua__etcd_keeper_t *k) {
 }
 
 int64_t bagua__etcd_keeper_since_ok_ms(const bagua__etcd_keeper_t *k) {
-  return bagua__etcd_now_ms() - __atomic_load_n(&k->last_ok_ms, __ATOMIC_ACQUIRE);
+  return bagua__now_ms() - __atomic_load_n(&k->last_ok_ms, __ATOMIC_ACQUIRE);
 }
 
 void bagua__etcd_keeper_stop(bagua__etcd_keeper_t *k) {

@@ -8,13 +8,12 @@
  * asks for the revision after the last one it delivered, which makes an etcd restart
  * invisible to the callback apart from the delay.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/check.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "etcd_internal.h"
 
 #define BACKOFF_MIN_MS 50
@@ -38,7 +37,7 @@ struct bagua__etcd_watch {
   void *arg;
   pthread_t thread;
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* CLOCK_MONOTONIC; signals start confirmation and stop requests */
+  pthread_cond_t cv; /* bagua__cond_init; signals start confirmation and stop requests */
   int stop;          /* atomic, written under mu */
   int started;       /* under mu: 0 waiting, 1 confirmed by etcd, -1 the first attempt failed */
   bagua_status_t start_status;
@@ -239,16 +238,9 @@ static char *create_body(bagua__etcd_watch_t *w) {
 
 /* Sleeps up to `ms` unless stop is requested. Returns 1 when stopping. */
 static int watch_sleep(bagua__etcd_watch_t *w, int64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (ms % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000;
-  }
+  int64_t deadline = bagua__deadline_in(ms);
   pthread_mutex_lock(&w->mu);
-  while (!w->stop && pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT) {
+  while (!w->stop && bagua__cond_wait_until(&w->cv, &w->mu, deadline) == 0) {
   }
   int stop = w->stop;
   pthread_mutex_unlock(&w->mu);
@@ -327,7 +319,7 @@ static void *watch_main(void *arg) {
       backoff = BACKOFF_MIN_MS;
       w->in_outage = 0;
     }
-    int64_t now = bagua__etcd_now_ms();
+    int64_t now = bagua__now_ms();
     long long next = (long long)__atomic_load_n(&w->next_rev, __ATOMIC_RELAXED);
     if (outage_since == 0) {
       outage_since = now;
@@ -408,11 +400,7 @@ bagua_status_t bagua__etcd_watch_start(bagua__etcd_t *c, const char *key,
   w->cb = cb;
   w->arg = arg;
   pthread_mutex_init(&w->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&w->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  bagua__cond_init(&w->cv);
   w->key = strdup(key);
   if (!w->key) {
     BAGUA_WARN("out of memory starting an etcd watch");
@@ -428,16 +416,9 @@ bagua_status_t bagua__etcd_watch_start(bagua__etcd_t *c, const char *key,
     goto fail;
   }
   /* Wait for etcd to confirm the watch, bounded by the client timeout. */
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += c->timeout_ms / 1000;
-  ts.tv_nsec += (long)(c->timeout_ms % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000;
-  }
+  int64_t deadline = bagua__deadline_in(c->timeout_ms);
   pthread_mutex_lock(&w->mu);
-  while (w->started == 0 && pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT) {
+  while (w->started == 0 && bagua__cond_wait_until(&w->cv, &w->mu, deadline) == 0) {
   }
   int started = w->started;
   st = w->start_status;

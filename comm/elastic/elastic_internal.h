@@ -1,0 +1,115 @@
+/*
+ * The elastic context shared by the files of comm/elastic/: its definition and the internal
+ * functions of round-record parsing (record.c), the commit registry (registry.c) and the
+ * round watch, departure timer and rebuild (rebuild.c). elastic.c creates and destroys it.
+ * Not installed.
+ */
+#ifndef BAGUA_COMM_ELASTIC_INTERNAL_H
+#define BAGUA_COMM_ELASTIC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../comm_internal.h"
+#include "bagua/elastic.h"
+#include "common/etcd/etcd.h"
+
+#define BAGUA__ELASTIC_NAME_MAX 64
+#define BAGUA__ELASTIC_MAX_CALLBACKS 16
+#define BAGUA__ELASTIC_MAX_MEMBERS 4096
+
+/* One registered buffer. */
+typedef struct {
+  char name[BAGUA__ELASTIC_NAME_MAX];
+  void *ptr;
+  size_t bytes;
+  void *copy; /* the last commit, owned by the library */
+} bagua__elastic_entry_t;
+
+struct bagua_elastic_s {
+  char *endpoint, *job_id, *node_id;
+  int local_rank, round_wait_ms, etcd_timeout_ms;
+  /* How each round's communicator is built (transport, timeouts, streams; job_id and node_id
+   * point at the copies above). Its rank and size are those of the starting round only. */
+  bagua__comm_settings_t comm_settings;
+  int64_t round;
+  int rank, size;
+  bagua_comm_t *comm;
+  bagua__etcd_t *etcd;
+  bagua__etcd_watch_t *watch;
+  char round_key[512];
+  /* Highest round number the watch has seen; read without the lock by check(). */
+  _Atomic int64_t seen_round;
+  /* The communicator being bootstrapped, so that the watch can cut a bootstrap short when
+   * an even newer round makes it pointless (peers will never join the old one). */
+  pthread_mutex_t lock;
+  bagua_comm_t *building;
+  int64_t building_round;
+  /* Under `lock`: the current round's number and member node ids (NULL when unknown), read
+   * by the watch to tell whether a new round dropped a member. e->comm changes under it too,
+   * so that the departure abort never touches a destroyed communicator. */
+  int64_t cur_round;
+  char **members;
+  int nmembers;
+  /* The departure timer: when a new round drops a member, communication still running in the
+   * old round is aborted `abort_delay_ms` later (a node that left gracefully meets the others
+   * at the next step boundary first). Under `lock`; the thread sleeps on `timer_cv`. */
+  pthread_t timer;
+  int timer_started, timer_stop;
+  int abort_delay_ms;
+  int64_t abort_at, abort_round; /* a common/time.h deadline and its round; 0: none pending */
+  pthread_cond_t timer_cv;       /* bagua__cond_init (monotonic) */
+  bagua__elastic_entry_t *entries;
+  size_t nentries, cap;
+  int64_t step, epoch;
+  struct {
+    bagua_elastic_participant_t p;
+    void *arg;
+  } parts[BAGUA__ELASTIC_MAX_CALLBACKS];
+  int nparts;
+};
+
+/* ---- round records (record.c) ---- */
+
+/* The "round" number of a round record (JSON); -1 when it is not one. */
+int64_t bagua__elastic_round_number(const char *json);
+/* The member node ids of a round record: a malloc'ed array of `*n` strings, freed with
+ * bagua__elastic_free_members(). BAGUA_ERR_ETCD when the record has no valid member list. */
+bagua_status_t bagua__elastic_members(const char *json, char ***out, int *n);
+void bagua__elastic_free_members(char **m, int n);
+/* 1 when one of the `n` node ids in `members` is missing from the members of `json`. */
+int bagua__elastic_drops_member(char *const *members, int n, const char *json);
+/*
+ * Applies the agent's rank rule to the round record `json` (read from `key`, named in
+ * warnings): rank = the nprocs of the members before `node_id` + `local_rank`. Fills
+ * round/rank/size and, when members_out is not NULL, the member list; BAGUA_ERR_ABORTED when
+ * this worker is not part of the round, BAGUA_ERR_ETCD when the record is malformed.
+ */
+bagua_status_t bagua__elastic_place(const char *json, const char *key, const char *node_id,
+                                    int local_rank, int64_t *round, int *rank, int *size,
+                                    char ***members_out, int *nmembers_out);
+
+/* ---- commit registry (registry.c) ---- */
+
+/* Copies every registered buffer into its commit copy. */
+void bagua__elastic_commit_entries(bagua_elastic_t *e);
+/* Frees the registry's copies and table. */
+void bagua__elastic_registry_free(bagua_elastic_t *e);
+
+/* ---- round watch, departure timer and rebuild (rebuild.c) ---- */
+
+/* Starts the departure timer thread (sets timer_started); BAGUA_ERR_SYSTEM if it cannot. */
+bagua_status_t bagua__elastic_timer_start(bagua_elastic_t *e);
+/* Stops and joins the timer thread when it was started. */
+void bagua__elastic_timer_stop(bagua_elastic_t *e);
+/* Reads the round key, remembers the members of the starting round, then watches the key from
+ * the next revision, so that no publication is missed in between. */
+bagua_status_t bagua__elastic_watch_start(bagua_elastic_t *e);
+/* Builds the world communicator of `round` (collective over its ranks), abortable by the watch
+ * while it bootstraps. */
+bagua_status_t bagua__elastic_comm_for_round(bagua_elastic_t *e, int64_t round, int rank, int size,
+                                             bagua_comm_t **out);
+
+#endif

@@ -1,0 +1,292 @@
+/*
+ * Moving the elastic context from round to round: the watch on the job's round key, the
+ * departure timer that cuts off communication of a round that lost a member, the build of each
+ * round's world communicator (abortable while it bootstraps) and bagua_elastic_rebuild(),
+ * which waits for a newer round, joins it and hands rank 0's state to the new world.
+ */
+#include <stdlib.h>
+
+#include "../bootstrap.h"
+#include "common/check.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "elastic_internal.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* Departure timer                                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Ends communication of the current round (under lock): the world communicator and every
+ * participant's. */
+static void abort_current(bagua_elastic_t *e) {
+  if (e->comm) bagua_comm_abort(e->comm);
+  for (int i = 0; i < e->nparts; i++)
+    if (e->parts[i].p.abort) e->parts[i].p.abort(e->parts[i].arg);
+}
+
+static void *timer_main(void *arg) {
+  bagua_elastic_t *e = arg;
+  pthread_mutex_lock(&e->lock);
+  while (!e->timer_stop) {
+    /* Sleep until the pending abort is due, or until note_round() arms the timer or destroy
+     * stops it when none is pending. */
+    if (!e->abort_at || !bagua__expired(e->abort_at)) {
+      bagua__cond_wait_until(&e->timer_cv, &e->lock,
+                             e->abort_at ? e->abort_at : BAGUA__NO_DEADLINE);
+      continue;
+    }
+    /* Still in a round older than the one that dropped a member: cut it off. */
+    if (e->cur_round < e->abort_round) {
+      BAGUA_INFO(BAGUA_SUBSYS_COMM,
+                 "elastic: round %lld dropped a member; aborting communication of round %lld",
+                 (long long)e->abort_round, (long long)e->cur_round);
+      abort_current(e);
+    }
+    e->abort_at = 0;
+  }
+  pthread_mutex_unlock(&e->lock);
+  return NULL;
+}
+
+bagua_status_t bagua__elastic_timer_start(bagua_elastic_t *e) {
+  if (pthread_create(&e->timer, NULL, timer_main, e) != 0) {
+    BAGUA_WARN("bagua_elastic_create: cannot start the departure timer thread");
+    return BAGUA_ERR_SYSTEM;
+  }
+  e->timer_started = 1;
+  return BAGUA_OK;
+}
+
+void bagua__elastic_timer_stop(bagua_elastic_t *e) {
+  if (!e->timer_started) return;
+  pthread_mutex_lock(&e->lock);
+  e->timer_stop = 1;
+  pthread_cond_signal(&e->timer_cv);
+  pthread_mutex_unlock(&e->lock);
+  pthread_join(e->timer, NULL);
+  e->timer_started = 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Round watch                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Records round `r` as seen; `json` (may be NULL) is its record, checked for departures. */
+static void note_round(bagua_elastic_t *e, int64_t r, const char *json) {
+  int64_t cur = atomic_load(&e->seen_round);
+  while (r > cur && !atomic_compare_exchange_weak(&e->seen_round, &cur, r)) {
+  }
+  pthread_mutex_lock(&e->lock);
+  if (e->building && r > e->building_round) bagua_comm_abort(e->building);
+  if (json && r > e->cur_round && r > e->abort_round &&
+      bagua__elastic_drops_member(e->members, e->nmembers, json)) {
+    e->abort_round = r;
+    e->abort_at = bagua__deadline_in(e->abort_delay_ms);
+    pthread_cond_signal(&e->timer_cv);
+  }
+  pthread_mutex_unlock(&e->lock);
+}
+
+static int on_round_event(void *arg, const bagua__etcd_event_t *ev) {
+  bagua_elastic_t *e = arg;
+  if (ev->type == BAGUA__ETCD_EVENT_PUT) {
+    int64_t r = bagua__elastic_round_number(ev->value);
+    BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: round key now holds round %lld", (long long)r);
+    if (r >= 0) note_round(e, r, ev->value);
+  } else if (ev->type == BAGUA__ETCD_EVENT_FAILED) {
+    /* The watch only speeds things up: rebuild reads the key itself, and a dead peer still
+     * surfaces through the collectives. */
+    BAGUA_WARN(
+        "elastic: watch on %s ended (%s); world changes are now noticed only through "
+        "failed collectives",
+        e->round_key, bagua_err_name(ev->status));
+  }
+  return 0;
+}
+
+bagua_status_t bagua__elastic_watch_start(bagua_elastic_t *e) {
+  bagua__etcd_kv_t kv;
+  int found = 0;
+  int64_t rev = 0;
+  BAGUA_CHECK(bagua__etcd_get(e->etcd, e->round_key, &kv, &found, &rev));
+  if (found) {
+    int64_t r = bagua__elastic_round_number(kv.value);
+    /* The members of our own round, so that a later round dropping one is noticed. */
+    if (r == e->round) {
+      pthread_mutex_lock(&e->lock);
+      bagua__elastic_members(kv.value, &e->members, &e->nmembers);
+      pthread_mutex_unlock(&e->lock);
+    }
+    note_round(e, r, kv.value);
+  }
+  bagua__etcd_kv_clear(&kv);
+  bagua__etcd_watch_opts_t wo = {0, rev + 1, 0};
+  return bagua__etcd_watch_start(e->etcd, e->round_key, &wo, on_round_event, e, &e->watch);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Communicator of a round                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Hooks of bagua__comm_build: the communicator being bootstrapped is visible to the watch,
+ * which aborts it when a still newer round makes it pointless (peers will never join it). */
+static void building_started(bagua_comm_t *c, void *arg) {
+  bagua_elastic_t *e = arg;
+  pthread_mutex_lock(&e->lock);
+  e->building = c;
+  /* A round newer than this one may have been seen before `building` was set. */
+  if (atomic_load(&e->seen_round) > e->building_round) bagua_comm_abort(c);
+  pthread_mutex_unlock(&e->lock);
+}
+
+static void building_ended(bagua_comm_t *c, void *arg) {
+  bagua_elastic_t *e = arg;
+  (void)c;
+  pthread_mutex_lock(&e->lock);
+  e->building = NULL;
+  pthread_mutex_unlock(&e->lock);
+}
+
+bagua_status_t bagua__elastic_comm_for_round(bagua_elastic_t *e, int64_t round, int rank, int size,
+                                             bagua_comm_t **out) {
+  bagua__boot_etcd_t boot = {e->endpoint, e->job_id, round, e->etcd_timeout_ms};
+  bagua__comm_build_t b = {
+      .s = e->comm_settings,
+      .round = round,
+      .boot_fn = bagua__bootstrap_etcd,
+      .boot_arg = &boot,
+      .on_alloc = building_started,
+      .on_release = building_ended,
+      .hook_arg = e,
+  };
+  b.s.rank = rank;
+  b.s.size = size;
+  pthread_mutex_lock(&e->lock);
+  e->building_round = round;
+  pthread_mutex_unlock(&e->lock);
+  bagua_status_t st = bagua__comm_build(&b, out);
+  if (st == BAGUA_OK) building_ended(*out, e);
+  return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Rebuild                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+int bagua_elastic_check(const bagua_elastic_t *e) {
+  return e && atomic_load(&((bagua_elastic_t *)e)->seen_round) > e->round;
+}
+
+bagua_status_t bagua_elastic_check_all(bagua_elastic_t *e, int *changed) {
+  if (!e || !changed) return BAGUA_ERR_INVALID_ARG;
+  *changed = 0;
+  if (!e->comm) {
+    BAGUA_WARN("bagua_elastic_check_all: no communicator (a failed rebuild left none)");
+    return BAGUA_ERR_INVALID_USAGE;
+  }
+  int64_t seen = atomic_load(&e->seen_round);
+  BAGUA_CHECK(bagua_allreduce(e->comm, &seen, &seen, 1, BAGUA_I64, BAGUA_MAX));
+  *changed = seen > e->round;
+  return BAGUA_OK;
+}
+
+/* Waits for a round newer than the current one and returns its JSON (malloc'ed). */
+static bagua_status_t wait_new_round(bagua_elastic_t *e, char **json) {
+  int64_t deadline = bagua__deadline_in(e->round_wait_ms);
+  int delay_ms = 5;
+  *json = NULL;
+  for (;;) {
+    bagua__etcd_kv_t kv;
+    int found = 0;
+    bagua_status_t st = bagua__etcd_get(e->etcd, e->round_key, &kv, &found, NULL);
+    if (st == BAGUA_OK && found) {
+      int64_t r = bagua__elastic_round_number(kv.value);
+      if (r > e->round) {
+        note_round(e, r, kv.value);
+        *json = kv.value; /* take ownership of the value string */
+        kv.value = NULL;
+        bagua__etcd_kv_clear(&kv);
+        return BAGUA_OK;
+      }
+    }
+    bagua__etcd_kv_clear(&kv);
+    /* etcd being briefly unreachable is retried like an absent round, within the bound. */
+    if (bagua__expired(deadline)) {
+      BAGUA_WARN(
+          "elastic: no round newer than %lld appeared under %s within %d ms (last etcd "
+          "answer: %s)",
+          (long long)e->round, e->round_key, e->round_wait_ms, bagua_err_name(st));
+      return BAGUA_ERR_TIMEOUT;
+    }
+    bagua__sleep_ms(delay_ms);
+    if (delay_ms < 100) delay_ms *= 2;
+  }
+}
+
+bagua_status_t bagua_elastic_rebuild(bagua_elastic_t *e) {
+  if (!e) return BAGUA_ERR_INVALID_ARG;
+  bagua_elastic_reset_t info = {e->round, 0, e->rank, 0, e->size, 0};
+  bagua_status_t st;
+  char *json = NULL;
+  pthread_mutex_lock(&e->lock);
+  bagua_comm_t *old = e->comm;
+  e->comm = NULL;
+  pthread_mutex_unlock(&e->lock);
+  if (old) {
+    /* Abort first so that peers blocked on us fail promptly instead of timing out. */
+    bagua_comm_abort(old);
+    bagua_comm_destroy(old);
+  }
+  /* A newer round can appear while we bootstrap the one we read (a second failure during
+   * the settle window): the watch aborts that bootstrap and we move on to the newest. */
+  for (;;) {
+    int64_t round;
+    int rank, size, nm = 0;
+    char **members = NULL;
+    BAGUA_CHECK_GOTO(wait_new_round(e, &json), st, out);
+    BAGUA_CHECK_GOTO(bagua__elastic_place(json, e->round_key, e->node_id, e->local_rank, &round,
+                                          &rank, &size, &members, &nm),
+                     st, out);
+    free(json);
+    json = NULL;
+    BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: joining round %lld as rank %d of %d", (long long)round,
+               rank, size);
+    bagua_comm_t *c = NULL;
+    st = bagua__elastic_comm_for_round(e, round, rank, size, &c);
+    if (st == BAGUA_OK) {
+      pthread_mutex_lock(&e->lock);
+      e->comm = c;
+      e->cur_round = round;
+      bagua__elastic_free_members(e->members, e->nmembers);
+      e->members = members;
+      e->nmembers = nm;
+      pthread_mutex_unlock(&e->lock);
+      e->round = round;
+      e->rank = rank;
+      e->size = size;
+      break;
+    }
+    bagua__elastic_free_members(members, nm);
+    if (atomic_load(&e->seen_round) <= round) {
+      BAGUA_WARN("elastic: could not build the communicator of round %lld: %s", (long long)round,
+                 bagua_err_name(st));
+      goto out;
+    }
+    /* Pretend we are in the abandoned round so that wait_new_round looks past it. */
+    e->round = round;
+  }
+  bagua__log_set_rank(e->rank);
+  BAGUA_CHECK_GOTO(bagua_elastic_sync(e), st, out);
+  info.new_round = e->round;
+  info.new_rank = e->rank;
+  info.new_size = e->size;
+  for (int i = 0; i < e->nparts; i++)
+    if (e->parts[i].p.reset)
+      BAGUA_CHECK_GOTO(e->parts[i].p.reset(e, &info, e->parts[i].arg), st, out);
+  BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: round %lld running, rank %d of %d", (long long)e->round,
+             e->rank, e->size);
+  st = BAGUA_OK;
+out:
+  free(json);
+  return st;
+}
