@@ -24,13 +24,8 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "common/sock.h"
+#include "common/time.h"
 #include "marks.h"
-
-int64_t bagua__agent_wall_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void bagua__agent_format_time(int64_t wall_ms, char *out, size_t len) {
   time_t t = (time_t)(wall_ms / 1000);
@@ -130,13 +125,13 @@ static int first_contact(bagua__agent_t *a, bagua__agent_snap_t *s) {
     if (st == BAGUA_OK) return -1;
     int64_t now = bagua__now_ms();
     if (now >= deadline) {
-      bagua__agent_err("giving up: etcd at %s was unreachable for %lld s (--rdzv-timeout %d): %s",
+      bagua__agent_say("giving up: etcd at %s was unreachable for %lld s (--rdzv-timeout %d): %s",
                        cfg->endpoints, (long long)(now - t0) / 1000, cfg->rdzv_timeout_s,
                        bagua_strerror(st));
       return BAGUA_AGENT_EXIT_RDZV;
     }
     if (!said) {
-      bagua__agent_err("cannot reach etcd at %s (%s); retrying for up to %d s (--rdzv-timeout)",
+      bagua__agent_say("cannot reach etcd at %s (%s); retrying for up to %d s (--rdzv-timeout)",
                        cfg->endpoints, bagua_strerror(st), cfg->rdzv_timeout_s);
       said = 1;
     }
@@ -166,16 +161,16 @@ static void describe_end(const bagua__agent_t *a, const bagua__agent_status_t *s
   char when[40];
   bagua__agent_format_time(st->time_ms, when, sizeof(when));
   if (st->state == BAGUA__JOB_SUCCEEDED) {
-    bagua__agent_err("job %s %ssucceeded at %s (round %lld)", a->cfg->job_id, how, when,
+    bagua__agent_say("job %s %ssucceeded at %s (round %lld)", a->cfg->job_id, how, when,
                      (long long)st->round);
   } else if (st->state == BAGUA__JOB_FAILED && st->has_root) {
     char what[512], at[40];
     bagua__agent_failure_describe(&st->root, what, sizeof(what));
     bagua__agent_format_time(st->root.time_ms, at, sizeof(at));
-    bagua__agent_err("job %s %sfailed at %s: root cause: %s at %s; %s", a->cfg->job_id, how, when,
+    bagua__agent_say("job %s %sfailed at %s: root cause: %s at %s; %s", a->cfg->job_id, how, when,
                      what, at, st->message);
   } else {
-    bagua__agent_err("job %s %s%s at %s: %s", a->cfg->job_id, how,
+    bagua__agent_say("job %s %s%s at %s: %s", a->cfg->job_id, how,
                      bagua__agent_job_state_name(st->state), when, st->message);
   }
 }
@@ -195,7 +190,7 @@ static int handle_stale(bagua__agent_t *a, bagua__agent_snap_t *s) {
   int terminal = s->has_status && s->status.state != BAGUA__JOB_RUNNING;
   if (terminal && live) {
     describe_end(a, &s->status, "already ");
-    bagua__agent_err(
+    bagua__agent_say(
         "not starting job %s again: %zu agent(s) of it are still registered; use "
         "another --job-id for a new run",
         a->cfg->job_id, s->nnodes);
@@ -204,7 +199,7 @@ static int handle_stale(bagua__agent_t *a, bagua__agent_snap_t *s) {
   if (live || (!s->has_status && !s->has_round && !s->has_jobcfg && s->nold_rounds == 0)) return -1;
   char when[40] = "an unknown time";
   if (s->has_status) bagua__agent_format_time(s->status.time_ms, when, sizeof(when));
-  bagua__agent_err(
+  bagua__agent_say(
       "clearing the state an earlier run of job %s left in etcd (status %s at %s, "
       "no agent registered); starting afresh",
       a->cfg->job_id, s->has_status ? bagua__agent_job_state_name(s->status.state) : "none", when);
@@ -237,7 +232,7 @@ static int check_jobcfg(bagua__agent_t *a) {
       bagua__etcd_create_if_absent(a->etcd, key, v, strlen(v), 0, &created, NULL, &cur);
   free(v);
   if (st != BAGUA_OK) {
-    bagua__agent_err("cannot write %s in etcd at %s: %s", key, cfg->endpoints, bagua_strerror(st));
+    bagua__agent_say("cannot write %s in etcd at %s: %s", key, cfg->endpoints, bagua_strerror(st));
     return BAGUA_AGENT_EXIT_RDZV;
   }
   int rc = -1;
@@ -245,7 +240,7 @@ static int check_jobcfg(bagua__agent_t *a) {
   if (!created && bagua__agent_jobcfg_decode(cur.value, &theirs) == 0 &&
       (theirs.nnodes_min != mine.nnodes_min || theirs.nnodes_max != mine.nnodes_max ||
        theirs.max_restarts != mine.max_restarts)) {
-    bagua__agent_err(
+    bagua__agent_say(
         "--nnodes %d:%d --max-restarts %d differ from job %s's settings (--nnodes "
         "%d:%d --max-restarts %d, fixed by node %s); every node of a job must use "
         "the same values",
@@ -320,12 +315,12 @@ static int loop(bagua__agent_t *a) {
        * rendezvous timeout, since it can neither report nor learn of rounds meanwhile. */
       if (!down_since) {
         down_since = now;
-        bagua__agent_err(
+        bagua__agent_say(
             "lost contact with etcd at %s (%s); workers keep running, giving up "
             "after %d s (--rdzv-timeout)",
             cfg->endpoints, bagua_strerror(st), cfg->rdzv_timeout_s);
       } else if (now - down_since > (int64_t)cfg->rdzv_timeout_s * 1000) {
-        bagua__agent_err("giving up: etcd at %s unreachable for %d s (--rdzv-timeout)",
+        bagua__agent_say("giving up: etcd at %s unreachable for %d s (--rdzv-timeout)",
                          cfg->endpoints, cfg->rdzv_timeout_s);
         bagua__agent_stop_workers(a, SIGTERM);
         return BAGUA_AGENT_EXIT_RDZV;
@@ -338,7 +333,7 @@ static int loop(bagua__agent_t *a) {
     }
     retry_ms = 250;
     if (down_since) {
-      bagua__agent_err("etcd at %s answers again after %lld ms", cfg->endpoints,
+      bagua__agent_say("etcd at %s answers again after %lld ms", cfg->endpoints,
                        (long long)(now - down_since));
       down_since = 0;
     }
@@ -377,26 +372,28 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
   /* Auto mode learns from marks in a private directory which workers run the elastic API;
    * without one it can only restart them. */
   if (cfg->elastic_mode == BAGUA__ELASTIC_AUTO &&
-      bagua__marks_create(cfg->node_id, a.mark_dir, sizeof(a.mark_dir)) != 0)
-    bagua__agent_err(
+      bagua__marks_create(cfg->node_id, a.mark_dir, sizeof(a.mark_dir)) != 0) {
+    int e = errno;
+    bagua__agent_say(
         "cannot create a directory for the workers' elastic marks under %s: %s; "
         "--elastic-mode auto restarts the workers on every new round",
-        getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp", strerror(errno));
+        bagua__marks_parent(), strerror(e));
+  }
   a.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (a.wake_fd < 0) {
-    bagua__agent_err("eventfd failed: %s", strerror(errno));
+    bagua__agent_say("eventfd failed: %s", strerror(errno));
     rc = 1;
     goto out;
   }
   a.live = bagua__liveness_create(cfg->node_id);
   if (!a.live)
-    bagua__agent_err(
+    bagua__agent_say(
         "cannot listen for liveness connections: %s; the other nodes will notice this node's "
         "death only when its lease expires",
         strerror(errno));
   if (bagua__outpump_start(&a.out) != BAGUA_OK ||
       bagua__etcd_create(cfg->endpoints, cfg->etcd_timeout_ms, &a.etcd) != BAGUA_OK) {
-    bagua__agent_err("cannot start: %s", bagua_last_error());
+    bagua__agent_say("cannot start: %s", bagua_last_error());
     rc = 1;
     goto out;
   }

@@ -16,7 +16,9 @@
 #include "bagua/error.h"
 #include "bagua/version.h"
 
-/* Node and job ids: 1..127 bytes of [A-Za-z0-9._-], so they can be etcd path segments. */
+/* Room for a node or job id and its terminating NUL. The ids themselves are checked by
+ * bagua__check_id() (common/validate.h), which bounds them to BAGUA_ID_MAX_LEN characters;
+ * the buffers stay larger so that records read from etcd are bounded by the schema alone. */
 #define BAGUA_AGENT_ID_MAX 128
 
 /*
@@ -69,9 +71,10 @@ typedef struct {
  */
 int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg);
 
-/* Writes "bagua-agent[<node>]: <message>\n" to stderr in one write. */
-void bagua__agent_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The node name used by bagua__agent_err (set once the node id is known). */
+/* Writes the user-facing line "bagua-agent[<node>]: <message>\n" to stderr in one write
+ * (bagua__say() of common/output.h, with the node's name in the tool name). */
+void bagua__agent_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The node name used by bagua__agent_say (set once the node id is known). */
 void bagua__agent_set_name(const char *node);
 
 /*
@@ -81,8 +84,6 @@ void bagua__agent_set_name(const char *node);
  */
 int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd);
 
-/* Wall-clock milliseconds since the epoch (for records other hosts compare). */
-int64_t bagua__agent_wall_ms(void);
 /* Formats wall-clock milliseconds as "YYYY-mm-ddTHH:MM:SS.mmmZ". */
 void bagua__agent_format_time(int64_t wall_ms, char *out, size_t len);
 

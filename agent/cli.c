@@ -2,10 +2,16 @@
  * Command line of bagua-agent. Flags override the BAGUA_* environment parameters, which
  * override the registry's defaults (DESIGN.md §8). Every rejected value is reported with the
  * flag's name and what is accepted, before anything starts.
+ *
+ * The flags are one table, like bagua-launch's settings (launcher/settings.c): each entry
+ * says what kind of value the flag takes, which registry parameter gives its environment
+ * default and bounds, and where the value goes. Ids, endpoint lists and node counts are
+ * checked by the validators bagua-launch uses (common/validate.h), so a value the launcher
+ * accepts is never refused by the agents it starts.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,30 +19,35 @@
 
 #include "agent.h"
 #include "bagua/params.h"
+#include "common/output.h"
 #include "common/params.h"
+#include "common/validate.h"
 
-static char g_name[BAGUA_AGENT_ID_MAX] = "?";
+_Static_assert(BAGUA_AGENT_ID_MAX > BAGUA_ID_MAX_LEN, "an agent id buffer holds any valid id");
+
+/* ---------------------------------------------------------------------------------------- */
+/* User-facing lines                                                                         */
+/* ---------------------------------------------------------------------------------------- */
+
+static char g_tool[BAGUA_AGENT_ID_MAX + 16] = "bagua-agent[?]";
 
 void bagua__agent_set_name(const char *node) {
-  snprintf(g_name, sizeof(g_name), "%s", node);
+  snprintf(g_tool, sizeof(g_tool), "bagua-agent[%.*s]", BAGUA_AGENT_ID_MAX - 1, node);
 }
 
-void bagua__agent_err(const char *fmt, ...) {
-  char line[2048];
-  int n = snprintf(line, sizeof(line), "bagua-agent[%s]: ", g_name);
+void bagua__agent_say(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+  bagua__vsay(g_tool, fmt, ap);
   va_end(ap);
-  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-  if (len > sizeof(line) - 2) len = sizeof(line) - 2;
-  line[len++] = '\n';
-  /* One write per line so messages do not interleave with worker output lines. */
-  ssize_t w = write(STDERR_FILENO, line, len);
-  (void)w;
 }
 
-static const char usage_text[] =
+/* ---------------------------------------------------------------------------------------- */
+/* The flags                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The usage text; the two numbers are the registry's bounds of BAGUA_NPROC_PER_NODE. */
+static const char usage_fmt[] =
     "usage: bagua-agent --rdzv-endpoint HOST:PORT[,HOST:PORT] --job-id ID --nnodes MIN[:MAX]\n"
     "                   --nproc-per-node N [options] -- PROGRAM [ARGS...]\n"
     "\n"
@@ -46,7 +57,7 @@ static const char usage_text[] =
     "  --rdzv-endpoint E   etcd endpoint list (env BAGUA_RDZV_ENDPOINT)\n"
     "  --job-id ID         job identity, [A-Za-z0-9._-] (env BAGUA_JOB_ID)\n"
     "  --nnodes MIN[:MAX]  nodes needed to run, and the most admitted (1 <= MIN <= MAX)\n"
-    "  --nproc-per-node N  workers started on this node (1..4096)\n"
+    "  --nproc-per-node N  workers started on this node (%lld..%lld)\n"
     "  --node-id ID        this node's identity (env BAGUA_NODE_ID; default: host name)\n"
     "  --node-addr ADDR    address other nodes use to reach this node's workers (env\n"
     "                      BAGUA_NODE_ADDR; default: the local address towards etcd)\n"
@@ -67,68 +78,64 @@ static const char usage_text[] =
     "Exit status: 0 job succeeded; 1..255 the root-cause worker's exit code (128+signal);\n"
     "2 usage error; 3 rendezvous failed; 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP.\n";
 
-enum {
-  OPT_ENDPOINT = 256,
-  OPT_JOB_ID,
-  OPT_NNODES,
-  OPT_NPROC,
-  OPT_NODE_ID,
-  OPT_NODE_ADDR,
-  OPT_MAX_RESTARTS,
-  OPT_LEASE_TTL,
-  OPT_RDZV_TIMEOUT,
-  OPT_LAST_CALL,
-  OPT_SETTLE,
-  OPT_LOG_DIR,
-  OPT_GRACE,
-  OPT_TAG,
-  OPT_ELASTIC_MODE,
-  OPT_HELP,
-  OPT_VERSION
-};
+/* What a flag's value is, which decides how it is checked and stored. */
+typedef enum {
+  AK_ENDPOINTS, /* etcd endpoint list (const char *) */
+  AK_ID,        /* job or node id (char[BAGUA_AGENT_ID_MAX]) */
+  AK_NNODES,    /* N or MIN:MAX (nnodes_min, nnodes_max) */
+  AK_INT,       /* integer within the registry parameter's bounds (int) */
+  AK_CHOICE,    /* one of the registry parameter's words (bagua__elastic_mode_t) */
+  AK_BUF,       /* any text, copied (char[256]) */
+  AK_STR,       /* any text, kept as is (const char *) */
+  AK_HELP,
+  AK_VERSION
+} arg_kind_t;
 
-static const struct option long_opts[] = {
-    {"rdzv-endpoint", required_argument, NULL, OPT_ENDPOINT},
-    {"job-id", required_argument, NULL, OPT_JOB_ID},
-    {"nnodes", required_argument, NULL, OPT_NNODES},
-    {"nproc-per-node", required_argument, NULL, OPT_NPROC},
-    {"node-id", required_argument, NULL, OPT_NODE_ID},
-    {"node-addr", required_argument, NULL, OPT_NODE_ADDR},
-    {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
-    {"lease-ttl", required_argument, NULL, OPT_LEASE_TTL},
-    {"rdzv-timeout", required_argument, NULL, OPT_RDZV_TIMEOUT},
-    {"last-call-ms", required_argument, NULL, OPT_LAST_CALL},
-    {"settle-ms", required_argument, NULL, OPT_SETTLE},
-    {"log-dir", required_argument, NULL, OPT_LOG_DIR},
-    {"grace-ms", required_argument, NULL, OPT_GRACE},
-    {"tag", required_argument, NULL, OPT_TAG},
-    {"elastic-mode", required_argument, NULL, OPT_ELASTIC_MODE},
-    {"help", no_argument, NULL, OPT_HELP},
-    {"version", no_argument, NULL, OPT_VERSION},
-    {NULL, 0, NULL, 0}};
+#define NO_PARAM (-1)
+#define CFG(field) offsetof(bagua__agent_config_t, field)
 
-/* Strict decimal integer in [lo, hi]; returns 0 or -1. */
-static int parse_int(const char *s, long lo, long hi, int *out) {
-  char *end = NULL;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (s[0] == '\0' || errno != 0 || *end != '\0' || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
-}
+typedef struct {
+  const char *flag; /* "--name" */
+  arg_kind_t kind;
+  int param;           /* registry parameter: bounds or accepted words, and the default */
+  int env;             /* 1: the parameter's variable, when set, is the value the flag overrides */
+  size_t field;        /* where the value goes in bagua__agent_config_t */
+  const char *missing; /* "" when the flag may be left out, else the rest of the refusal */
+} arg_desc_t;
 
 /*
- * Integer flags that mirror a registry parameter are checked against the registry, so the
- * accepted range is defined in one place (common/params.def).
+ * Checked in this order. The structured values (endpoints, ids, node counts) are checked
+ * only once the flags as a whole parsed and a program was given, as they always were.
  */
-static int parse_param_flag(const char *flag, const char *env, const char *value, int *out) {
-  char err[256];
-  if (bagua_param_validate(env, value, err, sizeof(err)) != BAGUA_OK) {
-    const char *acc = strstr(err, "accepted");
-    bagua__agent_err("%s \"%s\" is invalid; %s", flag, value, acc ? acc : err);
-    return -1;
-  }
-  return parse_int(value, -2147483647L, 2147483647L, out) == 0 ? 0 : -1;
+static const arg_desc_t k_args[] = {
+    {"--rdzv-endpoint", AK_ENDPOINTS, BAGUA_P_RDZV_ENDPOINT, 1, CFG(endpoints),
+     " (or BAGUA_RDZV_ENDPOINT); accepted: HOST:PORT[,HOST:PORT]"},
+    {"--job-id", AK_ID, BAGUA_P_JOB_ID, 1, CFG(job_id),
+     " (or BAGUA_JOB_ID); every node of a job passes the same id"},
+    {"--node-id", AK_ID, BAGUA_P_NODE_ID, 1, CFG(node_id), ""},
+    {"--nnodes", AK_NNODES, NO_PARAM, 0, 0, "; accepted: N or MIN:MAX"},
+    /* The registry bounds the worker count, but an agent never takes it from the
+     * environment: a launcher passes it to every agent explicitly. */
+    {"--nproc-per-node", AK_INT, BAGUA_P_NPROC_PER_NODE, 0, CFG(nproc), "; accepted: "},
+    {"--node-addr", AK_BUF, BAGUA_P_NODE_ADDR, 1, CFG(node_addr), ""},
+    {"--max-restarts", AK_INT, BAGUA_P_MAX_RESTARTS, 1, CFG(max_restarts), ""},
+    {"--lease-ttl", AK_INT, BAGUA_P_LEASE_TTL_S, 1, CFG(lease_ttl_s), ""},
+    {"--rdzv-timeout", AK_INT, BAGUA_P_RDZV_TIMEOUT_S, 1, CFG(rdzv_timeout_s), ""},
+    {"--last-call-ms", AK_INT, BAGUA_P_RDZV_LAST_CALL_MS, 1, CFG(last_call_ms), ""},
+    {"--settle-ms", AK_INT, BAGUA_P_RDZV_SETTLE_MS, 1, CFG(settle_ms), ""},
+    {"--log-dir", AK_STR, BAGUA_P_LOG_DIR, 1, CFG(log_dir), ""},
+    {"--grace-ms", AK_INT, BAGUA_P_STOP_GRACE_MS, 1, CFG(grace_ms), ""},
+    {"--tag", AK_STR, NO_PARAM, 0, CFG(tag), ""},
+    {"--elastic-mode", AK_CHOICE, BAGUA_P_ELASTIC_MODE, 1, CFG(elastic_mode), ""},
+    {"--help", AK_HELP, NO_PARAM, 0, 0, ""},
+    {"--version", AK_VERSION, NO_PARAM, 0, 0, ""},
+};
+#define NARGS ((int)(sizeof(k_args) / sizeof(k_args[0])))
+
+/* Structured and required values are checked once a program was given; the others (the
+ * tuning integers, words and texts) right away. */
+static int checked_late(const arg_desc_t *d) {
+  return d->kind == AK_ENDPOINTS || d->kind == AK_ID || d->kind == AK_NNODES || d->missing[0];
 }
 
 static const char *const elastic_mode_names[] = {
@@ -152,158 +159,165 @@ static int parse_elastic_mode(const char *s, bagua__elastic_mode_t *out) {
   return -1;
 }
 
-/* Ids become etcd path segments and file names: keep them to a safe alphabet. */
-static int valid_id(const char *s) {
-  size_t n = strlen(s);
-  if (n == 0 || n >= BAGUA_AGENT_ID_MAX || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-             c == '.' || c == '_' || c == '-';
-    if (!ok) return 0;
-  }
-  return 1;
+/* The "accepted: ..." part of a validator's message (the whole message if it has none). */
+static const char *accepted_part(const char *msg) {
+  const char *acc = strstr(msg, "accepted");
+  return acc ? acc : msg;
 }
 
-static int parse_nnodes(const char *s, bagua__agent_config_t *cfg) {
-  char buf[64];
-  if (strlen(s) >= sizeof(buf)) goto bad;
-  snprintf(buf, sizeof(buf), "%s", s);
-  char *colon = strchr(buf, ':');
-  if (colon) *colon = '\0';
-  if (parse_int(buf, 1, 65536, &cfg->nnodes_min) != 0) goto bad;
-  cfg->nnodes_max = cfg->nnodes_min;
-  if (colon && parse_int(colon + 1, 1, 65536, &cfg->nnodes_max) != 0) goto bad;
-  if (cfg->nnodes_max < cfg->nnodes_min) goto bad;
-  return 0;
-bad:
-  bagua__agent_err(
-      "--nnodes \"%s\" is malformed; accepted: N or MIN:MAX with integers 1 <= MIN <= MAX <= "
-      "65536",
-      s);
+/*
+ * Checks `text` for flag `d` and stores it into cfg. Returns 0, or -1 after printing the
+ * refusal. Integers and words are refused as "FLAG "VALUE" is invalid; accepted: ...", as the
+ * value itself says what is wrong; structured values also repeat what the validator found.
+ */
+static int apply(const arg_desc_t *d, const char *text, bagua__agent_config_t *cfg) {
+  char err[512] = "";
+  char *base = (char *)cfg;
+  int64_t lo = 0, hi = 0, v = 0;
+  switch (d->kind) {
+    case AK_ENDPOINTS:
+      if (bagua__check_endpoints(text, err, sizeof(err)) != BAGUA_OK) break;
+      *(const char **)(base + d->field) = text;
+      return 0;
+    case AK_ID:
+      if (bagua__check_id(text, err, sizeof(err)) != BAGUA_OK) break;
+      snprintf(base + d->field, BAGUA_AGENT_ID_MAX, "%s", text);
+      return 0;
+    case AK_NNODES:
+      if (bagua__check_nnodes(text, &lo, &hi, err, sizeof(err)) != BAGUA_OK) break;
+      cfg->nnodes_min = (int)lo;
+      cfg->nnodes_max = (int)hi;
+      return 0;
+    case AK_INT:
+      bagua__param_bounds((bagua__param_id_t)d->param, &lo, &hi);
+      if (bagua__check_int(text, lo, hi, &v, err, sizeof(err)) != BAGUA_OK) break;
+      *(int *)(base + d->field) = (int)v;
+      return 0;
+    case AK_CHOICE: {
+      const char *words = bagua__param_choices((bagua__param_id_t)d->param);
+      if (bagua__check_choice(text, words, err, sizeof(err)) != BAGUA_OK ||
+          parse_elastic_mode(text, (bagua__elastic_mode_t *)(base + d->field)) != 0) {
+        if (!strstr(err, "accepted")) bagua__list_choices(words, err, sizeof(err));
+        break;
+      }
+      return 0;
+    }
+    case AK_BUF:
+      snprintf(base + d->field, sizeof(cfg->node_addr), "%s", text);
+      return 0;
+    case AK_STR:
+      *(const char **)(base + d->field) = text;
+      return 0;
+    case AK_HELP:
+    case AK_VERSION:
+      return 0;
+  }
+  if (d->kind == AK_INT || d->kind == AK_CHOICE)
+    bagua__agent_say("%s \"%s\" is invalid; %s", d->flag, text, accepted_part(err));
+  else
+    bagua__agent_say("%s \"%s\" is %s: %s", d->flag, text,
+                     d->kind == AK_ID ? "invalid" : "malformed", err);
   return -1;
 }
 
-/* Each endpoint is HOST:PORT (or a URL the etcd client takes as is). */
-static int valid_endpoints(const char *list) {
-  const char *p = list;
-  if (!*p) return 0;
-  while (*p) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    char one[256];
-    if (len == 0 || len >= sizeof(one)) return 0;
-    memcpy(one, p, len);
-    one[len] = '\0';
-    if (strstr(one, "://") == NULL) {
-      char *colon = strrchr(one, ':');
-      int port;
-      if (!colon || colon == one || parse_int(colon + 1, 1, 65535, &port) != 0) return 0;
-    }
-    p += len;
-    if (*p == ',') p++;
+/* The text a flag that was not given takes: its variable's, or NULL (see `missing`). Integer
+ * variables are read as integers by set_defaults(). */
+static const char *env_value(const arg_desc_t *d) {
+  if (!d->env || d->param == NO_PARAM || d->kind == AK_INT) return NULL;
+  bagua__param_id_t id = (bagua__param_id_t)d->param;
+  if (!bagua__param_is_set(id)) return NULL;
+  const char *s = bagua__param_str(id);
+  /* An empty variable is no value: the registry's default (or the refusal) applies. */
+  return s && s[0] ? s : NULL;
+}
+
+/* Registry defaults of the flags that may be left out. */
+static void set_defaults(bagua__agent_config_t *cfg) {
+  char *base = (char *)cfg;
+  for (int i = 0; i < NARGS; i++) {
+    const arg_desc_t *d = &k_args[i];
+    if (d->param == NO_PARAM) continue;
+    bagua__param_id_t id = (bagua__param_id_t)d->param;
+    /* bagua__param_int() is the variable's value when it is set (bagua__params_check() has
+     * bounded it), else the default. */
+    if (d->kind == AK_INT)
+      *(int *)(base + d->field) =
+          (int)(d->env ? bagua__param_int(id) : bagua__param_int_default(id));
+    if (d->kind == AK_STR) *(const char **)(base + d->field) = bagua__param_str_default(id);
+    if (d->kind == AK_CHOICE)
+      (void)parse_elastic_mode(bagua__param_str_default(id),
+                               (bagua__elastic_mode_t *)(base + d->field));
   }
-  return 1;
+  cfg->tag = "";
+  cfg->endpoints = "";
+  /* Not a flag: the launcher passes it to every agent in the environment. */
+  cfg->etcd_timeout_ms = (int)bagua__param_int(BAGUA_P_ETCD_TIMEOUT_MS);
 }
 
 int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
-  memset(cfg, 0, sizeof(*cfg));
+  struct option long_opts[NARGS + 1];
+  const char *given[NARGS];
   char host[256] = "localhost";
+  memset(cfg, 0, sizeof(*cfg));
+  memset(given, 0, sizeof(given));
   if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "localhost");
   host[sizeof(host) - 1] = '\0';
   bagua__agent_set_name(host);
 
   if (bagua__params_check() != BAGUA_OK) {
-    bagua__agent_err("bad environment parameter: %s", bagua_last_error());
+    bagua__agent_say("bad environment parameter: %s", bagua_last_error());
     return 2;
   }
-  cfg->endpoints = bagua__param_str(BAGUA_P_RDZV_ENDPOINT);
-  const char *job = bagua__param_is_set(BAGUA_P_JOB_ID) ? bagua__param_str(BAGUA_P_JOB_ID) : "";
-  const char *node = bagua__param_is_set(BAGUA_P_NODE_ID) ? bagua__param_str(BAGUA_P_NODE_ID) : "";
-  const char *nnodes = NULL, *nproc = NULL;
-  cfg->max_restarts = (int)bagua__param_int(BAGUA_P_MAX_RESTARTS);
-  cfg->lease_ttl_s = (int)bagua__param_int(BAGUA_P_LEASE_TTL_S);
-  cfg->rdzv_timeout_s = (int)bagua__param_int(BAGUA_P_RDZV_TIMEOUT_S);
-  cfg->last_call_ms = (int)bagua__param_int(BAGUA_P_RDZV_LAST_CALL_MS);
-  cfg->settle_ms = (int)bagua__param_int(BAGUA_P_RDZV_SETTLE_MS);
-  cfg->grace_ms = (int)bagua__param_int(BAGUA_P_STOP_GRACE_MS);
-  cfg->etcd_timeout_ms = (int)bagua__param_int(BAGUA_P_ETCD_TIMEOUT_MS);
-  cfg->log_dir = bagua__param_str(BAGUA_P_LOG_DIR);
-  snprintf(cfg->node_addr, sizeof(cfg->node_addr), "%s", bagua__param_str(BAGUA_P_NODE_ADDR));
-  cfg->tag = "";
-  /* bagua__params_check() above has already limited the variable to the accepted names. */
-  if (parse_elastic_mode(bagua__param_str(BAGUA_P_ELASTIC_MODE), &cfg->elastic_mode) != 0)
-    cfg->elastic_mode = BAGUA__ELASTIC_AUTO;
+  set_defaults(cfg);
+  /* The environment's values, which the flags then override. bagua__params_check() above
+   * has checked those the registry bounds; the structured ones are checked below, once the
+   * flags are known, under the name of the flag that would override them. */
+  for (int i = 0; i < NARGS; i++) {
+    given[i] = env_value(&k_args[i]);
+    if (given[i] && !checked_late(&k_args[i]) && apply(&k_args[i], given[i], cfg) != 0) return 2;
+  }
+
+  for (int i = 0; i < NARGS; i++) {
+    long_opts[i].name = k_args[i].flag + 2;
+    long_opts[i].has_arg =
+        k_args[i].kind == AK_HELP || k_args[i].kind == AK_VERSION ? no_argument : required_argument;
+    long_opts[i].flag = NULL;
+    long_opts[i].val = 256 + i;
+  }
+  memset(&long_opts[NARGS], 0, sizeof(long_opts[NARGS]));
 
   opterr = 0; /* our own messages name the flag and what is accepted */
   optind = 1;
   int c, rc = 0;
   while ((c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
-    const char *v = optarg;
-    switch (c) {
-      case OPT_ENDPOINT:
-        cfg->endpoints = v;
-        break;
-      case OPT_JOB_ID:
-        job = v;
-        break;
-      case OPT_NNODES:
-        nnodes = v;
-        break;
-      case OPT_NPROC:
-        nproc = v;
-        break;
-      case OPT_NODE_ID:
-        node = v;
-        break;
-      case OPT_NODE_ADDR:
-        snprintf(cfg->node_addr, sizeof(cfg->node_addr), "%s", v);
-        break;
-      case OPT_MAX_RESTARTS:
-        rc |= parse_param_flag("--max-restarts", "BAGUA_MAX_RESTARTS", v, &cfg->max_restarts);
-        break;
-      case OPT_LEASE_TTL:
-        rc |= parse_param_flag("--lease-ttl", "BAGUA_LEASE_TTL_S", v, &cfg->lease_ttl_s);
-        break;
-      case OPT_RDZV_TIMEOUT:
-        rc |= parse_param_flag("--rdzv-timeout", "BAGUA_RDZV_TIMEOUT_S", v, &cfg->rdzv_timeout_s);
-        break;
-      case OPT_LAST_CALL:
-        rc |= parse_param_flag("--last-call-ms", "BAGUA_RDZV_LAST_CALL_MS", v, &cfg->last_call_ms);
-        break;
-      case OPT_SETTLE:
-        rc |= parse_param_flag("--settle-ms", "BAGUA_RDZV_SETTLE_MS", v, &cfg->settle_ms);
-        break;
-      case OPT_GRACE:
-        rc |= parse_param_flag("--grace-ms", "BAGUA_STOP_GRACE_MS", v, &cfg->grace_ms);
-        break;
-      case OPT_LOG_DIR:
-        cfg->log_dir = v;
-        break;
-      case OPT_TAG:
-        cfg->tag = v;
-        break;
-      case OPT_ELASTIC_MODE:
-        if (parse_elastic_mode(v, &cfg->elastic_mode) != 0) {
-          bagua__agent_err(
-              "--elastic-mode \"%s\" is invalid; accepted: auto, restart or in-process", v);
-          rc = 1;
-        }
-        break;
-      case 'h':
-      case OPT_HELP:
-        fputs(usage_text, stdout);
-        return 1;
-      case OPT_VERSION:
+    if (c >= 256 && c < 256 + NARGS) {
+      const arg_desc_t *d = &k_args[c - 256];
+      if (d->kind == AK_HELP) c = 'h';
+      if (d->kind == AK_VERSION) {
         printf("bagua-agent %s\n", BAGUA_VERSION_STRING);
         return 1;
+      }
+      if (c != 'h') {
+        given[c - 256] = optarg;
+        /* The others are refused at once (every bad one is reported). */
+        if (!checked_late(d)) rc |= apply(d, optarg, cfg) != 0;
+        continue;
+      }
+    }
+    switch (c) {
+      case 'h': {
+        int64_t lo = 0, hi = 0;
+        bagua__param_bounds(BAGUA_P_NPROC_PER_NODE, &lo, &hi);
+        printf(usage_fmt, (long long)lo, (long long)hi);
+        return 1;
+      }
       case ':':
-        bagua__agent_err("flag %s needs a value; run bagua-agent --help for the flags",
+        bagua__agent_say("flag %s needs a value; run bagua-agent --help for the flags",
                          argv[optind - 1]);
         return 2;
       default: {
         char shortopt[3] = {'-', (char)optopt, '\0'};
-        bagua__agent_err("unknown flag \"%s\"; run bagua-agent --help for the flags",
+        bagua__agent_say("unknown flag \"%s\"; run bagua-agent --help for the flags",
                          optopt ? shortopt : argv[optind - 1]);
         return 2;
       }
@@ -313,60 +327,32 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
 
   /* The program follows "--" (getopt consumes it) or starts at the first non-flag word. */
   if (optind >= argc) {
-    bagua__agent_err("missing the worker program; accepted: ... -- PROGRAM [ARGS...]");
+    bagua__agent_say("missing the worker program; accepted: ... -- PROGRAM [ARGS...]");
     return 2;
   }
   cfg->argv = argv + optind;
   cfg->argc = argc - optind;
 
-  if (!cfg->endpoints || !cfg->endpoints[0]) {
-    bagua__agent_err(
-        "--rdzv-endpoint is required (or BAGUA_RDZV_ENDPOINT); accepted: "
-        "HOST:PORT[,HOST:PORT]");
-    return 2;
-  }
-  if (!valid_endpoints(cfg->endpoints)) {
-    bagua__agent_err(
-        "--rdzv-endpoint \"%s\" is malformed; accepted: HOST:PORT[,HOST:PORT] with "
-        "ports 1..65535, or http:// URLs",
-        cfg->endpoints);
-    return 2;
-  }
-  if (!job[0]) {
-    bagua__agent_err(
-        "--job-id is required (or BAGUA_JOB_ID); every node of a job passes the "
-        "same id");
-    return 2;
-  }
-  if (!valid_id(job)) {
-    bagua__agent_err("--job-id \"%s\" is invalid; accepted: 1..127 characters of A-Z a-z 0-9 . _ -",
-                     job);
-    return 2;
-  }
-  memcpy(cfg->job_id, job, strlen(job) + 1); /* valid_id() bounded its length */
-  if (!node[0]) node = host;
-  if (!valid_id(node)) {
-    bagua__agent_err(
-        "--node-id \"%s\" is invalid; accepted: 1..127 characters of A-Z a-z 0-9 . "
-        "_ -",
-        node);
-    return 2;
-  }
-  memcpy(cfg->node_id, node, strlen(node) + 1); /* valid_id() bounded its length */
-  bagua__agent_set_name(cfg->node_id);
-  if (!nnodes) {
-    bagua__agent_err("--nnodes is required; accepted: N or MIN:MAX");
-    return 2;
-  }
-  if (parse_nnodes(nnodes, cfg) != 0) return 2;
-  if (!nproc) {
-    bagua__agent_err("--nproc-per-node is required; accepted: an integer in [1, 4096]");
-    return 2;
-  }
-  if (parse_int(nproc, 1, 4096, &cfg->nproc) != 0) {
-    bagua__agent_err("--nproc-per-node \"%s\" is invalid; accepted: an integer in [1, 4096]",
-                     nproc);
-    return 2;
+  for (int i = 0; i < NARGS; i++) {
+    const arg_desc_t *d = &k_args[i];
+    if (!checked_late(d)) continue;
+    /* An empty value is no value: the refusal says what is required. */
+    const char *text = given[i] && given[i][0] ? given[i] : NULL;
+    /* The node id defaults to the host name, which must pass as an id too. */
+    if (!text && d->field == CFG(node_id)) text = host;
+    if (!text && d->missing[0]) {
+      if (d->kind == AK_INT) {
+        int64_t lo = 0, hi = 0;
+        bagua__param_bounds((bagua__param_id_t)d->param, &lo, &hi);
+        bagua__agent_say("%s is required%san integer in [%lld, %lld]", d->flag, d->missing,
+                         (long long)lo, (long long)hi);
+      } else {
+        bagua__agent_say("%s is required%s", d->flag, d->missing);
+      }
+      return 2;
+    }
+    if (text && apply(d, text, cfg) != 0) return 2;
+    if (d->field == CFG(node_id) && d->kind == AK_ID) bagua__agent_set_name(cfg->node_id);
   }
   if (cfg->log_dir && !cfg->log_dir[0]) cfg->log_dir = NULL;
   return 0;

@@ -20,6 +20,7 @@
 #include "agent_internal.h"
 #include "common/log.h"
 #include "marks.h"
+#include "common/time.h"
 
 int bagua__agent_workers_elastic(const bagua__agent_t *a, char *why, size_t len) {
   if (why && len) why[0] = '\0';
@@ -61,7 +62,7 @@ static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   if (!bagua__agent_workers_elastic(a, why, sizeof(why))) {
     /* Auto mode with a worker that does not follow rounds by itself: it would wait on a world
      * that no longer exists, so the whole node restarts into the new round. */
-    bagua__agent_err("round %lld (membership, restart: %s)", (long long)R->round, why);
+    bagua__agent_say("round %lld (membership, restart: %s)", (long long)R->round, why);
     return 0;
   }
   char how[96] = "";
@@ -70,7 +71,7 @@ static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   int base = 0;
   for (int i = 0; i < idx; i++) base += R->members[i].nproc;
   for (int i = 0; i < a->ws.n; i++) a->ws.w[i].rank = base + a->ws.w[i].local_rank;
-  bagua__agent_err(
+  bagua__agent_say(
       "round %lld (membership, in-process%s): node %d of %d, ranks %d..%d of %d; workers keep "
       "running and rebuild",
       (long long)R->round, how, idx, R->nmembers, base, base + cfg->nproc - 1, R->world_size);
@@ -101,7 +102,7 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   int idx = bagua__agent_round_find(R, cfg->node_id);
   const bagua__agent_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
   if (idx < 0) {
-    bagua__agent_err(
+    bagua__agent_say(
         "round %lld formed with %d node(s) without this one (--nnodes %d:%d): "
         "waiting as a spare",
         (long long)R->round, R->nmembers, cfg->nnodes_min, cfg->nnodes_max);
@@ -132,7 +133,7 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   };
   /* Marks of the workers just stopped must not speak for the ones started now. */
   bagua__marks_clear(a->mark_dir);
-  bagua__agent_err("round %lld (%s, restart %d): node %d of %d, ranks %d..%d of %d, master %s:%d",
+  bagua__agent_say("round %lld (%s, restart %d): node %d of %d, ranks %d..%d of %d, master %s:%d",
                    (long long)R->round, R->reason[0] ? R->reason : "?", R->restart_count, idx,
                    R->nmembers, base, base + cfg->nproc - 1, R->world_size, R->master_addr,
                    R->master_port);
@@ -140,7 +141,7 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   if (bagua__workers_start(&a->ws, cfg, &as, a->out) != BAGUA_OK) {
     /* The node cannot run its share (fork or pipe failed): report it as this node's failure
      * so the leader restarts or fails the job instead of waiting for workers that never ran. */
-    bagua__agent_err("could not start the workers of round %lld: %s", (long long)R->round,
+    bagua__agent_say("could not start the workers of round %lld: %s", (long long)R->round,
                      bagua_last_error());
     bagua__agent_stop_workers(a, SIGKILL);
     a->have_report = 1;
@@ -149,7 +150,7 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
     bagua__agent_failure_t *f = &a->report.f;
     snprintf(f->node, sizeof(f->node), "%s", cfg->node_id);
     snprintf(f->host, sizeof(f->host), "%s", a->host);
-    f->time_ms = bagua__agent_wall_ms();
+    f->time_ms = bagua__wall_ms();
     f->round = R->round;
     f->rank = base + a->ws.n;
     f->local_rank = a->ws.n;
@@ -201,7 +202,7 @@ static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
     const bagua__agent_done_t *peer = NULL;
     memset(&a->report, 0, sizeof(a->report));
     snprintf(a->report.f.node, sizeof(a->report.f.node), "%s", a->cfg->node_id);
-    a->report.f.time_ms = bagua__agent_wall_ms();
+    a->report.f.time_ms = bagua__wall_ms();
     if (w) {
       a->report.state = BAGUA__DONE_FAILED;
       a->report.kept = a->kept;
@@ -209,7 +210,7 @@ static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
       char when[40], what[512];
       bagua__agent_format_time(w->exit_ms, when, sizeof(when));
       bagua__agent_failure_describe(&a->report.f, what, sizeof(what));
-      bagua__agent_err("worker failed at %s on host %s: %s", when, a->host, what);
+      bagua__agent_say("worker failed at %s on host %s: %s", when, a->host, what);
       a->have_report = 1;
       a->reported = put_report(a); /* the leader hears first, then the others are stopped */
       bagua__agent_stop_workers(a, SIGTERM);
@@ -220,7 +221,7 @@ static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
       BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: round %lld: all %d workers exited 0",
                  (long long)a->cur_round, a->ws.n);
     } else if (a->ws.nrunning > 0 && (peer = peer_failure(a, s)) != NULL) {
-      bagua__agent_err("rank %d on node %s failed: stopping this node's workers for a restart",
+      bagua__agent_say("rank %d on node %s failed: stopping this node's workers for a restart",
                        peer->f.rank, peer->f.node);
       a->report.state = BAGUA__DONE_STOPPED;
       a->have_report = 1;

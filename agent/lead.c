@@ -13,6 +13,7 @@
 #include "agent_internal.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "common/time.h"
 
 static int write_status(bagua__agent_t *a, const bagua__agent_snap_t *s,
                         const bagua__agent_status_t *st) {
@@ -79,11 +80,11 @@ void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
       .self = cfg->node_id,
   };
   bagua__lead_decision_t d;
-  bagua__leader_decide(&p, &a->lead, s, bagua__now_ms(), bagua__agent_wall_ms(), &d);
+  bagua__leader_decide(&p, &a->lead, s, bagua__now_ms(), bagua__wall_ms(), &d);
   a->wake_at = d.wake_at;
   bagua__agent_status_t st;
   memset(&st, 0, sizeof(st));
-  st.time_ms = bagua__agent_wall_ms();
+  st.time_ms = bagua__wall_ms();
   st.round = s->has_round ? s->round.round : 0;
   switch (d.action) {
     case BAGUA__LEAD_NONE:

@@ -24,6 +24,7 @@
 
 #include "agent_internal.h"
 #include "common/sock.h"
+#include "common/time.h"
 
 /* Snapshots are read at most this often while waiting (every watch event wakes the wait). */
 #define LOOK_MS 100
@@ -79,7 +80,7 @@ static const char *wait_self_exit(bagua__agent_t *a, int64_t t0, char *buf, size
 int bagua__agent_leave(bagua__agent_t *a) {
   int sig = a->term_sig;
   const char *name = sigabbrev_np(sig);
-  bagua__agent_err("received SIG%s: leaving job %s (the other nodes carry on without this one)",
+  bagua__agent_say("received SIG%s: leaving job %s (the other nodes carry on without this one)",
                    name ? name : "?", a->cfg->job_id);
   int n = a->ws.nrunning;
   if (n == 0 || a->term_again || !bagua__agent_workers_elastic(a, NULL, 0)) {
@@ -93,7 +94,7 @@ int bagua__agent_leave(bagua__agent_t *a) {
   /* Exits from now on are this departure's doing, not failures. */
   a->ws.stopping = 1;
   bagua__agent_deregister(a);
-  bagua__agent_err(
+  bagua__agent_say(
       "deregistered first: the %d elastic worker(s) get up to %d ms to leave round %lld by "
       "themselves",
       n, a->cfg->grace_ms, (long long)a->cur_round);
@@ -101,11 +102,11 @@ int bagua__agent_leave(bagua__agent_t *a) {
   const char *why = wait_self_exit(a, t0, buf, sizeof(buf));
   long long took = (long long)(bagua__now_ms() - t0);
   if (!why) {
-    bagua__agent_err("all %d worker(s) left the job by themselves %lld ms after SIG%s", n, took,
+    bagua__agent_say("all %d worker(s) left the job by themselves %lld ms after SIG%s", n, took,
                      name ? name : "?");
     return 128 + sig;
   }
-  bagua__agent_err("%d of %d worker(s) still running after %lld ms (%s): sending SIG%s",
+  bagua__agent_say("%d of %d worker(s) still running after %lld ms (%s): sending SIG%s",
                    a->ws.nrunning, n, took, why, name ? name : "?");
   bagua__agent_stop_workers(a, sig);
   return 128 + sig;

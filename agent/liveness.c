@@ -20,6 +20,7 @@
 
 #include "common/log.h"
 #include "common/sock.h"
+#include "common/time.h"
 
 /* Bounds on a connect and on the hello that follows it. */
 #define CONNECT_MS 2000

@@ -21,14 +21,14 @@ int main(int argc, char **argv) {
   const int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
   for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) sigaddset(&set, sigs[i]);
   if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) {
-    bagua__agent_err("sigprocmask failed");
+    bagua__agent_say("sigprocmask failed");
     return 1;
   }
   /* A console that went away must not kill the agent (and with it the job's workers). */
   signal(SIGPIPE, SIG_IGN);
   int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sigfd < 0) {
-    bagua__agent_err("signalfd failed");
+    bagua__agent_say("signalfd failed");
     return 1;
   }
   return bagua__agent_run(&cfg, sigfd);

@@ -8,9 +8,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/params.h"
+
+const char *bagua__marks_parent(void) {
+  /* The registry keeps an empty TMPDIR as set; an empty directory name means the default. */
+  const char *tmp = bagua__param_str(BAGUA_P_TMPDIR);
+  return tmp && tmp[0] ? tmp : bagua__param_str_default(BAGUA_P_TMPDIR);
+}
+
 int bagua__marks_create(const char *node_id, char *dir, size_t len) {
-  const char *tmp = getenv("TMPDIR");
-  if (!tmp || !tmp[0]) tmp = "/tmp";
+  const char *tmp = bagua__marks_parent();
   int n = snprintf(dir, len, "%s/bagua-agent.%s.XXXXXX", tmp, node_id);
   if (n < 0 || (size_t)n >= len) {
     dir[0] = '\0';

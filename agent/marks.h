@@ -4,7 +4,8 @@
  * The agent cannot see which API a worker program uses, so the worker says it: each worker gets
  * BAGUA_ELASTIC_MARK=<dir>/elastic.<local rank>.<round it was started in>, and libbagua's
  * bagua_elastic_create() creates that (empty) file once it has succeeded. <dir> is a private
- * directory of the agent (mkdtemp under $TMPDIR, else /tmp) that the agent removes when it
+ * directory of the agent (mkdtemp under the registry's TMPDIR, /tmp by default) that the agent
+ * removes when it
  * exits. A worker whose file exists runs the elastic API: it follows a new round by itself
  * (bagua_elastic_rebuild) and leaves the job by itself when its node is not in the new round.
  */
@@ -15,6 +16,9 @@
 #include <stdint.h>
 
 #include "workers.h"
+
+/* The directory the private directories are made in: TMPDIR, or /tmp when it is empty. */
+const char *bagua__marks_parent(void);
 
 /* Creates the private directory; its path goes to `dir`. Returns 0, or -1 with errno. */
 int bagua__marks_create(const char *node_id, char *dir, size_t len);

@@ -18,6 +18,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "common/time.h"
 
 /* A longer line is cut into pieces of this size, each written as its own prefixed line. */
 #define LINE_MAX_BYTES 8192
@@ -124,8 +125,7 @@ static void *thread_main(void *arg) {
     pthread_mutex_unlock(&p->mu);
     if (stop) break;
     if (!pfd) {
-      struct timespec ts = {0, 50000000};
-      nanosleep(&ts, NULL);
+      bagua__sleep_ms(50); /* out of memory: try again shortly */
       continue;
     }
     pfd[0] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
@@ -167,7 +167,7 @@ bagua_status_t bagua__outpump_start(bagua__outpump_t **out) {
     return BAGUA_ERR_SYSTEM;
   }
   pthread_mutex_init(&p->mu, NULL);
-  pthread_cond_init(&p->cv, NULL);
+  bagua__cond_init(&p->cv); /* on the monotonic clock the drain deadline uses */
   int rc = pthread_create(&p->thread, NULL, thread_main, p);
   if (rc != 0) {
     BAGUA_WARN("agent: cannot start the output thread: %s", strerror(rc));
@@ -218,17 +218,10 @@ nomem:
 }
 
 void bagua__outpump_drain(bagua__outpump_t *p, int timeout_ms) {
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  dl.tv_sec += timeout_ms / 1000;
-  dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-  if (dl.tv_nsec >= 1000000000) {
-    dl.tv_sec++;
-    dl.tv_nsec -= 1000000000;
-  }
+  int64_t deadline = bagua__deadline_in(timeout_ms);
   pthread_mutex_lock(&p->mu);
   while (p->n > 0)
-    if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) != 0) break;
+    if (bagua__cond_wait_until(&p->cv, &p->mu, deadline) != 0) break;
   pthread_mutex_unlock(&p->mu);
 }
 

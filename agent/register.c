@@ -18,6 +18,7 @@
 #include "agent_internal.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "common/time.h"
 
 void bagua__agent_key(const bagua__agent_t *a, char *buf, size_t len, const char *fmt, ...) {
   int n = snprintf(buf, len, "%s", a->prefix);
@@ -53,31 +54,10 @@ int bagua__agent_pick_port(void) {
 void bagua__agent_detect_addr(bagua__agent_t *a) {
   bagua__agent_config_t *cfg = a->cfg;
   if (cfg->node_addr[0]) return;
-  char host[256];
-  const char *ep = cfg->endpoints;
-  const char *scheme = strstr(ep, "://");
-  if (scheme) ep = scheme + 3;
-  size_t n = strcspn(ep, ",/");
-  if (n >= sizeof(host)) n = sizeof(host) - 1;
-  memcpy(host, ep, n);
-  host[n] = '\0';
-  char *colon = strrchr(host, ':');
-  int port = colon ? atoi(colon + 1) : 2379;
-  if (colon) *colon = '\0';
   uint32_t addr = 0;
-  int fd = -1;
-  if (bagua__resolve_ipv4(host, &addr) == BAGUA_OK &&
-      (fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0) {
-    struct sockaddr_in sa = {
-        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
-    struct sockaddr_in local;
-    socklen_t len = sizeof(local);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&local, &len) == 0) {
-      bagua__ipv4_str(local.sin_addr.s_addr, cfg->node_addr, sizeof(cfg->node_addr));
-    }
-  }
-  if (fd >= 0) close(fd);
+  /* bagua__route_addr() warns with the reason (a malformed port, an unknown host). */
+  if (bagua__route_addr(cfg->endpoints, &addr) == BAGUA_OK)
+    bagua__ipv4_str(addr, cfg->node_addr, sizeof(cfg->node_addr));
   if (!cfg->node_addr[0]) {
     snprintf(cfg->node_addr, sizeof(cfg->node_addr), "%s", a->host);
     BAGUA_WARN(
@@ -115,7 +95,7 @@ int bagua__agent_register(bagua__agent_t *a) {
   if (a->live) bagua__liveness_set_lease(a->live, a->lease);
   int port = bagua__agent_pick_port();
   a->master_port = port > 0 ? port : 29500;
-  a->join_ms = bagua__agent_wall_ms();
+  a->join_ms = bagua__wall_ms();
   char *rec = node_record(a);
   if (!rec) return 3;
   /* A key with our id on another lease is another agent, or a dead one whose lease has not
@@ -138,7 +118,7 @@ int bagua__agent_register(bagua__agent_t *a) {
     bagua__agent_node_decode(cur.value, &other);
     bagua__etcd_kv_clear(&cur);
     if (bagua__now_ms() > deadline) {
-      bagua__agent_err(
+      bagua__agent_say(
           "node id \"%s\" is in use by a live agent (pid %d on host %s) of job %s; "
           "give every agent its own --node-id",
           cfg->node_id, other.pid, other.host, cfg->job_id);
@@ -146,7 +126,7 @@ int bagua__agent_register(bagua__agent_t *a) {
       break;
     }
     if (!said) {
-      bagua__agent_err(
+      bagua__agent_say(
           "node id \"%s\" is registered by pid %d on host %s; waiting up to %d s "
           "for that registration to expire",
           cfg->node_id, other.pid, other.host, cfg->lease_ttl_s + 1);
@@ -201,7 +181,7 @@ void bagua__agent_revoke_dead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
     /* Gone already (it left normally, or another agent was quicker), or registered again
      * under a new lease by a live agent: nothing to do. */
     if (!x || x->lease != d[i].lease || strcmp(d[i].id, a->cfg->node_id) == 0) continue;
-    bagua__agent_err(
+    bagua__agent_say(
         "node %s's agent closed its liveness connection: revoking its lease %lld (it died)",
         d[i].id, (long long)d[i].lease);
     /* Several agents may revoke the same lease; etcd's "not found" counts as done. */
@@ -225,7 +205,7 @@ int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t
   }
   if (lost) {
     if (a->keeper)
-      bagua__agent_err(
+      bagua__agent_say(
           "lost the etcd lease (no renewal for a TTL); registering again as a new "
           "node");
     bagua__etcd_keeper_stop(a->keeper);
@@ -237,7 +217,7 @@ int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t
   }
   if (me && me->lease == a->lease) return 0;
   if (me) {
-    bagua__agent_err(
+    bagua__agent_say(
         "node id \"%s\" was taken over by another agent (pid %d on host %s); "
         "give every agent its own --node-id",
         a->cfg->node_id, me->pid, me->host);

@@ -25,6 +25,7 @@
 #include "common/params.h"
 #include "common/sock.h"
 #include "marks.h"
+#include "common/time.h"
 
 extern char **environ;
 
@@ -290,7 +291,7 @@ int bagua__workers_on_exit(bagua__workers_t *ws, pid_t pid, int wait_status) {
     if (w->pid != pid || !w->running) continue;
     w->running = 0;
     w->wait_status = wait_status;
-    w->exit_ms = bagua__agent_wall_ms();
+    w->exit_ms = bagua__wall_ms();
     w->expected = ws->stopping;
     ws->nrunning--;
     return 1;

@@ -126,6 +126,24 @@ int64_t bagua__param_int_default(bagua__param_id_t id) {
   return g_desc[id].idef;
 }
 
+int bagua__param_is_int(bagua__param_id_t id) {
+  return g_desc[id].type == PARAM_INT;
+}
+
+const char *bagua__param_str_default(bagua__param_id_t id) {
+  return g_desc[id].type == PARAM_STR ? g_desc[id].sdef : "";
+}
+
+const char *bagua__param_choices(bagua__param_id_t id) {
+  return g_desc[id].type == PARAM_STR ? g_desc[id].choices : "";
+}
+
+int bagua__param_find(const char *env_name) {
+  for (int i = 0; env_name && i < BAGUA_P__COUNT; i++)
+    if (strcmp(g_desc[i].env, env_name) == 0) return i;
+  return -1;
+}
+
 bagua_status_t bagua__param_parse(bagua__param_id_t id, const char *value, int64_t *out, char *err,
                                   size_t errlen) {
   int64_t v = 0;

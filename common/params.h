@@ -28,6 +28,14 @@ const char *bagua__param_str(bagua__param_id_t id);
 const char *bagua__param_env_name(bagua__param_id_t id);
 void bagua__param_bounds(bagua__param_id_t id, int64_t *lo, int64_t *hi);
 int64_t bagua__param_int_default(bagua__param_id_t id);
+/* More of the description, for code that walks the registry (ids run from 0 to
+ * BAGUA_P__COUNT - 1): whether the parameter is INT, the default of a STR parameter, and its
+ * accepted words ("a|b|c", or "" for any string; "" for INT parameters). */
+int bagua__param_is_int(bagua__param_id_t id);
+const char *bagua__param_str_default(bagua__param_id_t id);
+const char *bagua__param_choices(bagua__param_id_t id);
+/* The id of the parameter whose variable is `env_name`, or -1 when the registry has none. */
+int bagua__param_find(const char *env_name);
 /* Validates `value` for parameter `id` as if the environment held it (the same rules and
  * message as bagua__params_check()); on success *out holds the parsed integer (INT only). */
 bagua_status_t bagua__param_parse(bagua__param_id_t id, const char *value, int64_t *out, char *err,

@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "bagua/params.h"
+#include "common/output.h"
+#include "common/params.h"
 
 int bagua__launch_find_agent(const char *configured, int need_local, char *out, size_t outlen,
                              char *err, size_t errlen) {
@@ -100,12 +102,28 @@ static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
   return rc ? -1 : 0;
 }
 
+/*
+ * A registry parameter that names something of this machine (TMPDIR): the registry reads it,
+ * but it is no job setting. The environment's value is never forwarded to other hosts, and an
+ * [env] entry sets it like any other variable, as before the registry declared it.
+ */
+static int host_local(const char *env) {
+  return strcmp(env, "TMPDIR") == 0;
+}
+
+/* A registry parameter the launcher's environment provides for every agent: environment >
+ * INI, and forwarded to remote agents. */
+static int env_provides(const char *env) {
+  return !host_local(env) && bagua_param_get(env) != NULL;
+}
+
 /* Registry parameters that are per worker or passed as agent flags: never forwarded. */
 static int forwardable(const char *env) {
   static const char *const skip[] = {
       "RANK",          "WORLD_SIZE",   "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
       "GROUP_RANK",    "MASTER_ADDR",  "MASTER_PORT",     "BAGUA_ROUND",
       "BAGUA_NODE_ID", "BAGUA_JOB_ID", "BAGUA_BOOTSTRAP", "BAGUA_ELASTIC_MARK"};
+  if (host_local(env)) return 0;
   for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
     if (strcmp(skip[i], env) == 0) return 0;
   return bagua__launch_find_env(env) < 0;
@@ -115,13 +133,12 @@ static int forwardable(const char *env) {
  * [algorithm] and [env], so a remote worker sees what a local one would inherit. */
 static int env_words(const bagua__launch_config_t *cfg, bagua__launch_argv_t *a) {
   char kv[4096];
-#define BAGUA_PARAM(id, env, type, def, lo, hi, help)             \
-  if (forwardable(env) && bagua_param_get(env)) {                 \
-    snprintf(kv, sizeof(kv), "%s=%s", env, bagua_param_get(env)); \
-    if (push(a, kv)) return -1;                                   \
+  for (int id = 0; id < BAGUA_P__COUNT; id++) {
+    const char *env = bagua__param_env_name((bagua__param_id_t)id);
+    if (!forwardable(env) || !bagua_param_get(env)) continue;
+    snprintf(kv, sizeof(kv), "%s=%s", env, bagua_param_get(env));
+    if (push(a, kv)) return -1;
   }
-#include "common/params.def"
-#undef BAGUA_PARAM
   /* The one launcher setting that is not an agent flag: the agent reads it from its
    * environment. */
   snprintf(kv, sizeof(kv), "BAGUA_ETCD_TIMEOUT_MS=%s", cfg->v[LS_ETCD_TIMEOUT_MS].s);
@@ -131,7 +148,7 @@ static int env_words(const bagua__launch_config_t *cfg, bagua__launch_argv_t *a)
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < counts[k]; i++) {
       const bagua__launch_var_t *v = &lists[k][i];
-      if (bagua_param_get(v->name)) continue; /* forwarded above with the environment's value */
+      if (env_provides(v->name)) continue; /* forwarded above with the environment's value */
       snprintf(kv, sizeof(kv), "%s=%s", v->name, v->value);
       if (push(a, kv)) return -1;
     }
@@ -258,7 +275,7 @@ int bagua__launch_build_agents(const bagua__launch_config_t *cfg, const char *ag
   if (!a) goto oom;
   for (int i = 0; i < n; i++) {
     const bagua__launch_host_t *h = cfg->nhosts ? &cfg->hosts[i] : NULL;
-    char node[LAUNCH_MAX_ID_LEN + 16];
+    char node[BAGUA_ID_MAX_LEN + 1];
     const char *node_id = NULL;
     if (h) {
       /* Each agent is one node; a host listed twice gets "-0", "-1", ... suffixes. */
@@ -268,10 +285,11 @@ int bagua__launch_build_agents(const bagua__launch_config_t *cfg, const char *ag
         if (k < i) index++;
         if (k != i) dup = 1;
       }
-      if (dup)
-        snprintf(node, sizeof(node), "%.64s-%d", h->name, index);
-      else
-        snprintf(node, sizeof(node), "%.64s", h->name);
+      /* The host name is cut so that the id, suffix included, stays a valid agent id. */
+      char suffix[16] = "";
+      if (dup) snprintf(suffix, sizeof(suffix), "-%d", index);
+      snprintf(node, sizeof(node), "%.*s%s", (int)(BAGUA_ID_MAX_LEN - strlen(suffix)), h->name,
+               suffix);
       node_id = node;
     } else if (cfg->v[LS_NODE_ID].s[0]) {
       node_id = cfg->v[LS_NODE_ID].s;
@@ -325,7 +343,7 @@ int bagua__launch_export_vars(const bagua__launch_config_t *cfg) {
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < counts[k]; i++) {
       const bagua__launch_var_t *v = &lists[k][i];
-      if (bagua_param_get(v->name)) continue; /* environment > INI for registry parameters */
+      if (env_provides(v->name)) continue; /* environment > INI for registry parameters */
       if (setenv(v->name, v->value, 1) != 0) return -1;
     }
   return 0;
@@ -355,7 +373,7 @@ int bagua__launch_start_agent(bagua__launch_agent_t *a, char *err, size_t errlen
       if (null > 2) close(null);
     }
     execvp(a->argv.v[0], a->argv.v);
-    dprintf(2, "bagua-launch: cannot run %s: %s\n", a->argv.v[0], strerror(errno));
+    bagua__say("bagua-launch", "cannot run %s: %s", a->argv.v[0], strerror(errno));
     _exit(127);
   }
   setpgid(pid, pid);

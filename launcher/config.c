@@ -9,13 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bagua/error.h"
 #include "bagua/params.h"
-#include "bagua/params.h"
 #include "common/params.h"
+#include "common/time.h"
 #include "launch.h"
 
 /* A fresh job id: "bagua-" and 12 hex digits. A random id by default avoids the stale-state
@@ -23,10 +22,9 @@
 static void random_job_id(char *out, size_t len) {
   unsigned char r[6];
   if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
-    /* getrandom cannot fail for 6 bytes after boot; mix time and pid just in case. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+    /* getrandom cannot fail for 6 bytes after boot; mix the clocks and pid just in case. */
+    uint64_t x =
+        (uint64_t)bagua__now_ns() ^ ((uint64_t)bagua__wall_ms() << 20) ^ ((uint64_t)getpid() << 40);
     for (size_t i = 0; i < sizeof(r); i++) r[i] = (unsigned char)(x >> (8 * i));
   }
   snprintf(out, len, "bagua-%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5]);

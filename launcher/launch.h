@@ -18,14 +18,19 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/validate.h"
+
+/* The tool name that starts bagua-launch's user-facing lines (common/output.h). */
+#define LAUNCH_TOOL "bagua-launch"
+
 /* Exit statuses of bagua-launch (besides the job's own root-cause code). */
 #define LAUNCH_EXIT_USAGE 2
 #define LAUNCH_EXIT_RDZV 3
 
-/* Bounds of the settings that are not registry parameters. */
-#define LAUNCH_MAX_NODES 65536
+/* Bounds of the settings that are not registry parameters (common/validate.h has the
+ * limits bagua-agent shares: id length, node count). */
+#define LAUNCH_MAX_NODES BAGUA_NNODES_MAX
 #define LAUNCH_MAX_NPROC 4096
-#define LAUNCH_MAX_ID_LEN 64
 #define LAUNCH_DEFAULT_REMOTE_CMD "ssh -o BatchMode=yes {host}"
 #define LAUNCH_DEFAULT_ETCD_BIN "/usr/bin/etcd"
 
@@ -55,7 +60,7 @@ typedef enum {
 
 typedef enum {
   LT_STR,    /* any string */
-  LT_ID,     /* job or node id: 1..64 of [A-Za-z0-9._-] */
+  LT_ID,     /* job or node id (bagua__check_id), or "" for none */
   LT_INT,    /* integer within bounds */
   LT_NNODES, /* N or MIN:MAX */
   LT_ENDPOINTS,
@@ -162,7 +167,7 @@ typedef struct {
 /* Error text buffer used across the parser. */
 #define LAUNCH_ERR_LEN 1024
 
-/* ---- values (values.c) ---- */
+/* ---- the settings table (settings.c) and single values (values.c) ---- */
 
 /*
  * Parses and validates `text` for setting `s` into `out` (which takes a copy). On failure
@@ -175,6 +180,11 @@ void bagua__launch_layer_free(bagua__launch_layer_t *l);
 void bagua__launch_config_free(bagua__launch_config_t *c);
 void bagua__launch_origin_set(bagua__launch_origin_t *o, bagua__launch_origin_kind_t kind,
                               const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Validates an environment variable name for [env] / [algorithm]. */
+int bagua__launch_check_var(const char *name, const char *value, char *err, size_t errlen);
+
+/* ---- argument lists and shell words (shell.c) ---- */
+
 /* Appends a copy of `s` to `a`; returns -1 on out of memory. */
 int bagua__launch_argv_push(bagua__launch_argv_t *a, const char *s);
 void bagua__launch_argv_free(bagua__launch_argv_t *a);
@@ -187,8 +197,6 @@ int bagua__launch_split_words(const char *text, bagua__launch_argv_t *out, char 
                               size_t errlen);
 /* Appends `word` to `buf` quoted for a POSIX shell (unquoted when it is safe). */
 int bagua__launch_shell_quote(const char *word, char **buf, size_t *len, size_t *cap);
-/* Validates an environment variable name for [env] / [algorithm]. */
-int bagua__launch_check_var(const char *name, const char *value, char *err, size_t errlen);
 
 /* ---- hosts (hosts.c) ---- */
 

@@ -26,6 +26,7 @@
 #include "bagua/params.h"
 #include "common/etcd/etcd.h"
 #include "common/log.h"
+#include "common/output.h"
 #include "common/sock.h"
 #include "etcd_local.h"
 #include "launch.h"
@@ -114,7 +115,7 @@ static void dry_run(const bagua__launch_config_t *cfg, const char *agent_path) {
   const char *ep = cfg->v[LS_ENDPOINT].s[0] ? cfg->v[LS_ENDPOINT].s : "PRIVATE_ETCD";
   int n = bagua__launch_build_agents(cfg, agent_path, ep, &agents, err, sizeof(err));
   if (n < 0) {
-    fprintf(stderr, "%s\n", err);
+    bagua__say(NULL, "%s", err);
     return;
   }
   printf("; agent commands (%s)\n", cfg->v[LS_ENDPOINT].s[0]
@@ -133,7 +134,7 @@ int main(int argc, char **argv) {
   int nagents = 0, sigfd = -1, have_priv = 0;
   int rc = bagua__launch_configure(argc, argv, &cfg, err, sizeof(err));
   if (rc != 0) {
-    fprintf(stderr, "%s\n", err);
+    bagua__say(NULL, "%s", err);
     return rc;
   }
   if (cfg.help || cfg.version || cfg.print_params) {
@@ -147,7 +148,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < cfg.nhosts; i++) any_local |= cfg.hosts[i].local;
   if (bagua__launch_find_agent(cfg.v[LS_AGENT].s, any_local && !cfg.dry_run, agent_path,
                                sizeof(agent_path), err, sizeof(err)) != 0) {
-    fprintf(stderr, "%s\n", err);
+    bagua__say(NULL, "%s", err);
     rc = LAUNCH_EXIT_USAGE;
     goto out;
   }
@@ -157,7 +158,7 @@ int main(int argc, char **argv) {
   }
   const int standalone = cfg.v[LS_ENDPOINT].s[0] == '\0';
   if (standalone && pick_etcd_addr(&cfg, addr, sizeof(addr), err, sizeof(err)) != 0) {
-    fprintf(stderr, "%s\n", err);
+    bagua__say(NULL, "%s", err);
     rc = LAUNCH_EXIT_USAGE;
     goto out;
   }
@@ -173,7 +174,7 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sigfd < 0) {
-    fprintf(stderr, "bagua-launch: signalfd: %s\n", strerror(errno));
+    bagua__say(LAUNCH_TOOL, "signalfd: %s", strerror(errno));
     rc = 1;
     goto out;
   }
@@ -184,11 +185,11 @@ int main(int argc, char **argv) {
     int r = bagua__launch_etcd_start(cfg.v[LS_ETCD_BIN].s, addr, sigfd, &priv, err, sizeof(err));
     if (r != 0) {
       if (r > 0) {
-        fprintf(stderr, "bagua-launch: SIG%s received while starting etcd; nothing was started\n",
-                sigabbrev_np(r));
+        bagua__say(LAUNCH_TOOL, "SIG%s received while starting etcd; nothing was started",
+                   sigabbrev_np(r));
         rc = 128 + r;
       } else {
-        fprintf(stderr, "bagua-launch: %s\n", err);
+        bagua__say(LAUNCH_TOOL, "%s", err);
         rc = LAUNCH_EXIT_RDZV;
       }
       goto out;
@@ -205,34 +206,37 @@ int main(int argc, char **argv) {
   if (have_priv) snprintf(own, sizeof(own), "127.0.0.1:%d", priv.client_port);
   if (bagua__etcd_create(have_priv ? own : endpoint, (int)cfg.v[LS_ETCD_TIMEOUT_MS].i, &etcd) !=
       BAGUA_OK) {
-    fprintf(stderr, "bagua-launch: cannot create an etcd client for %s\n", endpoint);
+    bagua__say(LAUNCH_TOOL, "cannot create an etcd client for %s", endpoint);
     rc = LAUNCH_EXIT_RDZV;
     goto out;
   }
   int64_t stale_rev = 0;
   rc = preflight(etcd, &cfg, endpoint, &stale_rev, err, sizeof(err));
   if (rc != 0) {
-    fprintf(stderr, "%s\n", err);
+    bagua__say(NULL, "%s", err);
     goto out;
   }
 
   nagents = bagua__launch_build_agents(&cfg, agent_path, endpoint, &agents, err, sizeof(err));
   if (nagents < 0 || bagua__launch_export_vars(&cfg) != 0) {
-    fprintf(stderr, "%s\n", nagents < 0 ? err : "bagua-launch: cannot export [env] variables");
+    if (nagents < 0)
+      bagua__say(NULL, "%s", err);
+    else
+      bagua__say(LAUNCH_TOOL, "cannot export [env] variables");
     nagents = 0;
     rc = LAUNCH_EXIT_USAGE;
     goto out;
   }
   int progress = isatty(STDERR_FILENO);
   if (progress)
-    fprintf(stderr, "bagua-launch: job %s: %d agent(s), nnodes %s, rendezvous at %s%s\n",
-            cfg.v[LS_JOB_ID].s, nagents, cfg.v[LS_NNODES].s, endpoint,
-            have_priv ? " (private etcd)" : "");
+    bagua__say(LAUNCH_TOOL, "job %s: %d agent(s), nnodes %s, rendezvous at %s%s",
+               cfg.v[LS_JOB_ID].s, nagents, cfg.v[LS_NNODES].s, endpoint,
+               have_priv ? " (private etcd)" : "");
   BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s: starting %d agent(s) against %s", cfg.v[LS_JOB_ID].s,
              nagents, endpoint);
   for (int i = 0; i < nagents; i++) {
     if (bagua__launch_start_agent(&agents[i], err, sizeof(err)) != 0) {
-      fprintf(stderr, "bagua-launch: cannot start the agent for %s: %s\n", agents[i].host, err);
+      bagua__say(LAUNCH_TOOL, "cannot start the agent for %s: %s", agents[i].host, err);
       /* Stop the ones already started; the supervisor below waits for them. */
       for (int k = 0; k < i; k++) kill(agents[k].pid, SIGTERM);
       break;

@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/output.h"
 #include "common/sock.h"
+#include "common/time.h"
 #include "status.h"
 
 typedef struct {
@@ -36,12 +38,6 @@ typedef struct {
   int poll_failures;
   bagua__launch_round_t round;
 } sup_t;
-
-static int64_t wall_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int alive(const sup_t *s) {
   int n = 0;
@@ -72,7 +68,7 @@ static void signal_agents(sup_t *s, int sig) {
 
 static void on_exit_status(sup_t *s, bagua__launch_agent_t *a, int status) {
   a->exited = 1;
-  a->exit_ms = wall_ms();
+  a->exit_ms = bagua__wall_ms();
   a->exit_mono = bagua__now_ms();
   a->code = WIFEXITED(status)     ? WEXITSTATUS(status)
             : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
@@ -86,7 +82,7 @@ static void on_exit_status(sup_t *s, bagua__launch_agent_t *a, int status) {
              a->node_id ? a->node_id : "-", (int)a->pid, what);
   /* Every agent got the same flags, so a usage error is everyone's: stop the rest now. */
   if (a->code == LAUNCH_EXIT_USAGE && !s->stopping && alive(s) > 0) {
-    fprintf(stderr, "bagua-launch: stopping the other agents after a usage error\n");
+    bagua__say(LAUNCH_TOOL, "stopping the other agents after a usage error");
     signal_agents(s, SIGTERM);
   }
 }
@@ -109,14 +105,14 @@ static void on_signals(sup_t *s) {
     if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) continue;
     if (!s->stop_sig) {
       s->stop_sig = sig;
-      fprintf(stderr,
-              "bagua-launch: SIG%s received: stopping %d agent(s) (grace %lld ms; signal again "
-              "to kill at once)\n",
-              sigabbrev_np(sig), alive(s), (long long)s->r->cfg->v[LS_GRACE_MS].i);
+      bagua__say(LAUNCH_TOOL,
+                 "SIG%s received: stopping %d agent(s) (grace %lld ms; signal again "
+                 "to kill at once)",
+                 sigabbrev_np(sig), alive(s), (long long)s->r->cfg->v[LS_GRACE_MS].i);
       /* The agents get the same signal: SIGINT means "interrupted" to them as to us. */
       signal_agents(s, sig);
     } else if (!s->killed) {
-      fprintf(stderr, "bagua-launch: SIG%s again: killing the agents\n", sigabbrev_np(sig));
+      bagua__say(LAUNCH_TOOL, "SIG%s again: killing the agents", sigabbrev_np(sig));
       signal_agents(s, SIGKILL);
     }
   }
@@ -149,9 +145,9 @@ static void poll_etcd(sup_t *s) {
   if (bagua__launch_read_round(r->etcd, job, &rd) != BAGUA_OK || !rd.found) return;
   if (rd.round == s->round.round && rd.nmembers == s->round.nmembers) return;
   s->round = rd;
-  fprintf(stderr, "bagua-launch: round %lld: %d node(s) [%s], world size %lld; %d/%d agents here\n",
-          (long long)rd.round, rd.nmembers, rd.members, (long long)rd.world_size, alive(s),
-          r->nagents);
+  bagua__say(LAUNCH_TOOL, "round %lld: %d node(s) [%s], world size %lld; %d/%d agents here",
+             (long long)rd.round, rd.nmembers, rd.members, (long long)rd.world_size, alive(s),
+             r->nagents);
 }
 
 /* The host of the agent that runs node `node`, or NULL. */
@@ -165,7 +161,7 @@ static int outcome(sup_t *s) {
   bagua__launch_run_t *r = s->r;
   const char *job = r->cfg->v[LS_JOB_ID].s;
   if (s->stop_sig) {
-    fprintf(stderr, "bagua-launch: job %s stopped by SIG%s\n", job, sigabbrev_np(s->stop_sig));
+    bagua__say(LAUNCH_TOOL, "job %s stopped by SIG%s", job, sigabbrev_np(s->stop_sig));
     return 128 + s->stop_sig;
   }
   const bagua__launch_agent_t *first = NULL;
@@ -182,12 +178,11 @@ static int outcome(sup_t *s) {
     st.found = st.has_root_cause = 0;
   if (!failed) {
     BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s succeeded", job);
-    if (r->progress) fprintf(stderr, "bagua-launch: job %s succeeded\n", job);
+    if (r->progress) bagua__say(LAUNCH_TOOL, "job %s succeeded", job);
     return 0;
   }
   if (st.found && strcmp(st.state, "succeeded") == 0) {
-    fprintf(stderr, "bagua-launch: job %s succeeded (%d agent(s) failed along the way)\n", job,
-            failed);
+    bagua__say(LAUNCH_TOOL, "job %s succeeded (%d agent(s) failed along the way)", job, failed);
     return 0;
   }
   char when[40], what[64];
@@ -199,17 +194,17 @@ static int outcome(sup_t *s) {
       bagua__launch_format_code((int)st.signal, 1, what, sizeof(what));
     else
       bagua__launch_format_code(rc, 0, what, sizeof(what));
-    fprintf(stderr,
-            "bagua-launch: job %s failed; root cause at %s on host %s (node %s), rank %lld: "
-            "%s (round %lld)\n",
-            job, when, host ? host : "?", st.node[0] ? st.node : "?", (long long)st.rank, what,
-            (long long)st.round);
+    bagua__say(LAUNCH_TOOL,
+               "job %s failed; root cause at %s on host %s (node %s), rank %lld: "
+               "%s (round %lld)",
+               job, when, host ? host : "?", st.node[0] ? st.node : "?", (long long)st.rank, what,
+               (long long)st.round);
     return rc ? rc : 1;
   }
   if (st.found && strcmp(st.state, "running") != 0 && st.message[0]) {
     /* A job that failed without a worker failure: rendezvous timeout, a closed job. */
     int rc = st.job_exit_code > 0 && st.job_exit_code < 256 ? (int)st.job_exit_code : first->code;
-    fprintf(stderr, "bagua-launch: job %s %s: %s\n", job, st.state, st.message);
+    bagua__say(LAUNCH_TOOL, "job %s %s: %s", job, st.state, st.message);
     return rc;
   }
   bagua__launch_format_time(first->exit_ms, when, sizeof(when));
@@ -217,10 +212,10 @@ static int outcome(sup_t *s) {
     bagua__launch_format_code(first->code - 128, 1, what, sizeof(what));
   else
     bagua__launch_format_code(first->code, 0, what, sizeof(what));
-  fprintf(stderr,
-          "bagua-launch: job %s failed; first failure at %s on host %s (node %s), rank ?: agent "
-          "ended with %s (no root cause recorded in etcd)\n",
-          job, when, first->host, first->node_id ? first->node_id : "default", what);
+  bagua__say(LAUNCH_TOOL,
+             "job %s failed; first failure at %s on host %s (node %s), rank ?: agent "
+             "ended with %s (no root cause recorded in etcd)",
+             job, when, first->host, first->node_id ? first->node_id : "default", what);
   return first->code;
 }
 
@@ -235,20 +230,20 @@ int bagua__launch_supervise(bagua__launch_run_t *r) {
     reap(&s);
     if (r->priv && !s.etcd_dead && bagua__launch_etcd_died(r->priv)) {
       s.etcd_dead = 1;
-      fprintf(stderr, "bagua-launch: the private etcd exited; stopping the agents\n");
+      bagua__say(LAUNCH_TOOL, "the private etcd exited; stopping the agents");
       bagua__launch_etcd_dump_log(r->priv, 2000);
       if (!s.stopping) signal_agents(&s, SIGTERM);
     }
     poll_etcd(&s);
     int64_t now = bagua__now_ms();
     if (s.end_deadline && now >= s.end_deadline && !s.stopping && alive(&s) > 0) {
-      fprintf(stderr, "bagua-launch: job is %s but %d agent(s) are still running; stopping them\n",
-              s.end_state, alive(&s));
+      bagua__say(LAUNCH_TOOL, "job is %s but %d agent(s) are still running; stopping them",
+                 s.end_state, alive(&s));
       signal_agents(&s, SIGTERM);
     }
     if (s.kill_deadline && now >= s.kill_deadline && !s.killed && alive(&s) > 0) {
-      fprintf(stderr, "bagua-launch: %d agent(s) still running after the grace period; killing\n",
-              alive(&s));
+      bagua__say(LAUNCH_TOOL, "%d agent(s) still running after the grace period; killing",
+                 alive(&s));
       signal_agents(&s, SIGKILL);
     }
   }

@@ -1,0 +1,26 @@
+/* User-facing lines of the command-line tools (see output.h). */
+#include "output.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+void bagua__vsay(const char *tool, const char *fmt, va_list ap) {
+  char line[2048];
+  int n = tool ? snprintf(line, sizeof(line), "%s: ", tool) : 0;
+  if (n < 0) n = 0;
+  if ((size_t)n > sizeof(line) - 2) n = (int)sizeof(line) - 2;
+  int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+  if (len > sizeof(line) - 2) len = sizeof(line) - 2;
+  line[len++] = '\n';
+  /* One write per line, so a message never interleaves with worker output lines. */
+  ssize_t w = write(STDERR_FILENO, line, len);
+  (void)w;
+}
+
+void bagua__say(const char *tool, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  bagua__vsay(tool, fmt, ap);
+  va_end(ap);
+}

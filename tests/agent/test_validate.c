@@ -1,0 +1,168 @@
+/*
+ * The validators bagua-launch and bagua-agent share (common/validate.h), and the agent's
+ * table-driven command line built on them: the same value is accepted or refused by both
+ * tools, with the same explanation.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "common/params.h"
+#include "common/validate.h"
+#include "test.h"
+
+static char g_err[512];
+
+/* Asserts that `st` is a refusal whose message contains `needle`. */
+static void refused(bagua_status_t st, const char *needle) {
+  if (st == BAGUA_OK) TEST_FAIL("accepted; expected a refusal containing \"%s\"", needle);
+  if (!strstr(g_err, needle)) TEST_FAIL("message \"%s\" lacks \"%s\"", g_err, needle);
+  if (!strstr(g_err, "; accepted: ")) TEST_FAIL("message \"%s\" says nothing accepted", g_err);
+}
+
+static void test_ids(void) {
+  char id[BAGUA_ID_MAX_LEN + 2];
+  memset(id, 'a', sizeof(id));
+  id[BAGUA_ID_MAX_LEN] = '\0';
+  ASSERT_OK(bagua__check_id(id, g_err, sizeof(g_err)));
+  ASSERT_OK(bagua__check_id("job-1.A_b", g_err, sizeof(g_err)));
+  id[BAGUA_ID_MAX_LEN] = 'a';
+  id[BAGUA_ID_MAX_LEN + 1] = '\0';
+  refused(bagua__check_id(id, g_err, sizeof(g_err)), "is longer than 64 characters");
+  refused(bagua__check_id("", g_err, sizeof(g_err)), "the value is empty");
+  refused(bagua__check_id("a/b", g_err, sizeof(g_err)), "\"a/b\" contains '/'");
+  refused(bagua__check_id("..", g_err, sizeof(g_err)), "is a path component");
+  refused(bagua__check_id("a\tb", g_err, sizeof(g_err)), "byte 0x09");
+}
+
+static void test_nnodes(void) {
+  int64_t lo = 0, hi = 0;
+  ASSERT_OK(bagua__check_nnodes("4", &lo, &hi, g_err, sizeof(g_err)));
+  ASSERT_EQ(lo, 4);
+  ASSERT_EQ(hi, 4);
+  ASSERT_OK(bagua__check_nnodes("2:65536", &lo, &hi, g_err, sizeof(g_err)));
+  ASSERT_EQ(lo, 2);
+  ASSERT_EQ(hi, 65536);
+  refused(bagua__check_nnodes("1:2:3", &lo, &hi, g_err, sizeof(g_err)),
+          "\"1:2:3\" is not N or MIN:MAX");
+  refused(bagua__check_nnodes("3:2", &lo, &hi, g_err, sizeof(g_err)), "MIN 3 larger than MAX 2");
+  refused(bagua__check_nnodes("a:b", &lo, &hi, g_err, sizeof(g_err)), "\"a\" is not an integer");
+  refused(bagua__check_nnodes("2:", &lo, &hi, g_err, sizeof(g_err)), "has an empty number");
+  refused(bagua__check_nnodes("0", &lo, &hi, g_err, sizeof(g_err)), "0 is out of range");
+  refused(bagua__check_nnodes("1:65537", &lo, &hi, g_err, sizeof(g_err)), "65537 is out of range");
+  refused(bagua__check_nnodes("", &lo, &hi, g_err, sizeof(g_err)), "the value is empty");
+}
+
+static void test_endpoints(void) {
+  ASSERT_OK(bagua__check_endpoints("127.0.0.1:2379", g_err, sizeof(g_err)));
+  ASSERT_OK(
+      bagua__check_endpoints("etcd-a:1,http://10.0.0.2:2379,https://h:2", g_err, sizeof(g_err)));
+  refused(bagua__check_endpoints("etcdhost", g_err, sizeof(g_err)), "has no port");
+  refused(bagua__check_endpoints(":2379", g_err, sizeof(g_err)), "has no host");
+  refused(bagua__check_endpoints("h:99999", g_err, sizeof(g_err)), "has port \"99999\"");
+  refused(bagua__check_endpoints("a:1,,b:2", g_err, sizeof(g_err)), "has an empty entry");
+  refused(bagua__check_endpoints("a b:1", g_err, sizeof(g_err)), "has a malformed host");
+
+  char host[64];
+  uint16_t port = 0;
+  ASSERT_OK(bagua__endpoint_first("http://10.0.0.1:2380/v3,b:1", host, sizeof(host), &port, g_err,
+                                  sizeof(g_err)));
+  ASSERT_STREQ(host, "10.0.0.1");
+  ASSERT_EQ(port, 2380);
+  ASSERT_OK(bagua__endpoint_first("10.0.0.3:7,http://b:1", host, sizeof(host), &port, g_err,
+                                  sizeof(g_err)));
+  ASSERT_STREQ(host, "10.0.0.3");
+  ASSERT_EQ(port, 7);
+  ASSERT_OK(bagua__endpoint_first("etcd", host, sizeof(host), &port, g_err, sizeof(g_err)));
+  ASSERT_STREQ(host, "etcd");
+  ASSERT_EQ(port, BAGUA_ETCD_DEFAULT_PORT);
+  refused(bagua__endpoint_first("etcd:23x9", host, sizeof(host), &port, g_err, sizeof(g_err)),
+          "has port \"23x9\"");
+  refused(bagua__endpoint_first("etcd:0", host, sizeof(host), &port, g_err, sizeof(g_err)),
+          "has port \"0\"");
+}
+
+static void test_int_and_choice(void) {
+  int64_t v = 0;
+  ASSERT_OK(bagua__check_int("-3", -5, 5, &v, g_err, sizeof(g_err)));
+  ASSERT_EQ(v, -3);
+  refused(bagua__check_int("2x", 0, 9, &v, g_err, sizeof(g_err)), "\"2x\" is not an integer");
+  refused(bagua__check_int(" 2", 0, 9, &v, g_err, sizeof(g_err)), "is not an integer");
+  refused(bagua__check_int("10", 0, 9, &v, g_err, sizeof(g_err)), "10 is out of range");
+  ASSERT_OK(bagua__check_choice("restart", "auto|restart|in-process", g_err, sizeof(g_err)));
+  refused(bagua__check_choice("live", "auto|restart|in-process", g_err, sizeof(g_err)),
+          "accepted: auto, restart or in-process");
+  refused(bagua__check_choice("", "a|b", g_err, sizeof(g_err)), "the value is empty");
+}
+
+/* Runs the agent's parser on a NULL-terminated argument list. */
+static int parse(bagua__agent_config_t *cfg, char **args) {
+  static char *argv[32];
+  int argc = 0;
+  argv[argc++] = "bagua-agent";
+  for (int i = 0; args[i]; i++) argv[argc++] = args[i];
+  argv[argc] = NULL;
+  return bagua__agent_parse_cli(argc, argv, cfg);
+}
+
+static void test_agent_cli(void) {
+  bagua__agent_config_t cfg;
+  unsetenv("BAGUA_RDZV_ENDPOINT");
+  unsetenv("BAGUA_JOB_ID");
+  unsetenv("BAGUA_NODE_ID");
+  setenv("BAGUA_STOP_GRACE_MS", "1234", 1);
+  bagua__params_reload();
+  ASSERT_EQ(
+      parse(&cfg, (char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--job-id", "j1", "--node-id",
+                             "n1", "--nnodes", "2:4", "--nproc-per-node", "3", "--lease-ttl", "7",
+                             "--elastic-mode", "restart", "--", "prog", "x", NULL}),
+      0);
+  ASSERT_STREQ(cfg.job_id, "j1");
+  ASSERT_STREQ(cfg.node_id, "n1");
+  ASSERT_EQ(cfg.nnodes_min, 2);
+  ASSERT_EQ(cfg.nnodes_max, 4);
+  ASSERT_EQ(cfg.nproc, 3);
+  ASSERT_EQ(cfg.lease_ttl_s, 7);
+  ASSERT_EQ(cfg.grace_ms, 1234); /* from the environment */
+  ASSERT_EQ(cfg.max_restarts, bagua__param_int_default(BAGUA_P_MAX_RESTARTS));
+  ASSERT_EQ(cfg.elastic_mode, BAGUA__ELASTIC_RESTART);
+  ASSERT_EQ(cfg.argc, 2);
+  ASSERT_STREQ(cfg.argv[0], "prog");
+  ASSERT_TRUE(cfg.log_dir == NULL);
+  /* A flag beats the environment. */
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1",
+                                   "--nproc-per-node", "1", "--grace-ms", "5", "prog", NULL}),
+            0);
+  ASSERT_EQ(cfg.grace_ms, 5);
+  unsetenv("BAGUA_STOP_GRACE_MS");
+  bagua__params_reload();
+  /* The registry's bounds, and the shared validators' refusals, exit 2. */
+  int64_t lo = 0, hi = 0;
+  bagua__param_bounds(BAGUA_P_LEASE_TTL_S, &lo, &hi);
+  char below[32];
+  snprintf(below, sizeof(below), "%lld", (long long)lo - 1);
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1",
+                                   "--nproc-per-node", "1", "--lease-ttl", below, "prog", NULL}),
+            2);
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1:2:3",
+                                   "--nproc-per-node", "1", "prog", NULL}),
+            2);
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h", "--job-id", "j1", "--nnodes", "1",
+                                   "--nproc-per-node", "1", "prog", NULL}),
+            2);
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "", "--nnodes", "1",
+                                   "--nproc-per-node", "1", "prog", NULL}),
+            2);
+  ASSERT_EQ(parse(&cfg, (char *[]){"--help", NULL}), 1);
+}
+
+int main(void) {
+  test_ids();
+  test_nnodes();
+  test_endpoints();
+  test_int_and_choice();
+  test_agent_cli();
+  printf("validate: ok\n");
+  return 0;
+}
