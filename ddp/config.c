@@ -75,13 +75,15 @@ static bagua_status_t check_optimizer(const bagua_ddp_config_t *c, bagua__ddp_se
     s->optimizer = BAGUA__OPT_ADAM;
   } else if (strcmp(c->optimizer, "adamw") == 0 && !qadam) {
     s->optimizer = BAGUA__OPT_ADAMW;
+  } else if (strcmp(c->optimizer, "none") == 0 && !qadam) {
+    s->optimizer = BAGUA__OPT_NONE;
   } else if (strcmp(c->optimizer, "qadam") == 0 && qadam) {
     s->optimizer = BAGUA__OPT_QADAM;
   } else {
     return bad_str("optimizer", c->optimizer,
                    qadam ? "\"qadam\" or NULL (the qadam algorithm brings its own optimizer)"
-                         : "\"sgd\", \"adam\", \"adamw\" or NULL (sgd); \"qadam\" only with "
-                           "algorithm \"qadam\"");
+                         : "\"sgd\", \"adam\", \"adamw\", \"none\" or NULL (sgd); \"qadam\" "
+                           "only with algorithm \"qadam\"");
   }
   int adam_like = s->optimizer != BAGUA__OPT_SGD;
   s->lr = c->lr < 0 ? (adam_like ? 1e-3 : 0.01) : c->lr;

@@ -6,17 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/check.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "ddp_internal.h"
-
-double bagua__ddp_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 bagua_status_t bagua__ddp_fail(bagua_ddp_t *d, bagua_status_t st) {
   if (st == BAGUA_OK) return st;
@@ -186,8 +180,9 @@ bagua_status_t bagua__ddp_copy_back(bagua_ddp_t *d) {
   if (d->weight_lock) pthread_mutex_lock(d->weight_lock);
   for (int i = 0; i < d->ntensors && st == BAGUA_OK; i++) {
     bagua__ddp_tensor_t *t = &d->tensors[i];
-    st = d->s.dev->copy(d, BAGUA__LANE_COMPUTE, t->user_param, d->params + t->offset,
-                        t->count * sizeof(float));
+    if (t->user_param)
+      st = d->s.dev->copy(d, BAGUA__LANE_COMPUTE, t->user_param, d->params + t->offset,
+                          t->count * sizeof(float));
   }
   if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
   return st;
@@ -226,7 +221,7 @@ static void reset_step(bagua_ddp_t *d) {
   d->first_ready = 0;
   d->iter_first_job = d->sched.submitted;
   d->bytes_mark = bagua__ddp_bytes_sent(d);
-  d->compute_start = bagua__ddp_now();
+  d->compute_start = bagua__now_s();
 }
 
 /* Every rank must have registered the same tensors with the same settings, or the
@@ -363,7 +358,7 @@ bagua_status_t bagua_ddp_grad_ready(bagua_ddp_t *d, int i) {
                d->tensors[i].name);
     return BAGUA_ERR_INVALID_USAGE;
   }
-  if (d->first_ready == 0) d->first_ready = bagua__ddp_now();
+  if (d->first_ready == 0) d->first_ready = bagua__now_s();
   return mark_ready(d, i);
 }
 
@@ -383,22 +378,70 @@ static void update_stats(bagua_ddp_t *d, double t_entry, double t_waited) {
   s->wait_s_last_step = t_waited;
 }
 
+/* The end of the backward pass: marks what is not yet marked, waits for every bucket's
+ * communication and runs the algorithm's pre-update work. */
+static bagua_status_t finish_backward(bagua_ddp_t *d) {
+  d->t_entry = bagua__now_s();
+  for (int i = 0; i < d->ntensors; i++)
+    if (!d->tensors[i].ready) BAGUA_CHECK(mark_ready(d, i));
+  BAGUA_CHECK(bagua__ddp_wait(d));
+  d->t_waited = bagua__now_s() - d->t_entry;
+  /* Compression leaves small values in the padding; keep it at zero for the update. */
+  BAGUA_CHECK(zero_padding(d, d->grads));
+  if (d->s.algo->pre_update) BAGUA_CHECK(d->s.algo->pre_update(d));
+  d->waited = 1;
+  return BAGUA_OK;
+}
+
+static bagua_status_t check_step(bagua_ddp_t *d, const char *fn) {
+  if (!d) return BAGUA_ERR_INVALID_ARG;
+  if (!d->is_ready) return usage(fn, "called before bagua_ddp_ready()");
+  return sticky(d);
+}
+
+bagua_status_t bagua_ddp_wait(bagua_ddp_t *d) {
+  bagua_status_t st;
+  BAGUA_CHECK(check_step(d, "bagua_ddp_wait"));
+  if (d->waited) return BAGUA_OK;
+  BAGUA_CHECK_GOTO(finish_backward(d), st, fail);
+  /* Hand the communicated gradients (and the weights pre-update work changed) to the
+   * caller's own arrays, for an optimizer that runs outside the library. */
+  for (int i = 0; i < d->ntensors; i++) {
+    bagua__ddp_tensor_t *t = &d->tensors[i];
+    if (t->user_grad)
+      BAGUA_CHECK_GOTO(d->s.dev->copy(d, BAGUA__LANE_COMPUTE, t->user_grad, d->grads + t->offset,
+                                      t->count * sizeof(float)),
+                       st, fail);
+  }
+  BAGUA_CHECK_GOTO(bagua__ddp_copy_back(d), st, fail);
+  return BAGUA_OK;
+fail:
+  return bagua__ddp_fail(d, st);
+}
+
+/* optimizer "none": the caller updated the weights, in its `param` arrays or (released) in
+ * the flat storage; bring the arrays in and keep the padding at zero. */
+static bagua_status_t take_caller_update(bagua_ddp_t *d) {
+  bagua_status_t st = BAGUA_OK;
+  for (int i = 0; i < d->ntensors && st == BAGUA_OK; i++) {
+    bagua__ddp_tensor_t *t = &d->tensors[i];
+    if (t->user_param)
+      st = d->s.dev->copy(d, BAGUA__LANE_COMPUTE, d->params + t->offset, t->user_param,
+                          t->count * sizeof(float));
+  }
+  return st == BAGUA_OK ? zero_padding(d, d->params) : st;
+}
+
 bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   bagua_status_t st;
-  if (!d) return BAGUA_ERR_INVALID_ARG;
-  if (!d->is_ready) return usage("bagua_ddp_step", "called before bagua_ddp_ready()");
-  if (sticky(d)) return sticky(d);
+  BAGUA_CHECK(check_step(d, "bagua_ddp_step"));
   const bagua__ddp_algo_t *a = d->s.algo;
-  double t_entry = bagua__ddp_now();
-  for (int i = 0; i < d->ntensors; i++)
-    if (!d->tensors[i].ready) BAGUA_CHECK_GOTO(mark_ready(d, i), st, fail);
-  BAGUA_CHECK_GOTO(bagua__ddp_wait(d), st, fail);
-  double t_waited = bagua__ddp_now() - t_entry;
-  /* Compression leaves small values in the padding; keep it at zero for the update. */
-  BAGUA_CHECK_GOTO(zero_padding(d, d->grads), st, fail);
-  if (a->pre_update) BAGUA_CHECK_GOTO(a->pre_update(d), st, fail);
+  if (!d->waited) BAGUA_CHECK_GOTO(finish_backward(d), st, fail);
   if (d->weight_lock) pthread_mutex_lock(d->weight_lock);
-  st = a->update ? a->update(d) : bagua__ddp_optim_step(d);
+  if (d->s.optimizer == BAGUA__OPT_NONE)
+    st = take_caller_update(d);
+  else
+    st = a->update ? a->update(d) : bagua__ddp_optim_step(d);
   if (st == BAGUA_OK) st = zero_padding(d, d->params);
   if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
   if (st != BAGUA_OK) goto fail;
@@ -406,12 +449,31 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   BAGUA_CHECK_GOTO(bagua__ddp_copy_back(d), st, fail);
   d->steps++;
   d->st.steps = d->steps;
-  update_stats(d, t_entry, t_waited);
+  update_stats(d, d->t_entry, d->t_waited);
   reset_step(d);
+  d->waited = 0;
   if (a->next_step) BAGUA_CHECK_GOTO(a->next_step(d), st, fail);
   return BAGUA_OK;
 fail:
   return bagua__ddp_fail(d, st);
+}
+
+bagua_status_t bagua_ddp_release_params(bagua_ddp_t *d) {
+  BAGUA_CHECK(check_step(d, "bagua_ddp_release_params"));
+  if (d->el.e)
+    return usage("bagua_ddp_release_params",
+                 "an elastic context is attached: its rebuild reads the registered arrays");
+  for (int i = 0; i < d->ntensors; i++) d->tensors[i].user_param = NULL;
+  d->released = 1;
+  return BAGUA_OK;
+}
+
+void bagua_ddp_lock_weights(bagua_ddp_t *d) {
+  if (d && d->weight_lock) pthread_mutex_lock(d->weight_lock);
+}
+
+void bagua_ddp_unlock_weights(bagua_ddp_t *d) {
+  if (d && d->weight_lock) pthread_mutex_unlock(d->weight_lock);
 }
 
 bagua_status_t bagua_ddp_set_lr(bagua_ddp_t *d, double lr) {

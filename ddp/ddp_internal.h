@@ -19,7 +19,8 @@ typedef enum {
   BAGUA__OPT_SGD = 0,
   BAGUA__OPT_ADAM,
   BAGUA__OPT_ADAMW,
-  BAGUA__OPT_QADAM
+  BAGUA__OPT_QADAM,
+  BAGUA__OPT_NONE /* the caller updates the weights between bagua_ddp_wait() and _step() */
 } bagua__ddp_optim_kind_t;
 
 typedef enum {
@@ -145,6 +146,9 @@ struct bagua_ddp_s {
   int nbuckets;
   int next_bucket; /* first bucket not yet handed over in the current step */
   int is_ready;
+  int released; /* bagua_ddp_release_params(): no registered `param` array is used any more */
+  int waited;   /* bagua_ddp_wait() ran in this step */
+  double t_entry, t_waited; /* when this step's end began, and how long it waited */
   int setup_called; /* the algorithm's setup ran (its teardown must then run too) */
 
   float *params, *grads; /* flat storage, `total` elements each, 64-byte aligned */
@@ -170,7 +174,6 @@ struct bagua_ddp_s {
 };
 
 /* ---- helpers (ddp.c) ---- */
-double bagua__ddp_now(void);
 /* Records `st` as the context's error if it is the first; returns `st`. */
 bagua_status_t bagua__ddp_fail(bagua_ddp_t *d, bagua_status_t st);
 /* Sum of bytes sent through all of the context's communicators. */

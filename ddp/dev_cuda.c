@@ -25,6 +25,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"
+#include "common/time.h"
 #include "ddp_internal.h"
 #include "dev.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -56,12 +57,6 @@ static bagua_status_t cu(cudaError_t e, const char *what) {
   (void)cudaGetLastError(); /* a non-sticky error must not resurface at an unrelated call */
   BAGUA_WARN("ddp (cuda): %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
   return BAGUA_ERR_CUDA;
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -252,7 +247,8 @@ static bagua_status_t nccl_error(state_t *s) {
 /*
  * Polling back-off: the first polls come quickly (a step's communication often ends within
  * microseconds of the host starting to wait), later ones up to 1 ms apart, so that a long wait
- * neither burns a core nor keeps taking the NCCL communicators' locks.
+ * neither burns a core nor keeps taking the NCCL communicators' locks. The pauses start below
+ * the millisecond that bagua__sleep_ms() resolves, hence nanosleep.
  */
 static void pause_for(double *us) {
   struct timespec ts = {0, (long)(*us * 1000)};
@@ -272,12 +268,13 @@ static const char *lane_name(bagua__lane_t l) {
  * rather than freed under running kernels.
  */
 static bagua_status_t drain(state_t *s, bagua__lane_t l) {
-  double deadline = now_ms() + s->timeout_ms, us = 5;
+  int64_t deadline = bagua__deadline_in(s->timeout_ms);
+  double us = 5;
   for (;;) {
     cudaError_t e = cudaStreamQuery(s->lane[l]);
     if (e == cudaSuccess) return BAGUA_OK;
     if (e != cudaErrorNotReady) return cu(e, "a kernel or copy of the data-parallel layer");
-    if (now_ms() > deadline) {
+    if (bagua__expired(deadline)) {
       BAGUA_WARN("ddp (cuda): the %s lane did not drain within %d ms; its buffers are leaked",
                  lane_name(l), s->timeout_ms);
       atomic_store(&s->wedged, 1);
@@ -290,20 +287,21 @@ static bagua_status_t drain(state_t *s, bagua__lane_t l) {
 static bagua_status_t sync_(bagua_ddp_t *d, bagua__lane_t l) {
   state_t *s = S(d);
   if (!s) return BAGUA_OK;
-  double start = now_ms(), deadline = start + s->timeout_ms, next_check = start, us = 5;
+  int64_t deadline = bagua__deadline_in(s->timeout_ms), next_check = bagua__now_ns();
+  double us = 5;
   for (;;) {
     cudaError_t e = cudaStreamQuery(s->lane[l]);
     if (e == cudaSuccess) break;
     bagua_status_t st = BAGUA_OK;
     if (e != cudaErrorNotReady) {
       st = cu(e, "a kernel or copy of the data-parallel layer");
-    } else if (now_ms() >= next_check) {
+    } else if (bagua__now_ns() >= next_check) {
       /* The communicators' error state is behind their locks; look at it once a millisecond. */
-      next_check = now_ms() + 1;
+      next_check = bagua__now_ns() + 1000000;
       st = nccl_error(s);
       if (st == BAGUA_OK && (atomic_load(&s->aborted) || atomic_load(&d->aborted)))
         st = BAGUA_ERR_ABORTED;
-      if (st == BAGUA_OK && now_ms() > deadline) {
+      if (st == BAGUA_OK && bagua__expired(deadline)) {
         BAGUA_WARN(
             "ddp (cuda): work on the %s lane did not finish within %d ms "
             "(BAGUA_COMM_TIMEOUT_MS); aborting the NCCL communicators",

@@ -16,6 +16,7 @@
 #include "bagua/elastic.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "ddp_internal.h"
 
 /* The snapshot is host memory whatever the device: it must outlive the device buffers. */
@@ -80,7 +81,7 @@ static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *
   bagua_ddp_t *d = arg;
   bagua__ddp_elastic_t *el = &d->el;
   bagua_status_t st;
-  double t0 = bagua__ddp_now();
+  double t0 = bagua__now_s();
   /* Threads blocked on the old world's communicators leave at once. */
   bagua__ddp_comms_abort(d);
   bagua__ddp_sched_stop(d);
@@ -114,7 +115,7 @@ static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *
              "ddp: rebuilt for round %lld, rank %d of %d (was %d of %d), step %lld, %d buckets, "
              "%.1f ms",
              (long long)info->new_round, d->rank, d->size, info->old_rank, info->old_size,
-             (long long)d->steps, d->nbuckets, 1e3 * (bagua__ddp_now() - t0));
+             (long long)d->steps, d->nbuckets, 1e3 * (bagua__now_s() - t0));
   return BAGUA_OK;
 fail:
   BAGUA_WARN("ddp: rebuild for round %lld failed: %s", (long long)info->new_round,
@@ -124,9 +125,11 @@ fail:
 
 bagua_status_t bagua_ddp_elastic_attach(bagua_ddp_t *d, bagua_elastic_t *e) {
   if (!d || !e) return BAGUA_ERR_INVALID_ARG;
-  if (!d->is_ready || d->el.e) {
+  if (!d->is_ready || d->el.e || d->released) {
     BAGUA_WARN("bagua_ddp_elastic_attach: %s",
-               d->el.e ? "already attached" : "call it after bagua_ddp_ready()");
+               d->el.e         ? "already attached"
+               : d->released ? "the parameters were released (the rebuild reads them)"
+                             : "call it after bagua_ddp_ready()");
     return BAGUA_ERR_INVALID_USAGE;
   }
   bagua__ddp_elastic_t *el = &d->el;

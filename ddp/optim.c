@@ -11,8 +11,9 @@
 #include "kernels/kernels.h"
 
 bagua_status_t bagua__ddp_optim_setup(bagua_ddp_t *d) {
-  int need_m = d->s.optimizer != BAGUA__OPT_SGD || d->s.momentum != 0;
-  int need_v = d->s.optimizer != BAGUA__OPT_SGD;
+  int opt = d->s.optimizer;
+  int need_v = opt == BAGUA__OPT_ADAM || opt == BAGUA__OPT_ADAMW || opt == BAGUA__OPT_QADAM;
+  int need_m = need_v || (opt == BAGUA__OPT_SGD && d->s.momentum != 0);
   if (need_m && !(d->opt_m = bagua__ddp_alloc_floats(d, d->total))) goto nomem;
   if (need_v && !(d->opt_v = bagua__ddp_alloc_floats(d, d->total))) goto nomem;
   return BAGUA_OK;
@@ -25,6 +26,8 @@ nomem:
 bagua_status_t bagua__ddp_optim_step(bagua_ddp_t *d) {
   const bagua__ddp_settings_t *s = &d->s;
   switch (s->optimizer) {
+    case BAGUA__OPT_NONE:
+      return BAGUA_OK; /* the caller's own optimizer updated the weights */
     case BAGUA__OPT_SGD: {
       bagua__sgd_params_t hp = {d->lr, s->momentum, s->dampening, s->weight_decay, s->nesterov};
       return d->s.dev->sgd(d, BAGUA__LANE_COMPUTE, d->params, d->grads, d->opt_m, d->total, &hp,

@@ -4,13 +4,12 @@
  * single comm worker does. A job that finds the context failed returns at once, so after an
  * error the queue drains quickly and the training thread sees the error at its next wait.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/check.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "ddp_internal.h"
 
 static void *comm_thread(void *arg) {
@@ -24,14 +23,14 @@ static void *comm_thread(void *arg) {
     size_t slot = (size_t)(q->completed % q->cap);
     bagua__ddp_job_t *job = &q->jobs[slot];
     pthread_mutex_unlock(&q->mu);
-    job->t_start = bagua__ddp_now();
+    job->t_start = bagua__now_s();
     bagua_status_t st = atomic_load(&d->error);
     /* On a GPU the job's work must not start before the compute-stream work that was
      * enqueued when it was submitted (the gradients it carries, the update before it). */
     if (st == BAGUA_OK) st = d->s.dev->job_wait(d, slot);
     if (st == BAGUA_OK) st = job->fn(d, job->arg);
     if (st != BAGUA_OK) bagua__ddp_fail(d, st);
-    job->t_end = bagua__ddp_now();
+    job->t_end = bagua__now_s();
     pthread_mutex_lock(&q->mu);
     q->completed++;
     pthread_cond_broadcast(&q->cv_done);
@@ -52,13 +51,9 @@ bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap) {
     return st;
   }
   pthread_mutex_init(&q->mu, NULL);
-  /* Waits use CLOCK_MONOTONIC so that a wall-clock jump cannot stretch or cut them. */
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&q->cv_work, &ca);
-  pthread_cond_init(&q->cv_done, &ca);
-  pthread_condattr_destroy(&ca);
+  /* Waits use the monotonic clock so that a wall-clock jump cannot stretch or cut them. */
+  bagua__cond_init(&q->cv_work);
+  bagua__cond_init(&q->cv_done);
   int rc = pthread_create(&q->thread, NULL, comm_thread, d);
   if (rc != 0) {
     BAGUA_WARN("bagua_ddp_ready: cannot start the communication thread: %s", strerror(rc));
@@ -107,16 +102,8 @@ bagua_status_t bagua__ddp_wait(bagua_ddp_t *d) {
   /* Every job ends by itself: each collective it runs completes, fails, or times out after
    * BAGUA_COMM_TIMEOUT_MS without progress, and bagua_ddp_abort() makes it fail at once.
    * The slices only keep this loop responsive should a wake-up be missed. */
-  while (q->completed < q->submitted) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += 100 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&q->cv_done, &q->mu, &ts);
-  }
+  while (q->completed < q->submitted)
+    bagua__cond_wait_until(&q->cv_done, &q->mu, bagua__deadline_in(100));
   pthread_mutex_unlock(&q->mu);
   bagua_status_t st = atomic_load(&d->error);
   if (st != BAGUA_OK) return st;

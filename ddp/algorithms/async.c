@@ -14,11 +14,11 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../ddp_internal.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "common/time.h"
 
 typedef struct {
   pthread_mutex_t weight_lock;
@@ -33,14 +33,10 @@ typedef struct {
 
 /* Sleeps one interval; returns 1 if this rank asked to stop meanwhile. */
 static int sleep_interval(bagua_ddp_t *d, state_t *s) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  int64_t ns = (int64_t)ts.tv_nsec + (int64_t)d->s.sync_interval_ms * 1000000;
-  ts.tv_sec += ns / 1000000000;
-  ts.tv_nsec = ns % 1000000000;
+  int64_t deadline = bagua__deadline_in(d->s.sync_interval_ms);
   pthread_mutex_lock(&s->ctl);
   while (!s->stop && !atomic_load(&d->aborted))
-    if (pthread_cond_timedwait(&s->wake, &s->ctl, &ts) != 0) break; /* timed out */
+    if (bagua__cond_wait_until(&s->wake, &s->ctl, deadline) != 0) break; /* timed out */
   int stop = s->stop;
   pthread_mutex_unlock(&s->ctl);
   return stop;
@@ -125,11 +121,7 @@ static bagua_status_t setup(bagua_ddp_t *d) {
   if (!s) return BAGUA_ERR_NO_MEMORY;
   pthread_mutex_init(&s->weight_lock, NULL);
   pthread_mutex_init(&s->ctl, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&s->wake, &ca);
-  pthread_condattr_destroy(&ca);
+  bagua__cond_init(&s->wake);
   d->algo_state = s;
   d->weight_lock = &s->weight_lock;
   s->temp = bagua__ddp_alloc_floats(d, d->total);
@@ -213,7 +205,8 @@ bagua_status_t bagua_ddp_async_resume(bagua_ddp_t *d) {
   BAGUA_CHECK(check_async(d, "bagua_ddp_async_resume"));
   state_t *s = d->algo_state;
   if (!s->paused) {
-    BAGUA_WARN("bagua_ddp_async_resume: averaging is not stopped; call bagua_ddp_async_pause first");
+    BAGUA_WARN(
+        "bagua_ddp_async_resume: averaging is not stopped; call bagua_ddp_async_pause first");
     return BAGUA_ERR_INVALID_USAGE;
   }
   s->paused = 0;
@@ -224,4 +217,6 @@ bagua_status_t bagua_ddp_async_resume(bagua_ddp_t *d) {
   return BAGUA_OK;
 }
 
-bagua_status_t bagua_ddp_async_abort(bagua_ddp_t *d) { return bagua_ddp_async_pause(d); }
+bagua_status_t bagua_ddp_async_abort(bagua_ddp_t *d) {
+  return bagua_ddp_async_pause(d);
+}

@@ -93,7 +93,8 @@ typedef struct {
   int warmup_steps;
   /* async: milliseconds between averaging rounds of the background thread. */
   int sync_interval_ms;
-  /* Optimizer run by bagua_ddp_step() over the flat buffers: "sgd" (NULL), "adam", "adamw";
+  /* Optimizer run by bagua_ddp_step() over the flat buffers: "sgd" (NULL), "adam", "adamw",
+   * "none" (the caller's own, see bagua_ddp_wait());
    * the qadam algorithm uses its own optimizer "qadam" (NULL selects it). */
   const char *optimizer;
   double lr;           /* < 0: 0.01 for sgd, 0.001 for adam, adamw and qadam */
@@ -224,6 +225,38 @@ BAGUA_EXTERN bagua_status_t bagua_ddp_grad_ready(bagua_ddp_t *ddp, int index);
  * array. Collective (except for async after its warm-up), blocking.
  */
 BAGUA_EXTERN bagua_status_t bagua_ddp_step(bagua_ddp_t *ddp);
+
+/*
+ * An optimizer outside the library (config.optimizer = "none", e.g. torch's): the step is cut
+ * in two. bagua_ddp_wait() ends the backward pass: it marks what is not yet marked, waits for
+ * every bucket's communication, runs the algorithm's pre-update work (decentralized: adopt
+ * the averaged weights), and writes the communicated gradients into every registered `grad`
+ * array and the weights into every registered `param` array. The caller then updates the
+ * weights itself, in its `param` arrays or, after bagua_ddp_release_params(), in the flat
+ * storage (bagua_ddp_param() views; with async holding bagua_ddp_lock_weights()), and
+ * bagua_ddp_step() ends the step: it takes the update in, runs the post-update work
+ * (low-precision decentralized's exchange) and hands the weights back. bagua_ddp_wait() is
+ * optional with the library's own optimizers (bagua_ddp_step() runs it when needed), and a
+ * second call in one step does nothing. Collective as bagua_ddp_step().
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_wait(bagua_ddp_t *ddp);
+
+/*
+ * After bagua_ddp_ready(): the caller gives up its registered `param` arrays. The weights live
+ * only in the flat storage from now on (read and, with optimizer "none", write them through
+ * bagua_ddp_param()); the library never reads or writes the arrays again, so the caller may
+ * free them. Not with an elastic context (its rebuild reads the arrays). Local.
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_release_params(bagua_ddp_t *ddp);
+
+/*
+ * Holds the lock under which the async algorithm's averaging thread reads and writes the
+ * flat weights, so that an update made outside the library is not torn by a round. A no-op
+ * for the other algorithms. Local; the training thread only; never hold it across a
+ * collective call of this context.
+ */
+BAGUA_EXTERN void bagua_ddp_lock_weights(bagua_ddp_t *ddp);
+BAGUA_EXTERN void bagua_ddp_unlock_weights(bagua_ddp_t *ddp);
 
 /* Changes the learning rate used from the next bagua_ddp_step() on (lr >= 0). Local. */
 BAGUA_EXTERN bagua_status_t bagua_ddp_set_lr(bagua_ddp_t *ddp, double lr);
