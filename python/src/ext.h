@@ -32,5 +32,7 @@ int bagua_py_errors_init(PyObject *module);
 /* Adds the Comm type; bagua_py_comm_get() unwraps one (borrowed; NULL + TypeError if not). */
 int bagua_py_comm_init(PyObject *module);
 bagua_comm_t *bagua_py_comm_get(PyObject *obj);
+/* Adds the DDP and Buffer types. */
+int bagua_py_ddp_init(PyObject *module);
 
 #endif

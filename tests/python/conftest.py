@@ -48,6 +48,7 @@ def run_workers(script, nranks, args=(), env=None, timeout=120, nodes=1):
         e.update(env or {})
         procs.append(subprocess.Popen(
             [sys.executable, os.path.join(HERE, "workers", script), *map(str, args)], env=e,
+            cwd=HERE,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     codes, outputs = [], []
     for p in procs:

@@ -1,0 +1,198 @@
+#!/usr/bin/python3
+"""Trains a CNN (or a wide MLP) on Fashion-MNIST with Bagua-C's PyTorch front end.
+
+Run it under bagua-launch or torchrun (or alone, one rank):
+
+    bagua-launch --nproc-per-node 2 examples/torch/train.py --algorithm bytegrad
+    torchrun --nproc_per_node 2 examples/torch/train.py --ddp        # plain torch DDP (Gloo)
+
+The data are Debian's dataset-fashion-mnist IDX files (no download). The last line of every
+rank is the same as the C example's: ``final rank=R step=S params_crc=HEX test_acc=A``.
+"""
+
+import argparse
+import gzip
+import os
+import sys
+import time
+import zlib
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+ALGORITHMS = ["gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
+              "qadam", "async"]
+
+
+def read_idx(path):
+    """Reads a (gzipped) IDX file into a numpy array."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 8:
+        raise ValueError(f"{path}: not an IDX file of unsigned bytes")
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: {data.size} bytes of data, the header says {dims}")
+    return data.reshape(dims)
+
+
+def load(data_dir, split, limit=None):
+    prefix = "train" if split == "train" else "t10k"
+    x = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"))
+    y = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"))
+    if limit:
+        x, y = x[:limit], y[:limit]
+    x = torch.from_numpy(x.astype(np.float32) / 255.0).sub_(0.2860).div_(0.3530).unsqueeze(1)
+    return torch.utils.data.TensorDataset(x, torch.from_numpy(y.astype(np.int64)))
+
+
+class CNN(nn.Module):
+    """A small CNN: two strided convolutions and a linear classifier (about 17 k weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 5, stride=2)   # 28 -> 12
+        self.conv2 = nn.Conv2d(16, 32, 3, stride=2)  # 12 -> 5
+        self.fc = nn.Linear(32 * 5 * 5, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        return self.fc(x.flatten(1))
+
+
+class WideMLP(nn.Module):
+    """A communication-bound model: 784-3072-3072-10, 11.8 M parameters."""
+
+    def __init__(self, width=3072):
+        super().__init__()
+        self.fc1 = nn.Linear(784, width)
+        self.fc2 = nn.Linear(width, width)
+        self.fc3 = nn.Linear(width, 10)
+
+    def forward(self, x):
+        x = F.relu(self.fc1(x.flatten(1)))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+def params_crc(model):
+    crc = 0
+    for p in model.parameters():
+        crc = zlib.crc32(p.detach().contiguous().numpy().tobytes(), crc)
+    return crc
+
+
+def evaluate(model, ds):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(ds), 1000):
+            x, y = ds.tensors[0][i:i + 1000], ds.tensors[1][i:i + 1000]
+            correct += (model(x).argmax(1) == y).sum().item()
+    model.train()
+    return correct / len(ds)
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--algorithm", default="gradient_allreduce", choices=ALGORITHMS)
+    ap.add_argument("--ddp", action="store_true",
+                    help="plain torch.nn.parallel.DistributedDataParallel over Gloo instead")
+    ap.add_argument("--model", default="cnn", choices=["cnn", "wide"])
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=64, help="per rank")
+    ap.add_argument("--lr", type=float, default=None,
+                    help="default: 0.05 (SGD momentum 0.9), 4e-3 for qadam")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", default=DATA_DIR)
+    ap.add_argument("--train-limit", type=int, default=None, help="use the first N images")
+    ap.add_argument("--max-steps", type=int, default=None, help="stop after N steps")
+    ap.add_argument("--no-flatten", action="store_true", help="with_bagua(do_flatten=False)")
+    ap.add_argument("--fuse", action="store_true",
+                    help="bagua.contrib.fuse_optimizer(...) and optimizer.fuse_step()")
+    ap.add_argument("--sync-interval-ms", type=int, default=50, help="async algorithm")
+    return ap.parse_args()
+
+
+def main():
+    args = parse()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if args.ddp:
+        import torch.distributed as dist
+        dist.init_process_group(backend="gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        import bagua.torch_api as bagua
+        bagua.init_process_group()
+        rank, world = bagua.get_rank(), bagua.get_world_size()
+    train = load(args.data, "train", args.train_limit)
+    test = load(args.data, "test")
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+    loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, sampler=sampler)
+    model = CNN() if args.model == "cnn" else WideMLP()
+    qadam = args.algorithm == "qadam" and not args.ddp
+    lr = args.lr if args.lr is not None else (4e-3 if qadam else 0.05)
+    if qadam:
+        from bagua.torch_api.algorithms import q_adam
+        optimizer = q_adam.QAdamOptimizer(model.parameters(), lr=lr,
+                                          warmup_steps=max(1, len(loader) // 5))
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    if args.ddp:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    else:
+        from bagua.torch_api import algorithms
+        if args.fuse:
+            optimizer = bagua.contrib.fuse_optimizer(optimizer)
+        if qadam:
+            algorithm = algorithms.q_adam.QAdamAlgorithm(optimizer)
+        elif args.algorithm == "async":
+            algorithm = algorithms.AsyncModelAverageAlgorithm(
+                sync_interval_ms=args.sync_interval_ms)
+        else:
+            algorithm = algorithms.from_name(args.algorithm)
+        model = model.with_bagua([optimizer], algorithm,
+                                 do_flatten=not (args.no_flatten or args.fuse))
+    step, t0, samples = 0, time.monotonic(), 0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            if args.fuse:
+                optimizer.fuse_step()
+            else:
+                optimizer.step()
+            step += 1
+            samples += len(x)
+            if args.max_steps and step >= args.max_steps:
+                break
+        if args.max_steps and step >= args.max_steps:
+            break
+        if rank == 0:
+            print(f"epoch {epoch + 1}: loss {loss.item():.4f}, "
+                  f"{samples * world / (time.monotonic() - t0):.0f} samples/s", flush=True)
+    if not args.ddp and args.algorithm == "async":
+        algorithm.abort(model)
+    net = model.module if args.ddp else model
+    acc = evaluate(net, test)
+    secs = time.monotonic() - t0
+    print(f"rank {rank}: {step} steps in {secs:.2f} s, {samples * world / secs:.0f} samples/s",
+          flush=True)
+    print(f"final rank={rank} step={step} params_crc={params_crc(net):08x} test_acc={acc:.4f}",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

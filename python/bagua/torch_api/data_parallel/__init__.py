@@ -1,0 +1,3 @@
+"""A ``torch.nn.parallel.DistributedDataParallel``-shaped wrapper over ``with_bagua``."""
+
+from bagua.torch_api.data_parallel.distributed import DistributedDataParallel  # noqa: F401

@@ -1,0 +1,43 @@
+"""Training with with_bagua: every algorithm on the example CNN (examples/torch/train.py) on
+2 and 4 ranks, each rank its own emulated node so that compression and peer exchanges really
+cross "nodes"; and gradient_allreduce against torch DDP."""
+
+import os
+import re
+
+import pytest
+
+from conftest import HERE, run_workers
+
+EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch", "train.py")
+ALGORITHMS = ["gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
+              "qadam", "async"]
+CENTRALIZED = {"gradient_allreduce", "bytegrad", "qadam", "async"}  # async: after its abort
+FINAL = re.compile(r"final rank=(\d+) step=(\d+) params_crc=([0-9a-f]+) test_acc=([0-9.]+)")
+
+
+def finals(result):
+    out = {}
+    for text in result.outputs:
+        for m in FINAL.finditer(text):
+            out[int(m.group(1))] = (int(m.group(2)), m.group(3), float(m.group(4)))
+    return out
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_trains_the_cnn(algorithm, nranks):
+    r = run_workers(EXAMPLE, nranks, args=["--algorithm", algorithm, "--epochs", "3"],
+                    nodes=nranks, timeout=600).check()
+    f = finals(r)
+    assert sorted(f) == list(range(nranks)), r.outputs
+    for rank, (steps, crc, acc) in f.items():
+        assert acc >= 0.85, f"{algorithm} rank {rank}: test accuracy {acc} after 3 epochs"
+    if algorithm in CENTRALIZED:
+        assert len({crc for _, crc, _ in f.values()}) == 1, f"{algorithm}: parameters differ: {f}"
+
+
+@pytest.mark.parametrize("flatten", [True, False])
+def test_gradient_allreduce_matches_torch_ddp(workers, flatten):
+    args = [] if flatten else ["--no-flatten"]
+    workers("ddp_match_worker.py", 2, args=args, nodes=2).check()
