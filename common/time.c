@@ -11,9 +11,13 @@ int64_t bagua__now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-int64_t bagua__now_ms(void) { return bagua__now_ns() / 1000000; }
+int64_t bagua__now_ms(void) {
+  return bagua__now_ns() / 1000000;
+}
 
-double bagua__now_s(void) { return (double)bagua__now_ns() * 1e-9; }
+double bagua__now_s(void) {
+  return (double)bagua__now_ns() * 1e-9;
+}
 
 int64_t bagua__deadline_in(int64_t ms) {
   if (ms < 0) return BAGUA__NO_DEADLINE;

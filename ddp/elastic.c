@@ -127,7 +127,7 @@ bagua_status_t bagua_ddp_elastic_attach(bagua_ddp_t *d, bagua_elastic_t *e) {
   if (!d || !e) return BAGUA_ERR_INVALID_ARG;
   if (!d->is_ready || d->el.e || d->released) {
     BAGUA_WARN("bagua_ddp_elastic_attach: %s",
-               d->el.e         ? "already attached"
+               d->el.e       ? "already attached"
                : d->released ? "the parameters were released (the rebuild reads them)"
                              : "call it after bagua_ddp_ready()");
     return BAGUA_ERR_INVALID_USAGE;

@@ -57,10 +57,10 @@ typedef struct {
   int nstreams;           /* -1: BAGUA_NET_NSTREAMS */
 } bagua_comm_config_t;
 
-#define BAGUA_COMM_CONFIG_INIT                                                              \
-  {                                                                                         \
-    .struct_size = sizeof(bagua_comm_config_t), .rank = -1, .size = -1, .transport = -1,    \
-    .timeout_ms = -1, .connect_timeout_ms = -1, .nstreams = -1                              \
+#define BAGUA_COMM_CONFIG_INIT                                                           \
+  {                                                                                      \
+    .struct_size = sizeof(bagua_comm_config_t), .rank = -1, .size = -1, .transport = -1, \
+    .timeout_ms = -1, .connect_timeout_ms = -1, .nstreams = -1                           \
   }
 
 /*
@@ -71,7 +71,7 @@ typedef struct {
 BAGUA_EXTERN bagua_status_t bagua_comm_create(const bagua_comm_config_t *cfg, bagua_comm_t **out);
 /* The name of bagua_comm_create() before 0.2 (every constructor is now *_create). */
 BAGUA_EXTERN BAGUA_DEPRECATED("bagua_comm_create") bagua_status_t
-bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out);
+    bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out);
 
 /*
  * Splits `comm` into sub-communicators: ranks passing the same `color` form one, ordered by

@@ -137,7 +137,7 @@ typedef struct {
 #define BAGUA_DDP_CONFIG_INIT                                                                    \
   {                                                                                              \
     .struct_size = sizeof(bagua_ddp_config_t), .hierarchical = -1, .comm_interval = 1,           \
-    .warmup_steps = -1, .sync_interval_ms = 500, .lr = -1.0, .weight_decay = -1.0, .beta1 = 0.9,  \
+    .warmup_steps = -1, .sync_interval_ms = 500, .lr = -1.0, .weight_decay = -1.0, .beta1 = 0.9, \
     .beta2 = 0.999, .eps = 1e-8, .cuda_device = -1                                               \
   }
 
@@ -275,7 +275,7 @@ BAGUA_EXTERN bagua_status_t bagua_ddp_async_resume(bagua_ddp_t *ddp);
 /* The name of bagua_ddp_async_pause() before 0.2: "abort" now means only bagua_ddp_abort(),
  * the thread-safe kill. */
 BAGUA_EXTERN BAGUA_DEPRECATED("bagua_ddp_async_pause") bagua_status_t
-bagua_ddp_async_abort(bagua_ddp_t *ddp);
+    bagua_ddp_async_abort(bagua_ddp_t *ddp);
 
 /*
  * Elastic training (include/bagua/elastic.h). Makes the context follow `e` through world

@@ -12,8 +12,8 @@
 #define BAGUA__STR2(x) #x
 #define BAGUA__STR(x) BAGUA__STR2(x)
 /* "MAJOR.MINOR.PATCH", e.g. "0.1.0". */
-#define BAGUA_VERSION_STRING                                                                 \
-  BAGUA__STR(BAGUA_VERSION_MAJOR) "." BAGUA__STR(BAGUA_VERSION_MINOR) "." BAGUA__STR(        \
-      BAGUA_VERSION_PATCH)
+#define BAGUA_VERSION_STRING      \
+  BAGUA__STR(BAGUA_VERSION_MAJOR) \
+  "." BAGUA__STR(BAGUA_VERSION_MINOR) "." BAGUA__STR(BAGUA_VERSION_PATCH)
 
 #endif

@@ -96,16 +96,16 @@ static PyObject *comm_abort(comm_obj_t *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-#define GET(self)                                  \
+#define GET(self)                                             \
   bagua_comm_t *comm = bagua_py_comm_get((PyObject *)(self)); \
   if (!comm) return NULL
 
-#define RUN(what, call)                                           \
-  do {                                                            \
-    bagua_status_t st_;                                           \
-    Py_BEGIN_ALLOW_THREADS st_ = (call);                          \
+#define RUN(what, call)                                                         \
+  do {                                                                          \
+    bagua_status_t st_;                                                         \
+    Py_BEGIN_ALLOW_THREADS st_ = (call);                                        \
     Py_END_ALLOW_THREADS if (st_ != BAGUA_OK) return bagua_py_raise(st_, what); \
-    Py_RETURN_NONE;                                               \
+    Py_RETURN_NONE;                                                             \
   } while (0)
 
 /* Parses "OOn i [i [i]]": send address, recv address, count, dtype, then up to two ints. */
@@ -288,9 +288,10 @@ static PyGetSetDef comm_getset[] = {
     {"bytes_sent", (getter)get_bytes_sent, NULL, "Bytes sent to peers since creation.", NULL},
     {"transport", (getter)get_transport, NULL, "\"tcp\", \"shm\" or \"hier(shm+tcp)\".", NULL},
     {"closed", (getter)get_closed, NULL, "True after close().", NULL},
-    {NULL}};
+    {NULL, NULL, NULL, NULL, NULL}};
 
-#define M(name, flags, doc) {#name, (PyCFunction)comm_##name, flags, doc}
+#define M(name, flags, doc) \
+  { #name, (PyCFunction)comm_##name, flags, doc }
 static PyMethodDef comm_methods[] = {
     M(allreduce, METH_VARARGS, "allreduce(send, recv, count, dtype, op)"),
     M(reduce_scatter, METH_VARARGS, "reduce_scatter(send, recv, recvcount, dtype, op)"),
@@ -304,17 +305,19 @@ static PyMethodDef comm_methods[] = {
     M(recv, METH_VARARGS, "recv(buf, count, dtype, peer)"),
     M(barrier, METH_NOARGS, "barrier()"),
     M(split, METH_VARARGS, "split(color, key=0) -> Comm or None"),
-    M(abort, METH_NOARGS, "abort(): makes current and future calls raise BaguaAbortedError "
-                          "(any thread)"),
+    M(abort, METH_NOARGS,
+      "abort(): makes current and future calls raise BaguaAbortedError "
+      "(any thread)"),
     M(close, METH_NOARGS, "close(): destroys the communicator"),
-    {NULL}};
+    {NULL, NULL, 0, NULL}};
 
 static PyTypeObject g_comm_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bagua._C.Comm",
     .tp_basicsize = sizeof(comm_obj_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Comm(rank=-1, size=-1, bootstrap=None, transport=None, timeout_ms=-1): a libbagua "
-              "communicator; -1/None take RANK, WORLD_SIZE, BAGUA_* from the environment.",
+    .tp_doc =
+        "Comm(rank=-1, size=-1, bootstrap=None, transport=None, timeout_ms=-1): a libbagua "
+        "communicator; -1/None take RANK, WORLD_SIZE, BAGUA_* from the environment.",
     .tp_new = comm_new,
     .tp_dealloc = (destructor)comm_dealloc,
     .tp_methods = comm_methods,

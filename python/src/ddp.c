@@ -31,31 +31,46 @@ static bagua_ddp_t *get(ddp_obj_t *self) {
   return self->ddp;
 }
 
-#define GET(self)                    \
-  bagua_ddp_t *ddp = get(self);      \
+#define GET(self)               \
+  bagua_ddp_t *ddp = get(self); \
   if (!ddp) return NULL
 
-#define RUN(what, call)                                                          \
-  do {                                                                           \
-    bagua_status_t st_;                                                          \
-    Py_BEGIN_ALLOW_THREADS st_ = (call);                                         \
+#define RUN(what, call)                                                         \
+  do {                                                                          \
+    bagua_status_t st_;                                                         \
+    Py_BEGIN_ALLOW_THREADS st_ = (call);                                        \
     Py_END_ALLOW_THREADS if (st_ != BAGUA_OK) return bagua_py_raise(st_, what); \
-    Py_RETURN_NONE;                                                              \
+    Py_RETURN_NONE;                                                             \
   } while (0)
 
 static PyObject *ddp_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-  static char *kws[] = {"comm", "algorithm", "hierarchical", "peer_mode", "comm_interval",
-                        "error_feedback", "warmup_steps", "sync_interval_ms", "bucket_bytes",
-                        "optimizer", "lr", "momentum", "dampening", "nesterov",
-                        "weight_decay", "beta1", "beta2", "eps", NULL};
+  static char *kws[] = {"comm",
+                        "algorithm",
+                        "hierarchical",
+                        "peer_mode",
+                        "comm_interval",
+                        "error_feedback",
+                        "warmup_steps",
+                        "sync_interval_ms",
+                        "bucket_bytes",
+                        "optimizer",
+                        "lr",
+                        "momentum",
+                        "dampening",
+                        "nesterov",
+                        "weight_decay",
+                        "beta1",
+                        "beta2",
+                        "eps",
+                        NULL};
   bagua_ddp_config_t cfg = BAGUA_DDP_CONFIG_INIT;
   PyObject *comm_obj;
   long long bucket = 0;
   if (!PyArg_ParseTupleAndKeywords(
           args, kw, "O|zizii$iiLzdddpdddd", kws, &comm_obj, &cfg.algorithm, &cfg.hierarchical,
           &cfg.peer_mode, &cfg.comm_interval, &cfg.error_feedback, &cfg.warmup_steps,
-          &cfg.sync_interval_ms, &bucket, &cfg.optimizer, &cfg.lr, &cfg.momentum,
-          &cfg.dampening, &cfg.nesterov, &cfg.weight_decay, &cfg.beta1, &cfg.beta2, &cfg.eps))
+          &cfg.sync_interval_ms, &bucket, &cfg.optimizer, &cfg.lr, &cfg.momentum, &cfg.dampening,
+          &cfg.nesterov, &cfg.weight_decay, &cfg.beta1, &cfg.beta2, &cfg.eps))
     return NULL;
   cfg.bucket_bytes = bucket;
   bagua_comm_t *comm = bagua_py_comm_get(comm_obj);
@@ -191,32 +206,36 @@ static PyObject *view(ddp_obj_t *self, PyObject *args, int grad) {
   if (!PyArg_ParseTuple(args, "in", &i, &count)) return NULL;
   float *p = grad ? bagua_ddp_grad(ddp, i) : bagua_ddp_param(ddp, i);
   if (!p) {
-    PyErr_Format(PyExc_IndexError, "tensor %d has no flat storage (bad index, or before ready)",
-                 i);
+    PyErr_Format(PyExc_IndexError, "tensor %d has no flat storage (bad index, or before ready)", i);
     return NULL;
   }
   return make_buffer(self, p, count);
 }
 
-static PyObject *ddp_param_buffer(ddp_obj_t *self, PyObject *args) { return view(self, args, 0); }
-static PyObject *ddp_grad_buffer(ddp_obj_t *self, PyObject *args) { return view(self, args, 1); }
+static PyObject *ddp_param_buffer(ddp_obj_t *self, PyObject *args) {
+  return view(self, args, 0);
+}
+static PyObject *ddp_grad_buffer(ddp_obj_t *self, PyObject *args) {
+  return view(self, args, 1);
+}
 
 static PyObject *ddp_stats(ddp_obj_t *self, PyObject *unused) {
   GET(self);
   bagua_ddp_stats_t s = {.struct_size = sizeof(s)};
   bagua_status_t st = bagua_ddp_stats(ddp, &s);
   if (st != BAGUA_OK) return bagua_py_raise(st, "stats");
-  return Py_BuildValue(
-      "{s:L,s:i,s:i,s:n,s:K,s:K,s:d,s:d,s:d,s:d,s:d,s:K}", "steps", (long long)s.steps,
-      "num_tensors", s.num_tensors, "num_buckets", s.num_buckets, "flat_elems",
-      (Py_ssize_t)s.flat_elems, "bytes_last_step", (unsigned long long)s.bytes_last_step,
-      "bytes_total", (unsigned long long)s.bytes_total, "comm_s_last_step", s.comm_s_last_step,
-      "comm_s_total", s.comm_s_total, "overlap_last_step", s.overlap_last_step, "overlap_total",
-      s.overlap_total, "wait_s_last_step", s.wait_s_last_step, "async_rounds",
-      (unsigned long long)s.async_rounds);
+  return Py_BuildValue("{s:L,s:i,s:i,s:n,s:K,s:K,s:d,s:d,s:d,s:d,s:d,s:K}", "steps",
+                       (long long)s.steps, "num_tensors", s.num_tensors, "num_buckets",
+                       s.num_buckets, "flat_elems", (Py_ssize_t)s.flat_elems, "bytes_last_step",
+                       (unsigned long long)s.bytes_last_step, "bytes_total",
+                       (unsigned long long)s.bytes_total, "comm_s_last_step", s.comm_s_last_step,
+                       "comm_s_total", s.comm_s_total, "overlap_last_step", s.overlap_last_step,
+                       "overlap_total", s.overlap_total, "wait_s_last_step", s.wait_s_last_step,
+                       "async_rounds", (unsigned long long)s.async_rounds);
 }
 
-#define M(name, flags, doc) {#name, (PyCFunction)ddp_##name, flags, doc}
+#define M(name, flags, doc) \
+  { #name, (PyCFunction)ddp_##name, flags, doc }
 static PyMethodDef ddp_methods[] = {
     M(register, METH_VARARGS, "register(name, param_addr, grad_addr_or_None, count)"),
     M(ready, METH_NOARGS, "ready(): lays out buckets, syncs rank 0's weights (collective)"),
@@ -234,7 +253,7 @@ static PyMethodDef ddp_methods[] = {
     M(param_buffer, METH_VARARGS, "param_buffer(i, count) -> Buffer over tensor i's weights"),
     M(grad_buffer, METH_VARARGS, "grad_buffer(i, count) -> Buffer over tensor i's gradient"),
     M(stats, METH_NOARGS, "stats() -> dict of libbagua's counters"),
-    {NULL}};
+    {NULL, NULL, 0, NULL}};
 
 static PyTypeObject g_ddp_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bagua._C.DDP",

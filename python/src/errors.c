@@ -80,8 +80,10 @@ int bagua_py_errors_init(PyObject *module) {
 
 int bagua_py_dtype(int code, bagua_dtype_t *out) {
   if (code < 0 || code >= BAGUA_DTYPE__COUNT) {
-    PyErr_Format(PyExc_ValueError, "dtype code %d is invalid; accepted: 0..%d (f32 f16 bf16 f64 "
-                 "i32 i64 u8)", code, BAGUA_DTYPE__COUNT - 1);
+    PyErr_Format(PyExc_ValueError,
+                 "dtype code %d is invalid; accepted: 0..%d (f32 f16 bf16 f64 "
+                 "i32 i64 u8)",
+                 code, BAGUA_DTYPE__COUNT - 1);
     return -1;
   }
   *out = (bagua_dtype_t)code;

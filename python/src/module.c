@@ -26,7 +26,7 @@ static PyMethodDef methods[] = {
      "param_get(name) -> str or None: a BAGUA_* or worker variable as libbagua's registry reads "
      "it (None for an unknown name)."},
     {"dtype_size", py_dtype_size, METH_VARARGS, "dtype_size(code) -> bytes per element."},
-    {NULL}};
+    {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
@@ -50,7 +50,8 @@ PyMODINIT_FUNC PyInit__C(void) {
   for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
     if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) goto fail;
   if (PyModule_AddStringConstant(m, "__version__", BAGUA_VERSION_STRING) < 0) goto fail;
-  if (bagua_py_errors_init(m) < 0 || bagua_py_comm_init(m) < 0 || bagua_py_ddp_init(m) < 0) goto fail;
+  if (bagua_py_errors_init(m) < 0 || bagua_py_comm_init(m) < 0 || bagua_py_ddp_init(m) < 0)
+    goto fail;
   return m;
 fail:
   Py_DECREF(m);

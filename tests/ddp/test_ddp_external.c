@@ -98,8 +98,8 @@ static int body(bagua_comm_t *c, void *arg) {
   }
   double d_c = fmax(max_diff(a.w, fw, nw), max_diff(a.b, fb, nb));
   if (me == 0)
-    printf("largest difference from the library's SGD: %.3g (caller's arrays), %.3g (flat)\n",
-           d_b, d_c);
+    printf("largest difference from the library's SGD: %.3g (caller's arrays), %.3g (flat)\n", d_b,
+           d_c);
   ASSERT_TRUE(d_b < 1e-6);
   ASSERT_TRUE(d_c < 1e-6);
   assert_same_on_all_ranks(c, fw, nw, "flat W");

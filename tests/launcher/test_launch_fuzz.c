@@ -31,8 +31,8 @@ static size_t pick(size_t n) {
 
 static const char *const k_seeds[] = {
     "[job]\nnnodes = 2:4\nnproc_per_node = 2\nprogram = ./train\nargs = --lr 0.1 \"a b\"\n",
-    "[rendezvous]\nendpoint = 127.0.0.1:2379,http://h:1\nlease_ttl = 5\ntimeout = 10\n"
-    "last_call_ms = 0\nsettle_ms = 9\netcd_timeout_ms = 100\nhost = 10.0.0.1\n",
+    ("[rendezvous]\nendpoint = 127.0.0.1:2379,http://h:1\nlease_ttl = 5\ntimeout = 10\n"
+     "last_call_ms = 0\nsettle_ms = 9\netcd_timeout_ms = 100\nhost = 10.0.0.1\n"),
     "[algorithm]\nname = qadam\nnet_nstreams = 3\nwarmup_steps = 100\n[env]\nOMP_NUM_THREADS=1\n",
     "[hosts]\nnode1 = 2\nnode1 = 2\nnode2 =\nlocalhost:4\n",
     "; comment\n# comment\n\n[job]\n  job_id = x.y_z-1 ; inline\n  max_restarts=0\n",

@@ -2,4 +2,6 @@
  * public header is visible (it only declares), the definition is not linked in. */
 #include "bagua/comm.h"
 
-int main(void) { return bagua_barrier(NULL) == BAGUA_OK; }
+int main(void) {
+  return bagua_barrier(NULL) == BAGUA_OK;
+}

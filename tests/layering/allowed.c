@@ -3,4 +3,6 @@
 #include "bagua/params.h"
 #include "common/log.h"
 
-int main(void) { return bagua_param_get("BAGUA_DEBUG") == NULL ? 0 : 0; }
+int main(void) {
+  return bagua_param_get("BAGUA_DEBUG") == NULL ? 0 : 0;
+}

@@ -1,4 +1,6 @@
 /* Must not compile: the comm layer sits below ddp/ and cannot see its internals. */
 #include "ddp/ddp_internal.h"
 
-int bagua__layering_probe(void) { return 0; }
+int bagua__layering_probe(void) {
+  return 0;
+}
