@@ -118,16 +118,7 @@ bagua_status_t bagua__comm_config_resolve(const bagua_comm_config_t *cfg,
     return BAGUA_ERR_INVALID_ARG;
   }
   memset(b, 0, sizeof(*b));
-  b->s = (bagua__comm_settings_t){
-      .rank = cfg->rank,
-      .size = cfg->size,
-      .job_id = cfg->job_id,
-      .node_id = cfg->node_id,
-      .transport = cfg->transport,
-      .timeout_ms = cfg->timeout_ms,
-      .connect_timeout_ms = cfg->connect_timeout_ms,
-      .nstreams = cfg->nstreams,
-  };
+  b->s = BAGUA__COMM_SETTINGS_OF(cfg, cfg->nstreams);
   BAGUA_CHECK(bagua__comm_settings_resolve("bagua_comm_create", &b->s));
   if (b->s.size < 1 || b->s.rank < 0 || b->s.rank >= b->s.size) {
     BAGUA_WARN(

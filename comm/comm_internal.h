@@ -158,6 +158,19 @@ typedef struct {
   int nstreams;           /* <= 0: BAGUA_NET_NSTREAMS */
 } bagua__comm_settings_t;
 
+/* The settings of a config struct with the fields bagua_comm_config_t and
+ * bagua_elastic_config_t share (rank, size, job_id, node_id, transport and both timeouts),
+ * before bagua__comm_settings_resolve() fills the unset ones. */
+#define BAGUA__COMM_SETTINGS_OF(cfg, streams)                                \
+  ((bagua__comm_settings_t){.rank = (cfg)->rank,                             \
+                            .size = (cfg)->size,                             \
+                            .job_id = (cfg)->job_id,                         \
+                            .node_id = (cfg)->node_id,                       \
+                            .transport = (cfg)->transport,                   \
+                            .timeout_ms = (cfg)->timeout_ms,                 \
+                            .connect_timeout_ms = (cfg)->connect_timeout_ms, \
+                            .nstreams = (streams)})
+
 /* Validates the parameter registry, fills the unset fields of `s` and checks the set ones
  * against what the registry accepts. `who` names the public caller in warnings. Returns
  * BAGUA_ERR_INVALID_ARG (with a warning) for a bad field or parameter. */

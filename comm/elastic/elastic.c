@@ -39,16 +39,7 @@ static void announce_elastic(void) {
 /* Resolves `cfg` (unset fields from the parameters, as bagua_comm_create does) into `e`,
  * copying every string the context keeps. */
 static bagua_status_t resolve_config(const bagua_elastic_config_t *cfg, bagua_elastic_t *e) {
-  bagua__comm_settings_t s = {
-      .rank = cfg->rank,
-      .size = cfg->size,
-      .job_id = cfg->job_id,
-      .node_id = cfg->node_id,
-      .transport = cfg->transport,
-      .timeout_ms = cfg->timeout_ms,
-      .connect_timeout_ms = cfg->connect_timeout_ms,
-      .nstreams = -1,
-  };
+  bagua__comm_settings_t s = BAGUA__COMM_SETTINGS_OF(cfg, -1);
   BAGUA_CHECK(bagua__comm_settings_resolve("bagua_elastic_create", &s));
   const char *boot = bagua__param_str(BAGUA_P_BOOTSTRAP);
   const char *endpoint = cfg->etcd ? cfg->etcd : strncmp(boot, "etcd://", 7) == 0 ? boot + 7 : "";

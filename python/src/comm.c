@@ -108,105 +108,98 @@ static PyObject *comm_abort(comm_obj_t *self, PyObject *unused) {
     Py_RETURN_NONE;                                                             \
   } while (0)
 
-/* Parses "OOn i [i [i]]": send address, recv address, count, dtype, then up to two ints. */
-static int parse_bufs(PyObject *args, const char *fmt, void **s, void **r, Py_ssize_t *count,
-                      bagua_dtype_t *dt, int *a, int *b) {
-  PyObject *so, *ro;
-  int dcode;
-  if (!PyArg_ParseTuple(args, fmt, &so, &ro, count, &dcode, a, b)) return -1;
-  if (*count < 0) {
-    PyErr_Format(PyExc_ValueError, "count %zd is negative", *count);
-    return -1;
+typedef enum {
+  C_ALLREDUCE,
+  C_REDUCE_SCATTER,
+  C_ALLGATHER,
+  C_ALLTOALL,
+  C_BROADCAST,
+  C_REDUCE,
+  C_GATHER,
+  C_SCATTER
+} coll_t;
+
+/* Each collective takes (send address, recv address, count, dtype code) and then, in this
+ * order, the op code and/or the root it needs. */
+static const struct {
+  const char *name;
+  int has_op, has_root;
+} k_colls[] = {
+    [C_ALLREDUCE] = {"allreduce", 1, 0}, [C_REDUCE_SCATTER] = {"reduce_scatter", 1, 0},
+    [C_ALLGATHER] = {"allgather", 0, 0}, [C_ALLTOALL] = {"alltoall", 0, 0},
+    [C_BROADCAST] = {"broadcast", 0, 1}, [C_REDUCE] = {"reduce", 1, 1},
+    [C_GATHER] = {"gather", 0, 1},       [C_SCATTER] = {"scatter", 0, 1},
+};
+
+static PyObject *collective(comm_obj_t *self, PyObject *args, coll_t k) {
+  GET(self);
+  const char *name = k_colls[k].name;
+  Py_ssize_t want = 4 + k_colls[k].has_op + k_colls[k].has_root;
+  if (PyTuple_GET_SIZE(args) != want) {
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (send, recv, count, dtype%s%s), not %zd",
+                 name, want, k_colls[k].has_op ? ", op" : "", k_colls[k].has_root ? ", root" : "",
+                 PyTuple_GET_SIZE(args));
+    return NULL;
   }
-  if (bagua_py_ptr(so, s) < 0 || bagua_py_ptr(ro, r) < 0) return -1;
-  return bagua_py_dtype(dcode, dt);
-}
-
-static PyObject *comm_allreduce(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *s, *r;
+  PyObject *so, *ro;
   Py_ssize_t n;
+  int dcode, x = 0, y = 0;
+  if (!PyArg_ParseTuple(args, "OOni|ii", &so, &ro, &n, &dcode, &x, &y)) return NULL;
+  void *s, *r;
   bagua_dtype_t dt;
-  int opc = 0, unused = 0;
-  bagua_op_t op;
-  if (parse_bufs(args, "OOni|i", &s, &r, &n, &dt, &opc, &unused) < 0 || bagua_py_op(opc, &op) < 0)
+  bagua_op_t op = BAGUA_SUM;
+  if (n < 0) {
+    PyErr_Format(PyExc_ValueError, "%s: count %zd is negative", name, n);
     return NULL;
-  RUN("allreduce", bagua_allreduce(comm, s, r, (size_t)n, dt, op));
-}
-
-static PyObject *comm_reduce_scatter(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *s, *r;
-  Py_ssize_t n;
-  bagua_dtype_t dt;
-  int opc = 0, unused = 0;
-  bagua_op_t op;
-  if (parse_bufs(args, "OOni|i", &s, &r, &n, &dt, &opc, &unused) < 0 || bagua_py_op(opc, &op) < 0)
+  }
+  if (bagua_py_ptr(so, &s) < 0 || bagua_py_ptr(ro, &r) < 0 || bagua_py_dtype(dcode, &dt) < 0)
     return NULL;
-  RUN("reduce_scatter", bagua_reduce_scatter(comm, s, r, (size_t)n, dt, op));
+  if (k_colls[k].has_op && bagua_py_op(x, &op) < 0) return NULL;
+  int root = k_colls[k].has_op ? y : x;
+  size_t cnt = (size_t)n;
+  bagua_status_t st = BAGUA_OK;
+  Py_BEGIN_ALLOW_THREADS switch (k) {
+    case C_ALLREDUCE:
+      st = bagua_allreduce(comm, s, r, cnt, dt, op);
+      break;
+    case C_REDUCE_SCATTER:
+      st = bagua_reduce_scatter(comm, s, r, cnt, dt, op);
+      break;
+    case C_ALLGATHER:
+      st = bagua_allgather(comm, s, r, cnt, dt);
+      break;
+    case C_ALLTOALL:
+      st = bagua_alltoall(comm, s, r, cnt, dt);
+      break;
+    case C_BROADCAST:
+      st = bagua_broadcast(comm, s, r, cnt, dt, root);
+      break;
+    case C_REDUCE:
+      st = bagua_reduce(comm, s, r, cnt, dt, op, root);
+      break;
+    case C_GATHER:
+      st = bagua_gather(comm, s, r, cnt, dt, root);
+      break;
+    case C_SCATTER:
+      st = bagua_scatter(comm, s, r, cnt, dt, root);
+      break;
+  }
+  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, name);
+  Py_RETURN_NONE;
 }
 
-static PyObject *comm_allgather(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *s, *r;
-  Py_ssize_t n;
-  bagua_dtype_t dt;
-  int a = 0, b = 0;
-  if (parse_bufs(args, "OOni", &s, &r, &n, &dt, &a, &b) < 0) return NULL;
-  RUN("allgather", bagua_allgather(comm, s, r, (size_t)n, dt));
-}
-
-static PyObject *comm_alltoall(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *s, *r;
-  Py_ssize_t n;
-  bagua_dtype_t dt;
-  int a = 0, b = 0;
-  if (parse_bufs(args, "OOni", &s, &r, &n, &dt, &a, &b) < 0) return NULL;
-  RUN("alltoall", bagua_alltoall(comm, s, r, (size_t)n, dt));
-}
-
-static PyObject *comm_broadcast(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *s, *r;
-  Py_ssize_t n;
-  bagua_dtype_t dt;
-  int root = 0, b = 0;
-  if (parse_bufs(args, "OOnii", &s, &r, &n, &dt, &root, &b) < 0) return NULL;
-  RUN("broadcast", bagua_broadcast(comm, s, r, (size_t)n, dt, root));
-}
-
-static PyObject *comm_reduce(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *s, *r;
-  Py_ssize_t n;
-  bagua_dtype_t dt;
-  int opc = 0, root = 0;
-  bagua_op_t op;
-  if (parse_bufs(args, "OOniii", &s, &r, &n, &dt, &opc, &root) < 0 || bagua_py_op(opc, &op) < 0)
-    return NULL;
-  RUN("reduce", bagua_reduce(comm, s, r, (size_t)n, dt, op, root));
-}
-
-static PyObject *comm_gather(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *s, *r;
-  Py_ssize_t n;
-  bagua_dtype_t dt;
-  int root = 0, b = 0;
-  if (parse_bufs(args, "OOnii", &s, &r, &n, &dt, &root, &b) < 0) return NULL;
-  RUN("gather", bagua_gather(comm, s, r, (size_t)n, dt, root));
-}
-
-static PyObject *comm_scatter(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *s, *r;
-  Py_ssize_t n;
-  bagua_dtype_t dt;
-  int root = 0, b = 0;
-  if (parse_bufs(args, "OOnii", &s, &r, &n, &dt, &root, &b) < 0) return NULL;
-  RUN("scatter", bagua_scatter(comm, s, r, (size_t)n, dt, root));
-}
+#define COLL(fn, kind)                                           \
+  static PyObject *comm_##fn(comm_obj_t *self, PyObject *args) { \
+    return collective(self, args, kind);                         \
+  }
+COLL(allreduce, C_ALLREDUCE)
+COLL(reduce_scatter, C_REDUCE_SCATTER)
+COLL(allgather, C_ALLGATHER)
+COLL(alltoall, C_ALLTOALL)
+COLL(broadcast, C_BROADCAST)
+COLL(reduce, C_REDUCE)
+COLL(gather, C_GATHER)
+COLL(scatter, C_SCATTER)
 
 /* send(addr, count, dtype, peer) and recv(addr, count, dtype, peer). */
 static int parse_p2p(PyObject *args, void **p, Py_ssize_t *n, bagua_dtype_t *dt, int *peer) {

@@ -1,10 +1,10 @@
 /* Harness for the agent integration tests (see harness.h). */
+#include "common/etcd/local.h"
 #include "harness.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,14 +43,6 @@ static void sleep_ms(int ms) {
   }
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
 static void dump_file(const char *label, const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) return;
@@ -79,7 +71,7 @@ static void at_exit(void) {
   }
   if (strncmp(g_dir, DIR_PREFIX, strlen(DIR_PREFIX)) == 0 && strlen(g_dir) > strlen(DIR_PREFIX) &&
       strstr(g_dir, "..") == NULL)
-    nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    bagua__etcd_local_remove_tree(g_dir);
   g_dir[0] = '\0';
 }
 

@@ -1,12 +1,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "common/etcd/local.h"
 #include "launch_util.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,16 +247,8 @@ void lu_mkdtemp(char *out, size_t len) {
   }
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
 void lu_rmtree(const char *dir) {
-  if (dir && dir[0]) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (dir && dir[0]) bagua__etcd_local_remove_tree(dir);
 }
 
 void lu_dump(const char *path) {
