@@ -8,7 +8,7 @@ Typical use (CPU tensors)::
 """
 
 from bagua._C import BaguaError  # noqa: F401
-from bagua.torch_api import algorithms, communication, data_parallel  # noqa: F401
+from bagua.torch_api import algorithms, communication, contrib, data_parallel  # noqa: F401
 from bagua.torch_api.distributed import BaguaModule  # noqa: F401  (adds Module.with_bagua)
 from bagua.torch_api.communication import (  # noqa: F401
     BaguaProcessGroup, ReduceOp, allgather, allgather_inplace, allreduce, allreduce_inplace,
