@@ -63,7 +63,7 @@ typedef struct {
 } bagua_sampler_config_t;
 
 #define BAGUA_SAMPLER_CONFIG_INIT \
-  { sizeof(bagua_sampler_config_t), 0, NULL, 0, 0.0, 1, 1, 0, 0, 1 }
+  { .struct_size = sizeof(bagua_sampler_config_t), .shuffle = 1, .batch_size = 1, .world = 1 }
 
 /* World changes remembered per epoch (the first layout counts as one). */
 #define BAGUA_SAMPLER_MAX_LAYOUTS 64

@@ -34,5 +34,7 @@ int bagua_py_comm_init(PyObject *module);
 bagua_comm_t *bagua_py_comm_get(PyObject *obj);
 /* Adds the DDP and Buffer types. */
 int bagua_py_ddp_init(PyObject *module);
+/* Adds the Sampler type. */
+int bagua_py_sampler_init(PyObject *module);
 
 #endif
