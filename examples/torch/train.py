@@ -163,18 +163,25 @@ def main():
         model = model.with_bagua([optimizer], algorithm,
                                  do_flatten=not (args.no_flatten or args.fuse))
     step, t0, samples = 0, time.monotonic(), 0
+    wait_s, sent, t_fb = 0.0, 0, 0.0  # libbagua's wait for communication, bytes, fwd+bwd
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for x, y in loader:
             optimizer.zero_grad()
+            t1 = time.monotonic()
             loss = F.cross_entropy(model(x), y)
             loss.backward()
+            t_fb += time.monotonic() - t1
             if args.fuse:
                 optimizer.fuse_step()
             else:
                 optimizer.step()
             step += 1
             samples += len(x)
+            if not args.ddp:
+                st = model.bagua_stats()
+                wait_s += st["wait_s_last_step"]
+                sent += st["bytes_last_step"]
             if args.max_steps and step >= args.max_steps:
                 break
         if args.max_steps and step >= args.max_steps:
@@ -187,7 +194,9 @@ def main():
     net = model.module if args.ddp else model
     acc = evaluate(net, test)
     secs = time.monotonic() - t0
-    print(f"rank {rank}: {step} steps in {secs:.2f} s, {samples * world / secs:.0f} samples/s",
+    print(f"rank {rank}: {step} steps in {secs:.2f} s, {samples * world / secs:.0f} samples/s, "
+          f"fwd+bwd {t_fb / max(step, 1) * 1e3:.2f} ms/step (of which waiting for communication "
+          f"{wait_s / max(step, 1) * 1e3:.2f} ms), {sent / max(step, 1):.0f} bytes/step",
           flush=True)
     print(f"final rank={rank} step={step} params_crc={params_crc(net):08x} test_acc={acc:.4f}",
           flush=True)
