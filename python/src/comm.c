@@ -100,12 +100,12 @@ static PyObject *comm_abort(comm_obj_t *self, PyObject *unused) {
   bagua_comm_t *comm = bagua_py_comm_get((PyObject *)(self)); \
   if (!comm) return NULL
 
-#define RUN(what, call)                                                         \
-  do {                                                                          \
-    bagua_status_t st_;                                                         \
-    Py_BEGIN_ALLOW_THREADS st_ = (call);                                        \
-    Py_END_ALLOW_THREADS if (st_ != BAGUA_OK) return bagua_py_raise(st_, what); \
-    Py_RETURN_NONE;                                                             \
+#define RUN(what, call)                                           \
+  do {                                                            \
+    bagua_status_t st_;                                           \
+    bagua_py_begin_blocking(comm, NULL);                          \
+    Py_BEGIN_ALLOW_THREADS st_ = (call);                          \
+    Py_END_ALLOW_THREADS return bagua_py_end_blocking(st_, what); \
   } while (0)
 
 typedef enum {
@@ -158,6 +158,7 @@ static PyObject *collective(comm_obj_t *self, PyObject *args, coll_t k) {
   int root = k_colls[k].has_op ? y : x;
   size_t cnt = (size_t)n;
   bagua_status_t st = BAGUA_OK;
+  bagua_py_begin_blocking(comm, NULL);
   Py_BEGIN_ALLOW_THREADS switch (k) {
     case C_ALLREDUCE:
       st = bagua_allreduce(comm, s, r, cnt, dt, op);
@@ -184,8 +185,7 @@ static PyObject *collective(comm_obj_t *self, PyObject *args, coll_t k) {
       st = bagua_scatter(comm, s, r, cnt, dt, root);
       break;
   }
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, name);
-  Py_RETURN_NONE;
+  Py_END_ALLOW_THREADS return bagua_py_end_blocking(st, name);
 }
 
 #define COLL(fn, kind)                                           \

@@ -35,12 +35,12 @@ static bagua_ddp_t *get(ddp_obj_t *self) {
   bagua_ddp_t *ddp = get(self); \
   if (!ddp) return NULL
 
-#define RUN(what, call)                                                         \
-  do {                                                                          \
-    bagua_status_t st_;                                                         \
-    Py_BEGIN_ALLOW_THREADS st_ = (call);                                        \
-    Py_END_ALLOW_THREADS if (st_ != BAGUA_OK) return bagua_py_raise(st_, what); \
-    Py_RETURN_NONE;                                                             \
+#define RUN(what, call)                                           \
+  do {                                                            \
+    bagua_status_t st_;                                           \
+    bagua_py_begin_blocking(NULL, ddp);                           \
+    Py_BEGIN_ALLOW_THREADS st_ = (call);                          \
+    Py_END_ALLOW_THREADS return bagua_py_end_blocking(st_, what); \
   } while (0)
 
 static PyObject *ddp_new(PyTypeObject *type, PyObject *args, PyObject *kw) {

@@ -27,6 +27,14 @@ int bagua_py_op(int code, bagua_op_t *out);
  * accepted only when `count` is 0. Sets an exception and returns -1 if bad. */
 int bagua_py_ptr(PyObject *obj, void **out);
 
+/* Ctrl-C interrupts blocking calls (interrupt.c): bagua_py_interrupt_init() installs the
+ * chained SIGINT handler once; a blocking call is bracketed by bagua_py_begin_blocking()
+ * (before releasing the GIL) and bagua_py_end_blocking() (after taking it back), which
+ * returns None, raises the pending KeyboardInterrupt, or raises the BaguaError of `st`. */
+int bagua_py_interrupt_init(void);
+void bagua_py_begin_blocking(bagua_comm_t *comm, bagua_ddp_t *ddp);
+PyObject *bagua_py_end_blocking(bagua_status_t st, const char *what);
+
 /* Adds the error classes (BaguaError and one subclass per status) to the module. */
 int bagua_py_errors_init(PyObject *module);
 /* Adds the Comm type; bagua_py_comm_get() unwraps one (borrowed; NULL + TypeError if not). */

@@ -11,3 +11,10 @@ def test_dead_peer_raises_within_the_timeout(workers):
     assert r.codes[1] == -9, f"rank 1 should have killed itself:\n{r.outputs[1]}"
     assert r.codes[0] == 0, r.outputs[0]
     assert "deadpeer: Bagua" in r.outputs[0]
+
+
+def test_ctrl_c_interrupts_a_blocked_collective(workers):
+    r = workers("errors_worker.py", 2, args=["interrupt"], env={"BAGUA_COMM_TIMEOUT_MS": "60000"},
+                nodes=2, timeout=60)
+    assert r.codes[0] == 0, r.outputs[0]
+    assert "interrupt: KeyboardInterrupt after" in r.outputs[0], r.outputs[0]

@@ -56,5 +56,25 @@ def deadpeer():
     print(f"deadpeer: {type(e).__name__} after {took:.2f} s: {e}")
 
 
+def interrupt():
+    """Ctrl-C while rank 0 is blocked in a collective rank 1 never joins: KeyboardInterrupt at
+    once, not after BAGUA_COMM_TIMEOUT_MS (60 s here)."""
+    import threading
+    bagua.init_process_group()
+    if bagua.get_rank() == 1:
+        time.sleep(6)
+        return
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    try:
+        bagua.allreduce_inplace(torch.ones(10))
+    except KeyboardInterrupt:
+        took = time.monotonic() - t0
+        assert took < 3.0, f"KeyboardInterrupt after {took:.2f} s"
+        print(f"interrupt: KeyboardInterrupt after {took:.2f} s")
+        return
+    raise AssertionError("the blocked allreduce returned without an interrupt")
+
+
 if __name__ == "__main__":
-    {"inputs": inputs, "deadpeer": deadpeer}[sys.argv[1]]()
+    {"inputs": inputs, "deadpeer": deadpeer, "interrupt": interrupt}[sys.argv[1]]()
