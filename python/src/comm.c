@@ -202,36 +202,25 @@ COLL(gather, C_GATHER)
 COLL(scatter, C_SCATTER)
 
 /* send(addr, count, dtype, peer) and recv(addr, count, dtype, peer). */
-static int parse_p2p(PyObject *args, void **p, Py_ssize_t *n, bagua_dtype_t *dt, int *peer) {
+static PyObject *p2p(comm_obj_t *self, PyObject *args, int sending) {
+  GET(self);
   PyObject *po;
-  int dcode;
-  if (!PyArg_ParseTuple(args, "Onii", &po, n, &dcode, peer)) return -1;
-  if (*n < 0) {
-    PyErr_Format(PyExc_ValueError, "count %zd is negative", *n);
-    return -1;
-  }
-  if (bagua_py_ptr(po, p) < 0) return -1;
-  return bagua_py_dtype(dcode, dt);
+  Py_ssize_t n;
+  int dcode, peer;
+  void *p;
+  bagua_dtype_t dt;
+  if (!PyArg_ParseTuple(args, "Onii", &po, &n, &dcode, &peer)) return NULL;
+  if (n < 0) return PyErr_Format(PyExc_ValueError, "count %zd is negative", n);
+  if (bagua_py_ptr(po, &p) < 0 || bagua_py_dtype(dcode, &dt) < 0) return NULL;
+  RUN(sending ? "send" : "recv", sending ? bagua_send(comm, p, (size_t)n, dt, peer)
+                                         : bagua_recv(comm, p, (size_t)n, dt, peer));
 }
 
 static PyObject *comm_send(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *p;
-  Py_ssize_t n;
-  bagua_dtype_t dt;
-  int peer;
-  if (parse_p2p(args, &p, &n, &dt, &peer) < 0) return NULL;
-  RUN("send", bagua_send(comm, p, (size_t)n, dt, peer));
+  return p2p(self, args, 1);
 }
-
 static PyObject *comm_recv(comm_obj_t *self, PyObject *args) {
-  GET(self);
-  void *p;
-  Py_ssize_t n;
-  bagua_dtype_t dt;
-  int peer;
-  if (parse_p2p(args, &p, &n, &dt, &peer) < 0) return NULL;
-  RUN("recv", bagua_recv(comm, p, (size_t)n, dt, peer));
+  return p2p(self, args, 0);
 }
 
 static PyObject *comm_barrier(comm_obj_t *self, PyObject *unused) {
