@@ -129,6 +129,11 @@ bagua_status_t bagua__check_nnodes(const char *text, int64_t *min, int64_t *max,
 }
 
 bagua_status_t bagua__check_host(const char *text, char *err, size_t errlen) {
+  /* A remote command (ssh) would read a leading '-' as an option: -oProxyCommand=... */
+  if (text[0] == '-') {
+    snprintf(err, errlen, "\"%s\" starts with '-'; accepted: " BAGUA_HOST_ACCEPTED, text);
+    return BAGUA_ERR_INVALID_ARG;
+  }
   for (const char *p = text; *p; p++) {
     unsigned char c = (unsigned char)*p;
     if (isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']')

@@ -26,6 +26,11 @@ static int check_name(const char *name, char *err, size_t errlen) {
     snprintf(err, errlen, "the host name is empty");
     return -1;
   }
+  /* ssh (and most remote commands) would read it as an option, e.g. -oProxyCommand=... */
+  if (*name == '-') {
+    snprintf(err, errlen, "host name \"%s\" starts with '-'", name);
+    return -1;
+  }
   for (const char *p = name; *p; p++) {
     unsigned char c = (unsigned char)*p;
     if (isalnum(c) || c == '.' || c == '-' || c == '_') continue;

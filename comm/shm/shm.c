@@ -419,11 +419,19 @@ bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
   if (c->rank == 0) {
     shm_unlink(name); /* a stale arena of a crashed run with the same id */
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 || ftruncate(fd, (off_t)s->map_bytes) != 0) {
+    /* ftruncate alone succeeds on a tmpfs too small for the arena, whose pages then fault
+     * with SIGBUS when first touched; posix_fallocate reserves them now, so a small /dev/shm
+     * fails here, on every rank (the barrier below), with a message instead. */
+    int rc = 0;
+    if (fd < 0 || ftruncate(fd, (off_t)s->map_bytes) != 0)
+      rc = errno;
+    else
+      rc = posix_fallocate(fd, 0, (off_t)s->map_bytes);
+    if (rc != 0) {
       BAGUA_WARN(
-          "cannot create shared memory %s of %zu bytes: %s (is /dev/shm large enough? "
-          "BAGUA_SHM_SLOT_BYTES sets the per-rank size)",
-          name, s->map_bytes, strerror(errno));
+          "cannot reserve shared memory %s of %zu bytes in /dev/shm: %s; make /dev/shm larger, "
+          "lower BAGUA_SHM_SLOT_BYTES (the per-rank size), or use BAGUA_TRANSPORT=tcp",
+          name, s->map_bytes, strerror(rc));
       st = BAGUA_ERR_SYSTEM;
     }
   }

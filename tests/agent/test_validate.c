@@ -59,6 +59,9 @@ static void test_endpoints(void) {
   ASSERT_OK(
       bagua__check_endpoints("etcd-a:1,http://10.0.0.2:2379,https://h:2", g_err, sizeof(g_err)));
   refused(bagua__check_endpoints("etcdhost", g_err, sizeof(g_err)), "has no port");
+  /* A host that ssh would read as an option (issue 13): refused, for --node-addr too. */
+  refused(bagua__check_host("-oProxyCommand=x", g_err, sizeof(g_err)), "starts with '-'");
+  ASSERT_OK(bagua__check_host("node-1.example", g_err, sizeof(g_err)));
   refused(bagua__check_endpoints(":2379", g_err, sizeof(g_err)), "has no host");
   refused(bagua__check_endpoints("h:99999", g_err, sizeof(g_err)), "has port \"99999\"");
   refused(bagua__check_endpoints("a:1,,b:2", g_err, sizeof(g_err)), "has an empty entry");
