@@ -8,9 +8,11 @@
 #
 # usage: bench/torch_vs_ddp.sh [--build build] [--nranks "2 4"] [--models "cnn wide"]
 #          [--steps 150] [--repeat 3] [--algorithms "gradient_allreduce bytegrad ..."]
+#          [--test-limit 10000]   (evaluating the wide model on all 10000 images takes longer
+#                                  than its training steps; fewer keep a run short)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build nranks="2 4" models="cnn wide" steps=150 repeat=3
+build=build nranks="2 4" models="cnn wide" steps=150 repeat=3 test_limit=10000
 algorithms="gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -20,6 +22,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
+    --test-limit) test_limit=$2; shift 2 ;;
     *) echo "unknown argument $1; see the header of $0" >&2; exit 2 ;;
   esac
 done
@@ -37,7 +40,7 @@ run() {
     RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
       MASTER_PORT=$port BAGUA_NODE_ID=node$r GROUP_RANK=$r \
       timeout 600 $py examples/torch/train.py --model "$model" --epochs 1 \
-      --max-steps "$steps" "${extra[@]}" >"$tmp/r$r" 2>&1 &
+      --max-steps "$steps" --test-limit "$test_limit" "${extra[@]}" >"$tmp/r$r" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || { cat "$tmp"/r*; return 1; }; done
@@ -47,7 +50,7 @@ run() {
 field() { grep -oE "$1" "$tmp/out" | head -1 | grep -oE '[0-9.]+' | head -1; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "machine: $(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
+echo "machine: $(nproc --all) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
   "torch $($py -c 'import torch; print(torch.__version__)'); git $(git rev-parse --short HEAD)"
 echo "steps: $steps per run (batch 64 per rank), median of $repeat interleaved repeats"
 echo

@@ -114,6 +114,8 @@ def parse():
     ap.add_argument("--data", default=DATA_DIR)
     ap.add_argument("--train-limit", type=int, default=None, help="use the first N images")
     ap.add_argument("--max-steps", type=int, default=None, help="stop after N steps")
+    ap.add_argument("--test-limit", type=int, default=None,
+                    help="evaluate on the first N test images")
     ap.add_argument("--no-flatten", action="store_true", help="with_bagua(do_flatten=False)")
     ap.add_argument("--fuse", action="store_true",
                     help="bagua.contrib.fuse_optimizer(...) and optimizer.fuse_step()")
@@ -134,7 +136,7 @@ def main():
         bagua.init_process_group()
         rank, world = bagua.get_rank(), bagua.get_world_size()
     train = load(args.data, "train", args.train_limit)
-    test = load(args.data, "test")
+    test = load(args.data, "test", args.test_limit)
     sampler = torch.utils.data.distributed.DistributedSampler(
         train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, sampler=sampler)
