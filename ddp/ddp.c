@@ -420,7 +420,7 @@ fail:
 }
 
 /* optimizer "none": the caller updated the weights, in its `param` arrays or (released) in
- * the flat storage; bring the arrays in and keep the padding at zero. */
+ * the flat storage; bring the arrays in (bagua_ddp_step then zeroes the padding). */
 static bagua_status_t take_caller_update(bagua_ddp_t *d) {
   bagua_status_t st = BAGUA_OK;
   for (int i = 0; i < d->ntensors && st == BAGUA_OK; i++) {
@@ -429,7 +429,7 @@ static bagua_status_t take_caller_update(bagua_ddp_t *d) {
       st = d->s.dev->copy(d, BAGUA__LANE_COMPUTE, d->params + t->offset, t->user_param,
                           t->count * sizeof(float));
   }
-  return st == BAGUA_OK ? zero_padding(d, d->params) : st;
+  return st;
 }
 
 bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {

@@ -149,7 +149,7 @@ struct bagua_ddp_s {
   int released; /* bagua_ddp_release_params(): no registered `param` array is used any more */
   int waited;   /* bagua_ddp_wait() ran in this step */
   double t_entry, t_waited; /* when this step's end began, and how long it waited */
-  int setup_called; /* the algorithm's setup ran (its teardown must then run too) */
+  int setup_called;         /* the algorithm's setup ran (its teardown must then run too) */
 
   float *params, *grads; /* flat storage, `total` elements each, 64-byte aligned */
   size_t total, max_bucket;

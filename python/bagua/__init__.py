@@ -5,4 +5,6 @@ with the public names of upstream Bagua's ``bagua.torch_api``. Everything runs o
 through the C extension :mod:`bagua._C`; this package adds only thin Python glue.
 """
 
-from bagua._C import __version__  # noqa: F401
+from bagua._C import __version__
+
+__all__ = ["__version__"]

@@ -63,8 +63,8 @@ int bagua_py_interrupt_init(void) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  /* The watcher must not take the signal itself: Python's handler has to run on the main
-   * thread, which it does whatever thread the kernel picks, but keep it simple. */
+  /* The watcher blocks every signal, so SIGINT is never delivered to it: its read() is never
+   * interrupted and Python's handler runs on a thread that can take the GIL. */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-import bagua.torch_api as bagua
 from bagua.torch_api.contrib import (LoadBalancingDistributedBatchSampler,
                                      LoadBalancingDistributedSampler)
 

@@ -7,16 +7,24 @@ Typical use (CPU tensors)::
     bagua.allreduce_inplace(tensor, op=bagua.ReduceOp.AVG)
 """
 
-from bagua._C import BaguaError  # noqa: F401
-from bagua.torch_api import algorithms, communication, contrib, data_parallel  # noqa: F401
-from bagua.torch_api.distributed import BaguaModule  # noqa: F401  (adds Module.with_bagua)
-from bagua.torch_api.communication import (  # noqa: F401
+from bagua._C import BaguaError
+from bagua.torch_api import algorithms, communication, contrib, data_parallel
+from bagua.torch_api.communication import (
     BaguaProcessGroup, ReduceOp, allgather, allgather_inplace, allreduce, allreduce_inplace,
     alltoall, alltoall_inplace, barrier, broadcast, gather, get_default_group,
     init_process_group, is_initialized, new_group, recv, reduce, reduce_inplace,
     reduce_scatter, reduce_scatter_inplace, scatter, send)
-from bagua.torch_api.env import (  # noqa: F401
-    get_local_rank, get_local_size, get_rank, get_world_size)
+from bagua.torch_api.distributed import BaguaModule  # importing it adds Module.with_bagua
+from bagua.torch_api.env import get_local_rank, get_local_size, get_rank, get_world_size
+
+__all__ = [
+    "BaguaError", "algorithms", "communication", "contrib", "data_parallel", "BaguaModule",
+    "BaguaProcessGroup", "ReduceOp", "allgather", "allgather_inplace", "allreduce",
+    "allreduce_inplace", "alltoall", "alltoall_inplace", "barrier", "broadcast", "gather",
+    "get_default_group", "init_process_group", "is_initialized", "new_group", "recv", "reduce",
+    "reduce_inplace", "reduce_scatter", "reduce_scatter_inplace", "scatter", "send",
+    "get_local_rank", "get_local_size", "get_rank", "get_world_size", "get_backend",
+]
 
 
 def get_backend(model_name=None):

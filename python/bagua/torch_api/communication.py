@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from bagua import _C
-from bagua._C import BaguaError  # noqa: F401  (re-exported)
+from bagua._C import BaguaError
 from bagua.torch_api import env
 
 __all__ = [

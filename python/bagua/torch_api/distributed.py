@@ -34,8 +34,8 @@ class _BaguaDDP:
         self.algorithm = algorithm
         self.do_flatten = do_flatten
         self.optimizers = optimizers
-        group = process_group or communication.get_default_group()
-        self.comm = group.comm
+        self.group = process_group or communication.get_default_group()
+        self.comm = self.group.comm
         named, seen = [], set()
         for name, p in module.named_parameters():
             if p.requires_grad and id(p) not in seen:
@@ -58,8 +58,7 @@ class _BaguaDDP:
         if algorithm.name == "async" and not do_flatten:
             raise ValueError("AsyncModelAverageAlgorithm needs do_flatten=True (as upstream): "
                              "the averaging thread updates the flat weights in place")
-        self.qadam = isinstance(algorithm.optimizer if algorithm.name == "qadam" else None,
-                                QAdamOptimizer)
+        self.qadam = algorithm.name == "qadam"  # QAdamAlgorithm checked its optimizer
         cfg = algorithm.config()
         if not self.qadam:
             cfg["optimizer"] = "none"  # the user's torch optimizer updates the weights
@@ -99,7 +98,7 @@ class _BaguaDDP:
                     for value in opt.state.get(p, {}).values():
                         if isinstance(value, torch.Tensor) and value.device.type == "cpu":
                             if value.is_contiguous() and value.numel():
-                                communication.broadcast(value, 0, comm=None)
+                                communication.broadcast(value, 0, comm=self.group)
 
     def _make_hook(self, i, p):
         def hook(*unused):

@@ -1,14 +1,21 @@
 """Bagua's six algorithms for ``model.with_bagua()``, with upstream's class names."""
 
-from bagua.torch_api.algorithms import (  # noqa: F401
-    async_model_average, bytegrad, decentralized, gradient_allreduce, q_adam)
-from bagua.torch_api.algorithms.async_model_average import AsyncModelAverageAlgorithm  # noqa
-from bagua.torch_api.algorithms.base import Algorithm  # noqa: F401
-from bagua.torch_api.algorithms.bytegrad import ByteGradAlgorithm  # noqa: F401
-from bagua.torch_api.algorithms.decentralized import (  # noqa: F401
+from bagua.torch_api.algorithms import (
+    async_model_average, base, bytegrad, decentralized, gradient_allreduce, q_adam)
+from bagua.torch_api.algorithms.async_model_average import AsyncModelAverageAlgorithm
+from bagua.torch_api.algorithms.base import Algorithm
+from bagua.torch_api.algorithms.bytegrad import ByteGradAlgorithm
+from bagua.torch_api.algorithms.decentralized import (
     DecentralizedAlgorithm, LowPrecisionDecentralizedAlgorithm)
-from bagua.torch_api.algorithms.gradient_allreduce import GradientAllReduceAlgorithm  # noqa
-from bagua.torch_api.algorithms.q_adam import QAdamAlgorithm, QAdamOptimizer  # noqa: F401
+from bagua.torch_api.algorithms.gradient_allreduce import GradientAllReduceAlgorithm
+from bagua.torch_api.algorithms.q_adam import QAdamAlgorithm, QAdamOptimizer
+
+__all__ = [
+    "async_model_average", "base", "bytegrad", "decentralized", "gradient_allreduce", "q_adam",
+    "Algorithm", "AsyncModelAverageAlgorithm", "ByteGradAlgorithm", "DecentralizedAlgorithm",
+    "LowPrecisionDecentralizedAlgorithm", "GradientAllReduceAlgorithm", "QAdamAlgorithm",
+    "QAdamOptimizer", "from_name",
+]
 
 _BY_NAME = {
     "gradient_allreduce": GradientAllReduceAlgorithm, "bytegrad": ByteGradAlgorithm,

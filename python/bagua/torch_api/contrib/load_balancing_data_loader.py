@@ -101,8 +101,16 @@ class LoadBalancingDistributedBatchSampler(Sampler):
             raise TypeError("LoadBalancingDistributedBatchSampler needs a "
                             "LoadBalancingDistributedSampler")
         self.sampler, self.batch_fn, self.drop_last = sampler, batch_fn, drop_last
+        self._cached = None  # (epoch, batches): len() and iter() of one epoch compute once
 
     def _batches(self):
+        if self._cached is not None and self._cached[0] == self.sampler.epoch:
+            return self._cached[1]
+        self._cached = (self.sampler.epoch, self._compute())
+        return self._cached[1]
+
+    def _compute(self):
+        """Every rank's batches (each rank computes all layouts: no communication)."""
         per_rank = [list(self.batch_fn(self.sampler.indices(r)))
                     for r in range(self.sampler.num_replicas)]
         counts = [len(b) for b in per_rank]
