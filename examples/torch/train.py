@@ -120,13 +120,100 @@ def parse():
     ap.add_argument("--fuse", action="store_true",
                     help="bagua.contrib.fuse_optimizer(...) and optimizer.fuse_step()")
     ap.add_argument("--sync-interval-ms", type=int, default=50, help="async algorithm")
-    return ap.parse_args()
+    ap.add_argument("--elastic", action="store_true",
+                    help="in-process elastic training (bagua.torch_api.elastic) under "
+                         "bagua-launch --nnodes MIN:MAX: survives nodes dying and joining")
+    args = ap.parse_args()
+    if args.elastic and (args.ddp or args.fuse or args.algorithm in ("qadam", "async")):
+        ap.error("--elastic trains with gradient_allreduce, bytegrad, decentralized or "
+                 "low_precision_decentralized, without --ddp or --fuse")
+    return args
+
+
+def main_elastic(args):
+    """The --elastic loop: a load-balanced sampler whose position is part of the elastic
+    state, a commit after every step, and exactly-once bookkeeping (every rank's sample
+    indices of each step are counted in a per-sample tensor of the state, so a rolled-back
+    step uncounts them); rank 0 prints each epoch's coverage."""
+    import bagua.torch_api as bagua
+    from bagua.torch_api import algorithms, elastic
+    from bagua.torch_api.contrib import LoadBalancingDistributedSampler
+
+    elastic.init_process_group()
+    train = load(args.data, "train", args.train_limit)
+    test = load(args.data, "test", args.test_limit)
+    n = len(train)
+    sampler = LoadBalancingDistributedSampler(train, lambda sample: 1.0, shuffle=True,
+                                              seed=args.seed, drop_last=True)
+    model = CNN() if args.model == "cnn" else WideMLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr or 0.05, momentum=0.9)
+    model = model.with_bagua([optimizer], algorithms.from_name(args.algorithm))
+    state = elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, step=0,
+                               samples_seen=0, seen=torch.zeros(n, dtype=torch.int16))
+
+    def report_change():
+        c = state.last_change
+        if bagua.get_rank() == 0:
+            print(f"round {c['round']} world {c['world']} recovery_ms "
+                  f"{c['recovery_s'] * 1e3:.0f}{' (after a failed step)' if c['failed'] else ''}",
+                  flush=True)
+
+    state.register_reset_callbacks([report_change])
+    if bagua.get_rank() == 0:
+        print(f"train.py: elastic, world {bagua.get_world_size()}, epoch {state.epoch}, "
+              f"algorithm {args.algorithm}", flush=True)
+
+    @elastic.run
+    def train_loop(state):
+        ones = None
+        while state.epoch < args.epochs:
+            while not (args.max_steps and state.step >= args.max_steps):
+                idx = sampler.next_indices(args.batch_size)
+                if not idx:
+                    break
+                x, y = train.tensors[0][idx], train.tensors[1][idx]
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                mine = torch.tensor(idx, dtype=torch.int64)
+                every = torch.empty(len(idx) * bagua.get_world_size(), dtype=torch.int64)
+                bagua.allgather(mine, every)
+                if ones is None or ones.numel() != every.numel():
+                    ones = torch.ones(every.numel(), dtype=torch.int16)
+                state.seen.index_add_(0, every, ones)
+                state.step += 1
+                state.samples_seen += every.numel()
+                state.commit()
+            if args.max_steps and state.step >= args.max_steps:
+                return
+            if bagua.get_rank() == 0:
+                processed = int((state.seen > 0).sum())
+                dup = int((state.seen - 1).clamp(min=0).sum())
+                print(f"epoch {state.epoch + 1}/{args.epochs} done: step {state.step} world "
+                      f"{bagua.get_world_size()} samples_seen {state.samples_seen} test_acc "
+                      f"{evaluate(model, test):.4f} coverage processed {processed} of {n} "
+                      f"missed {n - processed} duplicates {dup}", flush=True)
+            state.seen.zero_()
+            state.epoch += 1
+            sampler.set_epoch(state.epoch)
+            state.commit()
+
+    t0 = time.monotonic()
+    train_loop(state)
+    rank = bagua.get_rank()
+    print(f"rank {rank}: {state.step} steps in {time.monotonic() - t0:.2f} s, world "
+          f"{bagua.get_world_size()}", flush=True)
+    print(f"final rank={rank} step={state.step} params_crc={params_crc(model):08x} "
+          f"test_acc={evaluate(model, test):.4f} samples_seen={state.samples_seen}", flush=True)
+    return 0
 
 
 def main():
     args = parse()
     torch.manual_seed(args.seed)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if args.elastic:
+        return main_elastic(args)
     if args.ddp:
         import torch.distributed as dist
         dist.init_process_group(backend="gloo")

@@ -3,7 +3,9 @@
  * addresses (torch's data_ptr()) with element counts and dtype codes; the Python layer
  * (bagua/torch_api/communication.py) checks tensors (CPU, contiguous, dtype, sizes) first.
  *
- * Ownership: a Comm owns its bagua_comm_t and destroys it in close() or when collected.
+ * Ownership: a Comm owns its bagua_comm_t and destroys it in close() or when collected. A
+ * borrowed Comm (Elastic.comm()) owns nothing: it holds its Elastic and resolves the current
+ * round's communicator at every call, so one Python object serves every round.
  * Threading: the GIL is released around every call that can block; abort() may be called
  * from any thread (libbagua's abort is thread-safe) and makes blocked calls return.
  */
@@ -11,6 +13,7 @@
 
 typedef struct {
   PyObject_HEAD bagua_comm_t *comm;
+  PyObject *elastic; /* borrowed Comm: the Elastic whose current communicator this is */
 } comm_obj_t;
 
 static PyTypeObject g_comm_type;
@@ -21,6 +24,7 @@ bagua_comm_t *bagua_py_comm_get(PyObject *obj) {
     return NULL;
   }
   comm_obj_t *c = (comm_obj_t *)obj;
+  if (c->elastic) return bagua_py_elastic_comm(c->elastic);
   if (!c->comm) {
     PyErr_SetString(PyExc_ValueError, "the communicator is closed");
     return NULL;
@@ -35,6 +39,16 @@ static PyObject *wrap(bagua_comm_t *comm) {
     return NULL;
   }
   o->comm = comm;
+  o->elastic = NULL;
+  return (PyObject *)o;
+}
+
+PyObject *bagua_py_comm_borrow(PyObject *elastic) {
+  comm_obj_t *o = PyObject_New(comm_obj_t, &g_comm_type);
+  if (!o) return NULL;
+  o->comm = NULL;
+  Py_INCREF(elastic);
+  o->elastic = elastic;
   return (PyObject *)o;
 }
 
@@ -71,6 +85,7 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 }
 
 static void comm_dealloc(comm_obj_t *self) {
+  Py_CLEAR(self->elastic);
   bagua_comm_t *c = self->comm;
   self->comm = NULL;
   if (c) {
@@ -92,7 +107,9 @@ static PyObject *comm_close(comm_obj_t *self, PyObject *unused) {
 
 static PyObject *comm_abort(comm_obj_t *self, PyObject *unused) {
   /* No GIL release needed: abort only sets flags and wakes waiters. */
-  if (self->comm) bagua_comm_abort(self->comm);
+  bagua_comm_t *c = self->elastic ? bagua_py_elastic_comm(self->elastic) : self->comm;
+  PyErr_Clear(); /* a borrowed Comm without a communicator has nothing to abort */
+  if (c) bagua_comm_abort(c);
   Py_RETURN_NONE;
 }
 
@@ -258,7 +275,11 @@ static PyObject *get_transport(comm_obj_t *self, void *closure) {
 }
 
 static PyObject *get_closed(comm_obj_t *self, void *closure) {
-  return PyBool_FromLong(self->comm == NULL);
+  return PyBool_FromLong(self->elastic == NULL && self->comm == NULL);
+}
+
+static PyObject *get_borrowed(comm_obj_t *self, void *closure) {
+  return PyBool_FromLong(self->elastic != NULL);
 }
 
 static PyGetSetDef comm_getset[] = {
@@ -270,6 +291,8 @@ static PyGetSetDef comm_getset[] = {
     {"bytes_sent", (getter)get_bytes_sent, NULL, "Bytes sent to peers since creation.", NULL},
     {"transport", (getter)get_transport, NULL, "\"tcp\", \"shm\" or \"hier(shm+tcp)\".", NULL},
     {"closed", (getter)get_closed, NULL, "True after close().", NULL},
+    {"borrowed", (getter)get_borrowed, NULL,
+     "True for an Elastic's Comm: the current round's communicator, never closed by it.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 #define M(name, flags, doc) \

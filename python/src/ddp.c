@@ -31,6 +31,19 @@ static bagua_ddp_t *get(ddp_obj_t *self) {
   return self->ddp;
 }
 
+bagua_ddp_t *bagua_py_ddp_peek(PyObject *obj) {
+  if (!PyObject_TypeCheck(obj, &g_ddp_type)) return NULL;
+  return ((ddp_obj_t *)obj)->ddp;
+}
+
+bagua_ddp_t *bagua_py_ddp_get(PyObject *obj) {
+  if (!PyObject_TypeCheck(obj, &g_ddp_type)) {
+    PyErr_Format(PyExc_TypeError, "expected a bagua._C.DDP, not %s", Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  return get((ddp_obj_t *)obj);
+}
+
 #define GET(self)               \
   bagua_ddp_t *ddp = get(self); \
   if (!ddp) return NULL

@@ -40,8 +40,19 @@ int bagua_py_errors_init(PyObject *module);
 /* Adds the Comm type; bagua_py_comm_get() unwraps one (borrowed; NULL + TypeError if not). */
 int bagua_py_comm_init(PyObject *module);
 bagua_comm_t *bagua_py_comm_get(PyObject *obj);
-/* Adds the DDP and Buffer types. */
+/* Adds the DDP and Buffer types. bagua_py_ddp_get() unwraps a DDP (borrowed; NULL + an
+ * exception if not one or closed); bagua_py_ddp_peek() the same without raising. */
 int bagua_py_ddp_init(PyObject *module);
+bagua_ddp_t *bagua_py_ddp_get(PyObject *obj);
+bagua_ddp_t *bagua_py_ddp_peek(PyObject *obj);
+/* Adds the Elastic type (elastic.c). bagua_py_elastic_comm() is the current round's
+ * communicator of an Elastic (borrowed; NULL + ValueError when it has none). */
+int bagua_py_elastic_init(PyObject *module);
+int bagua_py_elastic_check(PyObject *obj);
+bagua_comm_t *bagua_py_elastic_comm(PyObject *elastic);
+/* A Comm that resolves to `elastic`'s current communicator at every call and never destroys
+ * it (it holds a reference to the Elastic). New reference. */
+PyObject *bagua_py_comm_borrow(PyObject *elastic);
 /* Adds the Sampler type. */
 int bagua_py_sampler_init(PyObject *module);
 

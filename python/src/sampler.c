@@ -10,6 +10,7 @@
 
 typedef struct {
   PyObject_HEAD bagua_sampler_t *s;
+  int rank; /* the rank this process holds in the sampler's current layout */
 } sampler_obj_t;
 
 static PyObject *sampler_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -42,6 +43,7 @@ static PyObject *sampler_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return NULL;
   }
   o->s = s;
+  o->rank = rank;
   return (PyObject *)o;
 }
 
@@ -87,6 +89,7 @@ static PyObject *sampler_set_world(sampler_obj_t *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "iiK", &rank, &world, &committed)) return NULL;
   bagua_status_t st = bagua_sampler_set_world(self->s, rank, world, committed);
   if (st != BAGUA_OK) return bagua_py_raise(st, "set_world");
+  self->rank = rank;
   Py_RETURN_NONE;
 }
 
@@ -110,9 +113,26 @@ static PyObject *sampler_set_state(sampler_obj_t *self, PyObject *args) {
   bagua_sampler_state_t state;
   memcpy(&state, b.buf, sizeof(state));
   PyBuffer_Release(&b);
+  /* rank -1: this process's rank if it exists in the state's last world, else 0 (a rank
+   * that joins or whose rank vanished takes rank 0's place until set_world() moves it). */
+  if (rank < 0) {
+    uint32_t last = state.nlayouts >= 1 && state.nlayouts <= BAGUA_SAMPLER_MAX_LAYOUTS
+                        ? state.layouts[state.nlayouts - 1].world
+                        : 0;
+    rank = self->rank >= 0 && (uint32_t)self->rank < last ? self->rank : 0;
+  }
   bagua_status_t st = bagua_sampler_set_state(self->s, rank, &state);
   if (st != BAGUA_OK) return bagua_py_raise(st, "set_state");
+  self->rank = rank;
   Py_RETURN_NONE;
+}
+
+/* committed_steps() -> the steps of this epoch committed so far (the position set_world()
+ * takes after a world change). */
+static PyObject *sampler_committed_steps(sampler_obj_t *self, PyObject *unused) {
+  bagua_sampler_state_t state;
+  bagua_sampler_get_state(self->s, &state);
+  return PyLong_FromUnsignedLongLong(state.committed_steps);
 }
 
 #define M(name, flags, doc) \
@@ -124,7 +144,9 @@ static PyMethodDef sampler_methods[] = {
     M(num_steps, METH_NOARGS, "num_steps() -> steps of this epoch"),
     M(set_world, METH_VARARGS, "set_world(rank, world, committed_steps)"),
     M(get_state, METH_NOARGS, "get_state() -> bytes"),
-    M(set_state, METH_VARARGS, "set_state(rank, state_bytes)"),
+    M(set_state, METH_VARARGS,
+      "set_state(rank, state_bytes); rank -1: this rank if in the state's world, else 0"),
+    M(committed_steps, METH_NOARGS, "committed_steps() -> steps of this epoch committed"),
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject g_sampler_type = {

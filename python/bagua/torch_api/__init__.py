@@ -8,7 +8,7 @@ Typical use (CPU tensors)::
 """
 
 from bagua._C import BaguaError
-from bagua.torch_api import algorithms, communication, contrib, data_parallel
+from bagua.torch_api import algorithms, communication, contrib, data_parallel, elastic
 from bagua.torch_api.communication import (
     BaguaProcessGroup, ReduceOp, allgather, allgather_inplace, allreduce, allreduce_inplace,
     alltoall, alltoall_inplace, barrier, broadcast, gather, get_default_group,
@@ -18,7 +18,8 @@ from bagua.torch_api.distributed import BaguaModule  # importing it adds Module.
 from bagua.torch_api.env import get_local_rank, get_local_size, get_rank, get_world_size
 
 __all__ = [
-    "BaguaError", "algorithms", "communication", "contrib", "data_parallel", "BaguaModule",
+    "BaguaError", "algorithms", "communication", "contrib", "data_parallel", "elastic",
+    "BaguaModule",
     "BaguaProcessGroup", "ReduceOp", "allgather", "allgather_inplace", "allreduce",
     "allreduce_inplace", "alltoall", "alltoall_inplace", "barrier", "broadcast", "gather",
     "get_default_group", "init_process_group", "is_initialized", "new_group", "recv", "reduce",

@@ -83,9 +83,15 @@ class BaguaProcessGroup:
     hierarchical algorithms are created on demand by the data-parallel layer itself.
     """
 
-    def __init__(self, comm, ranks):
+    def __init__(self, comm, ranks, elastic=None):
         self.comm = comm
-        self.ranks = list(ranks)
+        self._ranks = list(ranks)
+        self.elastic = elastic  # the bagua._C.Elastic of an elastic job's default group
+
+    @property
+    def ranks(self):
+        """The global ranks of the group (an elastic group's follow the current round)."""
+        return list(range(self.comm.size)) if self.elastic is not None else self._ranks
 
     def get_global_communicator(self):
         """The group's libbagua communicator (a :class:`bagua._C.Comm`)."""
@@ -132,6 +138,9 @@ def init_process_group(store=None, transport=None):
         raise RuntimeError("init_process_group() was already called in this process")
     rank, world = env.get_rank(), env.get_world_size()
     if not dist.is_initialized():
+        if store is None and world == 1 and not _C.param_get("MASTER_ADDR"):
+            # A script run alone, outside any launcher: a one-rank job needs no rendezvous.
+            store = dist.HashStore()
         if store is None:
             dist.init_process_group(backend="gloo", init_method="env://", rank=rank,
                                     world_size=world)
@@ -145,6 +154,16 @@ def init_process_group(store=None, transport=None):
         bootstrap = kv.get("bagua/bootstrap").decode()
     comm = _C.Comm(rank=rank, size=world, bootstrap=bootstrap, transport=transport)
     _default_group = BaguaProcessGroup(comm, range(world))
+
+
+def _init_elastic_group(ctx):
+    """Makes the default group follow the rounds of the elastic context ``ctx`` (used by
+    :func:`bagua.torch_api.elastic.init_process_group`)."""
+    global _default_group
+    if _default_group is not None:
+        raise RuntimeError("init_process_group() was already called in this process")
+    _default_group = BaguaProcessGroup(ctx.comm(), [], elastic=ctx)
+    env._live_comm = _default_group.comm
 
 
 def new_group(ranks=None):

@@ -59,10 +59,30 @@ class _BaguaDDP:
             raise ValueError("AsyncModelAverageAlgorithm needs do_flatten=True (as upstream): "
                              "the averaging thread updates the flat weights in place")
         self.qadam = algorithm.name == "qadam"  # QAdamAlgorithm checked its optimizer
-        cfg = algorithm.config()
+        self.params = list(reversed(named))
+        self.ddp = None
+        self._attach()
+        if self.group.elastic is None:
+            # An elastic job syncs the optimizer state in its State.sync() instead: a worker
+            # joining a running job has none yet, so per-tensor broadcasts would not match.
+            self._broadcast_optimizer_state()
+        self.stepped = set()
+        self._grad_accs = []
+        for i, (_, p) in enumerate(self.params):
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(i, p))
+            self._grad_accs.append(acc)  # the hook lives as long as its node
+        for opt in optimizers:
+            self._wrap_step(opt)
+
+    def _attach(self):
+        """Creates libbagua's context on the group's (current) communicator; collective. Every
+        rank ends with rank 0's weights; with do_flatten the parameters and gradients become
+        views into the context's flat storage."""
+        cfg = self.algorithm.config()
         if not self.qadam:
             cfg["optimizer"] = "none"  # the user's torch optimizer updates the weights
-        self.params = list(reversed(named))
+        self.flat_p, self.flat_g = [], []
         self.ddp = _C.DDP(self.comm, **cfg)
         for name, p in self.params:
             self.ddp.register(name, p.data_ptr(), None, p.numel())
@@ -74,21 +94,30 @@ class _BaguaDDP:
                        for i, (_, p) in enumerate(self.params)]
         for i, (_, p) in enumerate(self.params):
             self.flat_g[i].zero_()
-            if do_flatten:
+            if self.do_flatten:
                 p.data = self.flat_p[i]
                 p.grad = self.flat_g[i]
-        self._broadcast_optimizer_state()
         self.marked = [False] * len(self.params)
         self.callback_queued = False
         self.waited = False
-        self.stepped = set()
-        self._grad_accs = []
-        for i, (_, p) in enumerate(self.params):
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._make_hook(i, p))
-            self._grad_accs.append(acc)  # the hook lives as long as its node
-        for opt in optimizers:
-            self._wrap_step(opt)
+        if self.group.elastic is not None:
+            self.group.elastic.follow(self.ddp)
+
+    def _detach(self):
+        """Gives the parameters their own storage back and drops libbagua's context (an
+        elastic job's world change: the next round gets a new context from :meth:`_attach`).
+        Local: the context's communication is aborted, not finished."""
+        if self.ddp is None:
+            return
+        if self.do_flatten and self.flat_p:  # (empty when _attach failed half-way)
+            for i, (_, p) in enumerate(self.params):
+                p.data = self.flat_p[i].clone()
+                p.grad = None
+        self.ddp.abort()
+        if self.group.elastic is not None:
+            self.group.elastic.unfollow(self.ddp)
+        self.flat_p, self.flat_g, self.ddp = [], [], None
+        self.stepped.clear()
 
     def _broadcast_optimizer_state(self):
         """Rank 0's optimizer state (momentum buffers, step counts) on every rank."""

@@ -7,6 +7,10 @@ reads and validates them, so the Python layer asks it instead of os.environ.
 
 from bagua import _C
 
+# In an elastic job (bagua.torch_api.elastic) the rank and world size change with the rounds:
+# the default group's communicator, which always resolves to the current round's, answers.
+_live_comm = None
+
 
 def _int(name, default):
     value = _C.param_get(name)
@@ -19,22 +23,30 @@ def _int(name, default):
 
 
 def get_rank():
-    """This worker's global rank (RANK, default 0)."""
+    """This worker's global rank (RANK, default 0; the current round's in an elastic job)."""
+    if _live_comm is not None:
+        return _live_comm.rank
     return max(_int("RANK", 0), 0)
 
 
 def get_world_size():
-    """Number of workers (WORLD_SIZE, default 1)."""
+    """Number of workers (WORLD_SIZE, default 1; the current round's in an elastic job)."""
+    if _live_comm is not None:
+        return _live_comm.size
     return max(_int("WORLD_SIZE", 1), 1)
 
 
 def get_local_rank():
     """Rank of this worker on its node (LOCAL_RANK, default 0)."""
+    if _live_comm is not None:
+        return _live_comm.local_rank
     return max(_int("LOCAL_RANK", 0), 0)
 
 
 def get_local_size():
     """Workers on this node (LOCAL_WORLD_SIZE, default 1)."""
+    if _live_comm is not None:
+        return _live_comm.local_size
     return max(_int("LOCAL_WORLD_SIZE", 1), 1)
 
 

@@ -20,7 +20,10 @@ def _complexities(dataset, complexity_fn, num_replicas, rank):
     if n < 1:
         raise ValueError("LoadBalancingDistributedSampler: the dataset is empty")
     group = communication.get_default_group() if communication.is_initialized() else None
-    shared = group is not None and group.comm.size == num_replicas and group.comm.rank == rank
+    # An elastic job's worker may create its sampler alone (joining a running job), so there
+    # every rank computes the complexities itself.
+    shared = (group is not None and group.elastic is None and group.comm.size == num_replicas
+              and group.comm.rank == rank)
     values = torch.zeros(n, dtype=torch.float64)
     if not shared or rank == 0:
         values = torch.tensor([float(complexity_fn(dataset[i])) for i in range(n)],
@@ -88,6 +91,45 @@ class LoadBalancingDistributedSampler(Sampler):
 
     def __len__(self):
         return int(self._c.num_steps())
+
+    # Streaming use with a position, for elastic training (bagua.torch_api.elastic keeps the
+    # position in its TorchState, so every sample of an epoch is seen once across world
+    # changes): next_indices() hands out samples, commit() marks them consumed.
+
+    def next_indices(self, n):
+        """The next ``n`` sample indices of this rank's epoch (fewer at its end, the same
+        number on every rank; ``[]`` when the epoch is exhausted)."""
+        out, one = [], torch.empty(1, dtype=torch.int64)
+        for _ in range(int(n)):
+            if not self._c.next_batch(one.data_ptr(), 1):
+                break
+            out.append(int(one[0]))
+        return out
+
+    def commit(self):
+        """Marks every index handed out by :meth:`next_indices` so far as consumed."""
+        self._c.commit()
+
+    def state_dict(self):
+        """The position (epoch, committed samples, world history): identical on every rank."""
+        return {"epoch": self.epoch, "position": self._c.get_state()}
+
+    def load_state_dict(self, state):
+        """Returns to a position from :meth:`state_dict` (of any rank); this rank keeps its
+        place if it exists in that position's world (call :meth:`set_world` after a world
+        change)."""
+        self.epoch = int(state["epoch"])
+        self._c.set_state(-1, state["position"])
+
+    def set_world(self, rank, num_replicas):
+        """Moves this rank to a new world at the committed position: samples handed out but
+        not committed go back to the pool, which is re-dealt over ``num_replicas`` ranks.
+        Every rank of the new world calls it with the same ``num_replicas``."""
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, num_replicas={num_replicas})")
+        self._c.set_world(int(rank), int(num_replicas), self._c.committed_steps())
+        self.rank, self.num_replicas = int(rank), int(num_replicas)
+        self._cached = None
 
 
 class LoadBalancingDistributedBatchSampler(Sampler):
