@@ -105,6 +105,9 @@ def parse():
     ap.add_argument("--algorithm", default="gradient_allreduce", choices=ALGORITHMS)
     ap.add_argument("--ddp", action="store_true",
                     help="plain torch.nn.parallel.DistributedDataParallel over Gloo instead")
+    ap.add_argument("--plain", action="store_true",
+                    help="one process, no data parallelism: the plain torch loop (the baseline "
+                         "of the front end's own per-step overhead, bench/torch_overhead.sh)")
     ap.add_argument("--model", default="cnn", choices=["cnn", "wide"])
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
@@ -124,6 +127,8 @@ def parse():
                     help="in-process elastic training (bagua.torch_api.elastic) under "
                          "bagua-launch --nnodes MIN:MAX: survives nodes dying and joining")
     args = ap.parse_args()
+    if args.plain and (args.ddp or args.elastic or args.fuse):
+        ap.error("--plain runs without any data parallelism: not with --ddp, --elastic, --fuse")
     if args.elastic and (args.ddp or args.fuse or args.algorithm in ("qadam", "async")):
         ap.error("--elastic trains with gradient_allreduce, bytegrad, decentralized or "
                  "low_precision_decentralized, without --ddp or --fuse")
@@ -214,7 +219,10 @@ def main():
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if args.elastic:
         return main_elastic(args)
-    if args.ddp:
+    use_bagua = not (args.ddp or args.plain)
+    if args.plain:
+        rank, world = 0, 1
+    elif args.ddp:
         import torch.distributed as dist
         dist.init_process_group(backend="gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -228,7 +236,7 @@ def main():
         train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, sampler=sampler)
     model = CNN() if args.model == "cnn" else WideMLP()
-    qadam = args.algorithm == "qadam" and not args.ddp
+    qadam = args.algorithm == "qadam" and use_bagua
     lr = args.lr if args.lr is not None else (4e-3 if qadam else 0.05)
     if qadam:
         from bagua.torch_api.algorithms import q_adam
@@ -238,7 +246,7 @@ def main():
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     if args.ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
-    else:
+    elif use_bagua:
         from bagua.torch_api import algorithms
         if args.fuse:
             optimizer = bagua.contrib.fuse_optimizer(optimizer)
@@ -267,7 +275,7 @@ def main():
                 optimizer.step()
             step += 1
             samples += len(x)
-            if not args.ddp:
+            if use_bagua:
                 st = model.bagua_stats()
                 wait_s += st["wait_s_last_step"]
                 sent += st["bytes_last_step"]
@@ -278,15 +286,16 @@ def main():
         if rank == 0:
             print(f"epoch {epoch + 1}: loss {loss.item():.4f}, "
                   f"{samples * world / (time.monotonic() - t0):.0f} samples/s", flush=True)
-    if not args.ddp and args.algorithm == "async":
+    t_loop = time.monotonic() - t0  # the training loop alone, before any evaluation
+    if use_bagua and args.algorithm == "async":
         algorithm.abort(model)
     net = model.module if args.ddp else model
     acc = evaluate(net, test)
     secs = time.monotonic() - t0
     print(f"rank {rank}: {step} steps in {secs:.2f} s, {samples * world / secs:.0f} samples/s, "
           f"fwd+bwd {t_fb / max(step, 1) * 1e3:.2f} ms/step (of which waiting for communication "
-          f"{wait_s / max(step, 1) * 1e3:.2f} ms), {sent / max(step, 1):.0f} bytes/step",
-          flush=True)
+          f"{wait_s / max(step, 1) * 1e3:.2f} ms), {sent / max(step, 1):.0f} bytes/step, "
+          f"loop {t_loop / max(step, 1) * 1e3:.3f} ms/step", flush=True)
     print(f"final rank={rank} step={step} params_crc={params_crc(net):08x} test_acc={acc:.4f}",
           flush=True)
     return 0
