@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The algorithm trade-off under network conditions (issue 12, the paper's second claim): on an
+# emulated cluster of 4 hosts (bench/netsim/netsim.sh, tbf-shaped links), every Bagua algorithm
+# and torch DDP (Gloo) on the same workloads, at several link rates. One bagua-launch starts
+# each job across the namespaces with --remote-cmd "ip netns exec {host}"; the DDP runs are the
+# same torch script under the same launcher (it sets RANK, WORLD_SIZE, MASTER_ADDR).
+#
+# Workloads:
+#   c-wide      examples/fashion_mnist (C), MLP 784-3072-3072-10 (11.9 M parameters)
+#   torch-cnn   examples/torch/train.py --model cnn: one full epoch
+#   torch-wide  examples/torch/train.py --model wide (11.8 M parameters)
+#
+# Prints CSV rows (rate,workload,variant,repeat,samples_per_s,bytes_per_step,test_acc,wall_s)
+# to stdout and to --csv FILE; bench/tradeoff_table.py turns them into the table of
+# docs/benchmarks.md. Needs root (network namespaces). Latency is not emulated (netsim.sh says
+# why).
+#
+# usage: bench/tradeoff.sh [--build build] [--rates "10gbit 1gbit 100mbit"]
+#          [--workloads "c-wide torch-cnn torch-wide"] [--variants "ddp gradient_allreduce ..."]
+#          [--steps 8] [--repeat 1] [--csv FILE]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=build rates="10gbit 1gbit 100mbit" workloads="c-wide torch-cnn torch-wide" steps=8
+repeat=1 csv=/dev/null
+variants="ddp gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async"
+inner=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --rates) rates=$2; shift 2 ;;
+    --workloads) workloads=$2; shift 2 ;;
+    --variants) variants=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
+    --csv) csv=$2; shift 2 ;;
+    --inner) inner=1; shift ;;
+    *) echo "tradeoff: unknown argument \"$1\"; see the header of $0" >&2; exit 2 ;;
+  esac
+done
+build=$(cd "$build" && pwd) || { echo "tradeoff: no build directory" >&2; exit 2; }
+py=/usr/bin/python3
+
+if [ "$inner" = 0 ]; then
+  [ "$(id -u)" = 0 ] || { echo "tradeoff: needs root (network namespaces)" >&2; exit 77; }
+  echo "rate,workload,variant,repeat,samples_per_s,bytes_per_step,test_acc,wall_s" | tee "$csv"
+  for rate in $rates; do
+    bench/netsim/netsim.sh run --hosts 4 --rate "$rate" --name trade -- \
+      "$0" --inner --build "$build" --rates "$rate" --workloads "$workloads" \
+      --variants "$variants" --steps "$steps" --repeat "$repeat" | tee -a "$csv" ||
+      exit 1
+  done
+  exit 0
+fi
+
+# Inside the cluster: NETSIM_HOSTS names the 4 namespaces.
+IFS=, read -ra H <<<"$NETSIM_HOSTS"
+hostspec=$(printf '%s:1,' "${H[@]}")
+hostspec=${hostspec%,}
+export PYTHONPATH=$build/python OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# job PROGRAM... -> runs it on the 4 hosts; output in $out
+job() {
+  ip netns exec "${H[0]}" timeout 900 "$build/launcher/bagua-launch" --hosts "$hostspec" \
+    --remote-cmd "ip netns exec {host}" --rdzv-host 198.18.0.1 --max-restarts 0 \
+    --job-id "trade-$$-$RANDOM" -- "$@" >"$out" 2>&1
+}
+
+# first REGEX -> the first number in the first match in the output of rank 0
+first() { grep -E '\[[^]/]+/0\]' "$out" | grep -oE "$1" | head -1 | grep -oE '[0-9.]+' | head -1; }
+
+for workload in $workloads; do
+  for ((i = 0; i < repeat; i++)); do
+    for variant in $variants; do
+      [ "$workload" = c-wide ] && [ "$variant" = ddp ] && continue # DDP runs torch scripts
+      t0=$(date +%s.%N)
+      case $workload in
+        c-wide)
+          job "$build/examples/fashion_mnist" --hidden 3072,3072 --epochs 1 \
+            --limit-train $((steps * 64 * 4)) --limit-test 1000 --algorithm "$variant"
+          sps=$(first 'samples/s [0-9.]+') bytes=$(first 'bytes/step [0-9]+') ;;
+        torch-cnn | torch-wide)
+          model=${workload#torch-}
+          args=(--model "$model" --epochs 1 --test-limit 2000)
+          [ "$model" = wide ] && args+=(--max-steps "$steps")
+          if [ "$variant" = ddp ]; then args+=(--ddp); else args+=(--algorithm "$variant"); fi
+          job $py "$PWD/examples/torch/train.py" "${args[@]}"
+          sps=$(first '[0-9]+ samples/s, fwd') bytes=$(first '[0-9]+ bytes/step') ;;
+        *) echo "tradeoff: unknown workload \"$workload\"" >&2; exit 2 ;;
+      esac
+      rc=$?
+      acc=$(first 'test_acc=[0-9.]+')
+      wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
+      if [ -z "$sps" ] || [ -z "$acc" ]; then
+        echo "tradeoff: $workload $variant at $NETSIM_RATE failed (rc $rc):" >&2
+        tail -20 "$out" >&2
+        sps=fail acc=fail
+      fi
+      [ "$variant" = ddp ] && bytes=n/a
+      echo "$NETSIM_RATE,$workload,$variant,$i,$sps,${bytes:-n/a},$acc,$wall"
+    done
+  done
+done

@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""Turns bench/tradeoff.sh's CSV into the markdown table of docs/benchmarks.md and a PNG plot.
+
+For every link rate and workload: the median samples/s of each variant over its repeats, its
+ratio to torch DDP on the same workload and rate (to gradient_allreduce for the C workload,
+which has no DDP twin), bytes per step, test accuracy, and which variant wins.
+
+usage: bench/tradeoff_table.py CSV [--png docs/tradeoff.png]
+"""
+
+import argparse
+import csv
+import statistics
+import sys
+from collections import defaultdict
+
+RATE_ORDER = {"10gbit": 0, "1gbit": 1, "100mbit": 2}
+
+
+def load(path):
+    rows = defaultdict(list)  # (rate, workload, variant) -> [row]
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows[(r["rate"], r["workload"], r["variant"])].append(r)
+    return rows
+
+
+def median(values):
+    nums = [float(v) for v in values if v not in ("fail", "n/a", "")]
+    return statistics.median(nums) if nums else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv")
+    ap.add_argument("--png", help="write a bar plot of samples/s relative to the baseline")
+    args = ap.parse_args()
+    rows = load(args.csv)
+    cells = sorted({(rate, wl) for rate, wl, _ in rows},
+                   key=lambda k: (k[1], RATE_ORDER.get(k[0], 9)))
+    print("| rate | workload | variant | samples/s | vs baseline | bytes/step | test_acc | runs |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    plot = defaultdict(dict)  # workload -> {rate: {variant: ratio}}
+    for rate, wl in cells:
+        variants = [v for (r, w, v) in rows if (r, w) == (rate, wl)]
+        base_name = "ddp" if (rate, wl, "ddp") in rows else "gradient_allreduce"
+        base = median(r["samples_per_s"] for r in rows.get((rate, wl, base_name), []))
+        best = max(variants, key=lambda v: median(r["samples_per_s"]
+                                                  for r in rows[(rate, wl, v)]) or 0)
+        for v in variants:
+            rs = rows[(rate, wl, v)]
+            sps = median(r["samples_per_s"] for r in rs)
+            ratio = sps / base if sps and base else None
+            acc = median(r["test_acc"] for r in rs)
+            byts = median(r["bytes_per_step"] for r in rs)
+            name = f"**{v}**" if v == best else v
+            print(f"| {rate} | {wl} | {name} | {sps:.0f} | "
+                  f"{'%.2f' % ratio if ratio else 'n/a'} ({base_name}) | "
+                  f"{'%.0f' % byts if byts is not None else 'n/a'} | "
+                  f"{'%.4f' % acc if acc is not None else 'fail'} | {len(rs)} |"
+                  if sps else f"| {rate} | {wl} | {v} | fail | | | | {len(rs)} |")
+            if ratio:
+                plot[wl].setdefault(rate, {})[v] = ratio
+    if args.png:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        wls = sorted(plot)
+        fig, axes = plt.subplots(1, len(wls), figsize=(6 * len(wls), 4), squeeze=False)
+        for ax, wl in zip(axes[0], wls):
+            rates = sorted(plot[wl], key=lambda r: RATE_ORDER.get(r, 9))
+            names = sorted({v for r in rates for v in plot[wl][r]})
+            width = 0.8 / max(len(names), 1)
+            for i, v in enumerate(names):
+                xs = [j + i * width for j in range(len(rates))]
+                ax.bar(xs, [plot[wl][r].get(v, 0) for r in rates], width, label=v)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rates))], rates)
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_title(wl)
+            ax.set_ylabel("samples/s relative to the baseline")
+        axes[0][-1].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(args.png, dpi=100)
+        print(f"\n(plot: {args.png})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
