@@ -66,19 +66,23 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         wls = sorted(plot)
+        # One colour per variant across every panel, so the panels read alike.
+        every = sorted({v for wl in plot for r in plot[wl] for v in plot[wl][r]})
+        colour = {v: f"C{i}" for i, v in enumerate(every)}
         fig, axes = plt.subplots(1, len(wls), figsize=(6 * len(wls), 4), squeeze=False)
         for ax, wl in zip(axes[0], wls):
             rates = sorted(plot[wl], key=lambda r: RATE_ORDER.get(r, 9))
-            names = sorted({v for r in rates for v in plot[wl][r]})
+            names = [v for v in every if any(v in plot[wl][r] for r in rates)]
             width = 0.8 / max(len(names), 1)
             for i, v in enumerate(names):
                 xs = [j + i * width for j in range(len(rates))]
-                ax.bar(xs, [plot[wl][r].get(v, 0) for r in rates], width, label=v)
+                ax.bar(xs, [plot[wl][r].get(v, 0) for r in rates], width, label=v,
+                       color=colour[v])
             ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rates))], rates)
             ax.axhline(1.0, color="black", linewidth=0.8)
             ax.set_title(wl)
             ax.set_ylabel("samples/s relative to the baseline")
-        axes[0][-1].legend(fontsize=7)
+            ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(args.png, dpi=100)
         print(f"\n(plot: {args.png})", file=sys.stderr)
