@@ -2,12 +2,19 @@
  * The liveness channel between agents (docs/agent.md, "Liveness channel").
  *
  * Every agent listens on a TCP port it advertises in its node record ("live_port") and keeps
- * one connection to each other registered node's port. The accepting side sends one hello line
- * naming its node id and lease; nothing else is ever sent. When an established, hello-confirmed
- * outgoing connection ends (EOF or reset), the peer's process has closed its sockets: it died
- * or exited, and the caller may revoke its lease at once instead of waiting for the lease to
- * expire. A stalled peer keeps its connections open, and a host that vanishes without a FIN or
- * RST sends nothing: both are left to the lease.
+ * one connection to each other registered node's port. The accepting side sends a challenge
+ * (a nonce); the connecting side answers with a proof of the job secret (HMAC, common/auth.h)
+ * naming the node it means to reach, and only then does the accepting side send one hello line
+ * naming its node id and lease, with its own proof; nothing else is ever sent. Without a secret
+ * (bagua__liveness_set_secret not called) the proofs are "-" and the channel is
+ * unauthenticated: any prober that answers the challenge learns the node id (docs/security.md).
+ * Accepted connections are capped at a quarter of the descriptor limit (at most 1024), those
+ * that do not prove the secret within 2 s are closed, and a failing accept() pauses the
+ * listener (logged once) instead of leaving it readable in the caller's poll. When an established,
+ * hello-confirmed outgoing connection ends (EOF or reset), the peer's process has closed its
+ * sockets: it died or exited, and the caller may revoke its lease at once instead of waiting for
+ * the lease to expire. A stalled peer keeps its connections open, and a host that vanishes without
+ * a FIN or RST sends nothing: both are left to the lease.
  *
  * Nothing here blocks: connects are non-blocking with a bound, reconnects are rate-limited, and
  * all I/O happens when poll() says a descriptor is ready. The object is used by one thread.
@@ -29,8 +36,20 @@ typedef struct {
   int64_t lease;
 } bagua__liveness_death_t;
 
-/* Listens on a free port of every local address. Returns NULL (errno set) on failure. */
+/* Listens on a free port of every local address. Returns NULL (errno set) on failure. Kept for
+ * callers that know no address; bagua__liveness_create_on is preferred. */
 bagua__liveness_t *bagua__liveness_create(const char *self_id);
+/* Listens on a free port of bind_addr (a dotted quad or a resolvable name: the node's
+ * advertised address); NULL or "" means every local address. NULL (errno set) on failure. */
+bagua__liveness_t *bagua__liveness_create_on(const char *self_id, const char *bind_addr);
+/* The job secret (64 hex digits, as BAGUA_JOB_SECRET) that both ends of every liveness
+ * connection must prove from now on; NULL or "" turns authentication off. Returns 0, or -1
+ * (authentication off) when hex is not 64 hex digits. Set it before the first poll. */
+int bagua__liveness_set_secret(bagua__liveness_t *l, const char *hex);
+/* Outgoing connections whose hello was confirmed (for tests and diagnostics). */
+size_t bagua__liveness_confirmed(const bagua__liveness_t *l);
+/* Accepted connections held now, and the cap on them (for tests and diagnostics). */
+size_t bagua__liveness_incoming(const bagua__liveness_t *l, size_t *cap);
 void bagua__liveness_destroy(bagua__liveness_t *l);
 /* The port to advertise in the node record. */
 int bagua__liveness_port(const bagua__liveness_t *l);

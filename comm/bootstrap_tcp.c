@@ -1,12 +1,17 @@
 /*
- * env:// bootstrap: a TCP rendezvous at MASTER_ADDR:MASTER_PORT, as torch and NCCL do.
+ * env:// bootstrap: a TCP rendezvous at MASTER_ADDR:MASTER_PORT, as torch and NCCL do, and the
+ * connection handshake it shares with the data streams (bootstrap.h, "Handshake").
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "common/auth.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/sock.h"
@@ -57,7 +62,7 @@ int bagua__wire_check(const bagua__wire_hdr_t *h, uint32_t type, uint64_t job_ha
   return -1;
 }
 
-static const char *refuse_text(uint32_t r) {
+const char *bagua__refuse_text(uint32_t r) {
   switch (r) {
     case BAGUA_REFUSE_JOB:
       return "job id differs from the other ranks' (BAGUA_JOB_ID)";
@@ -69,10 +74,400 @@ static const char *refuse_text(uint32_t r) {
       return "rank out of range or already taken by another process";
     case BAGUA_REFUSE_COMM:
       return "connection meant for another communicator";
+    case BAGUA_REFUSE_AUTH:
+      return "authentication failed: the job secret (BAGUA_JOB_SECRET) differs or is missing";
     default:
       return "unknown reason";
   }
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Proofs                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The proof of one side: HMAC(key, label || sn || cn || header || body). */
+static void proof(const uint8_t *key, const char *label, const uint8_t *sn, const uint8_t *cn,
+                  const bagua__wire_hdr_t *h, const void *body, size_t blen, uint8_t *out) {
+  bagua__hmac_t m;
+  bagua__hmac_init(&m, key, BAGUA_AUTH_KEY_BYTES);
+  bagua__hmac_update(&m, label, strlen(label));
+  bagua__hmac_update(&m, sn, 32);
+  bagua__hmac_update(&m, cn, 32);
+  bagua__hmac_update(&m, h, sizeof(*h));
+  if (blen) bagua__hmac_update(&m, body, blen);
+  bagua__hmac_final(&m, out);
+}
+
+static const char CLIENT_LABEL[] = "bagua-c2";
+static const char SERVER_LABEL[] = "bagua-s2";
+
+/* A header that names nothing but the message and its argument: challenges and refusals. */
+static bagua__wire_hdr_t bare_hdr(uint32_t type, uint32_t arg) {
+  bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC, BAGUA_WIRE_VERSION, type, arg, 0, 0, 0, 0};
+  return h;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Server                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Pending connections served at once; a flood beyond this evicts the oldest pending one. */
+#define HS_MAX_PENDING 128
+
+typedef struct {
+  int fd;
+  int challenged; /* the challenge was sent; reading the proof and payload */
+  int64_t deadline_ms;
+  size_t got;
+  unsigned char buf[sizeof(bagua__wire_hdr_t) + sizeof(bagua__wire_auth_t) + BAGUA_HS_PAYLOAD_MAX];
+  uint8_t sn[32];
+} hs_conn_t;
+
+typedef struct {
+  const bagua__hs_server_t *srv;
+  int have_key;
+  uint8_t key[BAGUA_AUTH_KEY_BYTES];
+  hs_conn_t conns[HS_MAX_PENDING];
+  int n;
+  int dropped; /* silent or malformed connections dropped, for one summary line */
+  int refused; /* refusals sent */
+} hs_state_t;
+
+static void conn_drop(hs_state_t *S, int i) {
+  close(S->conns[i].fd);
+  S->conns[i] = S->conns[--S->n];
+}
+
+static void refuse(hs_state_t *S, int i, uint32_t reason, const char *why) {
+  const bagua__hs_server_t *srv = S->srv;
+  /* The first refusals are warnings (a misconfigured rank shows at once); a flood of them
+   * from a stranger only adds INFO lines. */
+  if (S->refused++ < 3)
+    BAGUA_WARN("%s: refused a connection: %s", srv->what, why);
+  else
+    BAGUA_INFO(BAGUA_SUBSYS_INIT, "%s: refused a connection: %s", srv->what, why);
+  /* The refusal carries the reason only: nothing of this job, communicator or rank. A client
+   * that went away already is told nothing, which is fine. */
+  bagua__wire_hdr_t nack = bare_hdr(srv->nack_type, reason);
+  ssize_t sent = send(S->conns[i].fd, &nack, sizeof(nack), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)sent;
+  conn_drop(S, i);
+}
+
+/* The header checks: the generic ones, then the caller's. 0 or a refusal reason. */
+static uint32_t check_hdr(hs_state_t *S, const bagua__wire_hdr_t *h, char *why, size_t whylen) {
+  const bagua__hs_server_t *srv = S->srv;
+  uint32_t reason = 0;
+  if (bagua__wire_check(h, srv->type, srv->job_hash, srv->comm_id, srv->size, &reason, why,
+                        whylen) != 0)
+    return reason ? reason : BAGUA_REFUSE_VERSION;
+  return srv->check ? srv->check(srv->arg, h, why, whylen) : 0;
+}
+
+/* Bytes conn i waits for before its next step. */
+static size_t conn_need(const hs_state_t *S, int i) {
+  return sizeof(bagua__wire_hdr_t) +
+         (S->conns[i].challenged ? sizeof(bagua__wire_auth_t) + S->srv->payload_len : 0);
+}
+
+/*
+ * Reads what conn i sent and takes the next step. Returns BAGUA_OK (conn kept, dropped or
+ * admitted; *admitted says which), or the admit callback's error.
+ */
+static bagua_status_t conn_step(hs_state_t *S, int i, int *admitted) {
+  hs_conn_t *c = &S->conns[i];
+  const bagua__hs_server_t *srv = S->srv;
+  *admitted = 0;
+  size_t need = conn_need(S, i);
+  ssize_t r = recv(c->fd, c->buf + c->got, need - c->got, 0);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return BAGUA_OK;
+  if (r <= 0) {
+    S->dropped++;
+    conn_drop(S, i);
+    return BAGUA_OK;
+  }
+  c->got += (size_t)r;
+  if (c->got < need) return BAGUA_OK;
+  bagua__wire_hdr_t h;
+  memcpy(&h, c->buf, sizeof(h));
+  char why[160];
+  if (h.magic != BAGUA_WIRE_MAGIC) {
+    /* No reply: the other end does not speak our protocol. */
+    BAGUA_WARN("%s: dropped a connection with bad magic 0x%08x (not a Bagua peer)", srv->what,
+               h.magic);
+    conn_drop(S, i);
+    return BAGUA_OK;
+  }
+  if (!c->challenged) {
+    /* Without a secret the header is all there is to check, so refuse early with the reason;
+     * with one, nothing is said about the header before the client proved the secret. */
+    uint32_t reason = S->have_key ? 0 : check_hdr(S, &h, why, sizeof(why));
+    if (reason) {
+      refuse(S, i, reason, why);
+      return BAGUA_OK;
+    }
+    struct {
+      bagua__wire_hdr_t h;
+      uint8_t nonce[32];
+    } ch = {bare_hdr(BAGUA_MSG_CHALLENGE, (uint32_t)S->have_key), {0}};
+    memcpy(ch.nonce, c->sn, sizeof(c->sn));
+    /* A fresh socket's send buffer always takes these bytes; a short send drops the client. */
+    if (send(c->fd, &ch, sizeof(ch), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ch)) {
+      S->dropped++;
+      conn_drop(S, i);
+      return BAGUA_OK;
+    }
+    c->challenged = 1;
+    return BAGUA_OK;
+  }
+  bagua__wire_auth_t a;
+  memcpy(&a, c->buf + sizeof(h), sizeof(a));
+  const unsigned char *payload = c->buf + sizeof(h) + sizeof(a);
+  if (S->have_key) {
+    uint8_t want[32];
+    proof(S->key, CLIENT_LABEL, c->sn, a.nonce, &h, payload, srv->payload_len, want);
+    if (!bagua__auth_equal(want, a.mac, sizeof(want))) {
+      refuse(S, i, BAGUA_REFUSE_AUTH, "no valid proof of the job secret (BAGUA_JOB_SECRET)");
+      return BAGUA_OK;
+    }
+  }
+  /* Checked again without a secret too: another connection may have taken the slot since. */
+  uint32_t reason = check_hdr(S, &h, why, sizeof(why));
+  if (reason) {
+    refuse(S, i, reason, why);
+    return BAGUA_OK;
+  }
+  bagua__hs_peer_t peer = {.fd = c->fd, .hdr = h, .payload = payload};
+  memcpy(peer.sn, c->sn, 32);
+  memcpy(peer.cn, a.nonce, 32);
+  bagua_status_t st = srv->admit(srv->arg, &peer);
+  /* The callback owns the descriptor now, whatever it returned. */
+  S->conns[i] = S->conns[--S->n];
+  *admitted = 1;
+  return st;
+}
+
+/*
+ * Accepts what the backlog holds, making room by evicting the oldest pending connection: a
+ * flood of silent clients then costs the real ones at most a retry, never the deadline.
+ * Returns -1 when accept failed for lack of descriptors or memory (the caller backs off).
+ */
+static int accept_ready(hs_state_t *S, int lfd, int64_t now) {
+  for (int k = 0; k < 64; k++) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+        return 0;
+      BAGUA_INFO(BAGUA_SUBSYS_INIT, "%s: accept failed: %s", S->srv->what, strerror(errno));
+      return -1;
+    }
+    if (S->n == HS_MAX_PENDING) {
+      int oldest = 0;
+      for (int i = 1; i < S->n; i++)
+        if (S->conns[i].deadline_ms < S->conns[oldest].deadline_ms) oldest = i;
+      S->dropped++;
+      conn_drop(S, oldest);
+    }
+    hs_conn_t *c = &S->conns[S->n];
+    memset(c, 0, sizeof(*c));
+    c->fd = fd;
+    c->deadline_ms = now + BAGUA_HS_CONN_MS;
+    if (c->deadline_ms > S->srv->deadline_ms) c->deadline_ms = S->srv->deadline_ms;
+    if (bagua__auth_random(c->sn, sizeof(c->sn)) != BAGUA_OK) {
+      close(fd);
+      return -1;
+    }
+    bagua__sock_tune(fd);
+    S->n++;
+  }
+  return 0;
+}
+
+bagua_status_t bagua__hs_serve(int lfd, const bagua__hs_server_t *srv) {
+  bagua_status_t st = BAGUA_OK;
+  hs_state_t *S = calloc(1, sizeof(*S));
+  if (!S) return BAGUA_ERR_NO_MEMORY;
+  S->srv = srv;
+  BAGUA_CHECK_GOTO(bagua__auth_job_key(S->key, &S->have_key), st, done);
+  int have = 0;
+  int64_t accept_pause_until = 0;
+  struct pollfd pfd[HS_MAX_PENDING + 1];
+  while (have < srv->expected) {
+    if (bagua__flag_get(srv->abort_flag)) {
+      st = BAGUA_ERR_ABORTED;
+      goto done;
+    }
+    int64_t now = bagua__now_ms();
+    if (now >= srv->deadline_ms) {
+      BAGUA_WARN(
+          "%s: only %d of %d expected connections completed their handshake before the "
+          "connect timeout (BAGUA_CONNECT_TIMEOUT_MS)",
+          srv->what, have, srv->expected);
+      st = BAGUA_ERR_TIMEOUT;
+      goto done;
+    }
+    for (int i = 0; i < S->n;) {
+      if (now >= S->conns[i].deadline_ms) {
+        S->dropped++;
+        conn_drop(S, i);
+      } else {
+        i++;
+      }
+    }
+    /* The listener is left out while accept is backing off (descriptors exhausted): it would
+     * stay readable and turn this loop into a spin. */
+    int np = 0, listening = now >= accept_pause_until;
+    if (listening) pfd[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    for (int i = 0; i < S->n; i++)
+      pfd[np++] = (struct pollfd){.fd = S->conns[i].fd, .events = POLLIN};
+    /* Slices of at most 50 ms keep the abort flag and the deadlines honoured. */
+    int rc = poll(pfd, (nfds_t)np, 50);
+    if (rc < 0 && errno != EINTR) {
+      BAGUA_WARN("%s: poll failed: %s", srv->what, strerror(errno));
+      st = BAGUA_ERR_SYSTEM;
+      goto done;
+    }
+    if (rc <= 0) continue;
+    /* Serve the pending connections by descriptor (the array shifts as they are dropped). */
+    for (int k = listening; k < np && have < srv->expected; k++) {
+      if (!pfd[k].revents) continue;
+      for (int i = 0; i < S->n; i++) {
+        if (S->conns[i].fd != pfd[k].fd) continue;
+        int admitted = 0;
+        BAGUA_CHECK_GOTO(conn_step(S, i, &admitted), st, done);
+        have += admitted;
+        break;
+      }
+    }
+    if (listening && (pfd[0].revents & POLLIN) && have < srv->expected &&
+        accept_ready(S, lfd, bagua__now_ms()) != 0)
+      accept_pause_until = bagua__now_ms() + 100;
+  }
+done:
+  if (S->dropped)
+    BAGUA_INFO(BAGUA_SUBSYS_INIT,
+               "%s: dropped %d connection(s) that sent no complete handshake in time", srv->what,
+               S->dropped);
+  while (S->n > 0) conn_drop(S, S->n - 1);
+  memset(S->key, 0, sizeof(S->key));
+  free(S);
+  return st;
+}
+
+bagua_status_t bagua__hs_reply(const bagua__hs_peer_t *peer, const bagua__wire_hdr_t *h,
+                               const void *body, size_t blen, int64_t deadline_ms,
+                               const volatile int *abort_flag) {
+  uint8_t key[BAGUA_AUTH_KEY_BYTES];
+  int have_key = 0;
+  BAGUA_CHECK(bagua__auth_job_key(key, &have_key));
+  struct {
+    bagua__wire_hdr_t h;
+    bagua__wire_auth_t a;
+  } msg = {*h, {{0}, {0}}};
+  if (have_key) proof(key, SERVER_LABEL, peer->sn, peer->cn, h, body, blen, msg.a.mac);
+  memset(key, 0, sizeof(key));
+  BAGUA_CHECK(bagua__send_all(peer->fd, &msg, sizeof(msg), deadline_ms, abort_flag));
+  if (blen) BAGUA_CHECK(bagua__send_all(peer->fd, body, blen, deadline_ms, abort_flag));
+  return BAGUA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Client                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+static int is_refusal(const bagua__wire_hdr_t *h) {
+  return h->magic == BAGUA_WIRE_MAGIC &&
+         (h->type == BAGUA_MSG_BOOT_NACK || h->type == BAGUA_MSG_REFUSE);
+}
+
+bagua_status_t bagua__hs_hello(int fd, const bagua__wire_hdr_t *h, const void *payload, size_t plen,
+                               int64_t deadline_ms, const volatile int *abort_flag,
+                               bagua__hs_client_t *cs, uint32_t *refused) {
+  bagua_status_t st = BAGUA_OK;
+  uint8_t key[BAGUA_AUTH_KEY_BYTES];
+  int have_key = 0;
+  *refused = 0;
+  BAGUA_CHECK(bagua__auth_job_key(key, &have_key));
+  BAGUA_CHECK_GOTO(bagua__send_all(fd, h, sizeof(*h), deadline_ms, abort_flag), st, done);
+  struct {
+    bagua__wire_hdr_t h;
+    uint8_t nonce[32];
+  } ch;
+  BAGUA_CHECK_GOTO(bagua__recv_all(fd, &ch.h, sizeof(ch.h), deadline_ms, abort_flag), st, done);
+  if (is_refusal(&ch.h)) {
+    *refused = ch.h.arg;
+    st = BAGUA_ERR_PROTOCOL;
+    goto done;
+  }
+  if (ch.h.magic != BAGUA_WIRE_MAGIC || ch.h.type != BAGUA_MSG_CHALLENGE) {
+    BAGUA_WARN("handshake: the peer answered with message type %u, not a challenge", ch.h.type);
+    st = BAGUA_ERR_PROTOCOL;
+    goto done;
+  }
+  BAGUA_CHECK_GOTO(bagua__recv_all(fd, ch.nonce, sizeof(ch.nonce), deadline_ms, abort_flag), st,
+                   done);
+  if (ch.h.arg && !have_key) {
+    BAGUA_WARN(
+        "handshake: the peer requires a job secret and this process has none: set the job's "
+        "BAGUA_JOB_SECRET (bagua-agent passes it to its workers)");
+    st = BAGUA_ERR_PROTOCOL;
+    goto done;
+  }
+  if (!ch.h.arg && have_key) {
+    BAGUA_WARN(
+        "handshake: the peer holds no job secret, and this process (BAGUA_JOB_SECRET set) does "
+        "not talk to unauthenticated peers: give every rank the same BAGUA_JOB_SECRET");
+    st = BAGUA_ERR_PROTOCOL;
+    goto done;
+  }
+  memcpy(cs->sn, ch.nonce, 32);
+  BAGUA_CHECK_GOTO(bagua__auth_random(cs->cn, sizeof(cs->cn)), st, done);
+  unsigned char msg[sizeof(bagua__wire_auth_t) + BAGUA_HS_PAYLOAD_MAX];
+  bagua__wire_auth_t a = {{0}, {0}};
+  memcpy(a.nonce, cs->cn, 32);
+  if (have_key) proof(key, CLIENT_LABEL, cs->sn, cs->cn, h, payload, plen, a.mac);
+  memcpy(msg, &a, sizeof(a));
+  if (plen) memcpy(msg + sizeof(a), payload, plen);
+  BAGUA_CHECK_GOTO(bagua__send_all(fd, msg, sizeof(a) + plen, deadline_ms, abort_flag), st, done);
+done:
+  memset(key, 0, sizeof(key));
+  return st;
+}
+
+bagua_status_t bagua__hs_finish(int fd, const bagua__hs_client_t *cs, uint32_t want_type,
+                                bagua__wire_hdr_t *reply, void *body, size_t blen,
+                                int64_t deadline_ms, const volatile int *abort_flag,
+                                uint32_t *refused) {
+  *refused = 0;
+  BAGUA_CHECK(bagua__recv_all(fd, reply, sizeof(*reply), deadline_ms, abort_flag));
+  if (is_refusal(reply)) {
+    *refused = reply->arg;
+    return BAGUA_ERR_PROTOCOL;
+  }
+  if (reply->magic != BAGUA_WIRE_MAGIC || reply->type != want_type) {
+    BAGUA_WARN("handshake: unexpected reply type %u (expected %u)", reply->type, want_type);
+    return BAGUA_ERR_PROTOCOL;
+  }
+  bagua__wire_auth_t a;
+  BAGUA_CHECK(bagua__recv_all(fd, &a, sizeof(a), deadline_ms, abort_flag));
+  if (blen) BAGUA_CHECK(bagua__recv_all(fd, body, blen, deadline_ms, abort_flag));
+  uint8_t key[BAGUA_AUTH_KEY_BYTES];
+  int have_key = 0;
+  BAGUA_CHECK(bagua__auth_job_key(key, &have_key));
+  if (!have_key) return BAGUA_OK;
+  uint8_t want[32];
+  proof(key, SERVER_LABEL, cs->sn, cs->cn, reply, body, blen, want);
+  memset(key, 0, sizeof(key));
+  if (!bagua__auth_equal(want, a.mac, sizeof(want))) {
+    BAGUA_WARN("handshake: the peer's reply carries no valid proof of the job secret");
+    return BAGUA_ERR_PROTOCOL;
+  }
+  return BAGUA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The env:// bootstrap                                                                      */
+/* ---------------------------------------------------------------------------------------- */
 
 static bagua__wire_hdr_t make_hdr(const bagua__boot_ctx_t *ctx, uint32_t type, uint32_t arg) {
   bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC, BAGUA_WIRE_VERSION, type,      arg,
@@ -80,59 +475,72 @@ static bagua__wire_hdr_t make_hdr(const bagua__boot_ctx_t *ctx, uint32_t type, u
   return h;
 }
 
-/* Root side: accept until every other rank has registered, refusing bad connections. */
-static bagua_status_t root_gather(int lfd, const bagua__boot_ctx_t *ctx, bagua__endpoint_t *all,
-                                  int *fds) {
-  int have = 1;
-  while (have < ctx->size) {
-    int fd = -1;
-    bagua_status_t st = bagua__accept(lfd, ctx->deadline_ms, ctx->abort_flag, &fd);
-    if (st != BAGUA_OK) {
-      if (st == BAGUA_ERR_TIMEOUT)
-        BAGUA_WARN("bootstrap: only %d of %d ranks registered before the connect timeout", have,
-                   ctx->size);
-      return st;
-    }
-    bagua__wire_hdr_t h;
-    bagua__endpoint_t ep;
-    /* A short per-connection deadline keeps one silent client from stalling the others. */
-    int64_t dl = bagua__now_ms() + 2000;
-    if (dl > ctx->deadline_ms) dl = ctx->deadline_ms;
-    if (bagua__recv_all(fd, &h, sizeof(h), dl, ctx->abort_flag) != BAGUA_OK) {
-      BAGUA_WARN("bootstrap: refused a connection that sent no complete handshake");
-      close(fd);
-      continue;
-    }
-    uint32_t reason;
-    char why[160];
-    int bad = bagua__wire_check(&h, BAGUA_MSG_BOOT_HELLO, ctx->job_hash, ctx->comm_id, ctx->size,
-                                &reason, why, sizeof(why));
-    if (!bad && (h.rank == 0 || fds[h.rank] >= 0)) {
-      bad = 1;
-      reason = BAGUA_REFUSE_RANK;
-      snprintf(why, sizeof(why), "rank %d registered twice", h.rank);
-    }
-    if (!bad) {
-      if (bagua__recv_all(fd, &ep, sizeof(ep), dl, ctx->abort_flag) != BAGUA_OK) {
-        BAGUA_WARN("bootstrap: rank %d closed its connection during the handshake", h.rank);
-        close(fd);
-        continue;
-      }
-      all[h.rank] = ep;
-      fds[h.rank] = fd;
-      have++;
-      BAGUA_INFO(BAGUA_SUBSYS_INIT, "bootstrap: rank %d registered (%d/%d)", h.rank, have,
-                 ctx->size);
-      continue;
-    }
-    BAGUA_WARN("bootstrap: refused a connection: %s", why);
-    if (reason) {
-      bagua__wire_hdr_t nack = make_hdr(ctx, BAGUA_MSG_BOOT_NACK, reason);
-      bagua__send_all(fd, &nack, sizeof(nack), bagua__now_ms() + 500, ctx->abort_flag);
-    }
-    close(fd);
+typedef struct {
+  const bagua__boot_ctx_t *ctx;
+  bagua__endpoint_t *all;
+  bagua__hs_peer_t *peers; /* per rank; fd -1 until registered */
+} root_t;
+
+static uint32_t root_check(void *arg, const bagua__wire_hdr_t *h, char *why, size_t whylen) {
+  root_t *R = arg;
+  if (h->rank == 0 || R->peers[h->rank].fd >= 0) {
+    snprintf(why, whylen, "rank %d registered twice", h->rank);
+    return BAGUA_REFUSE_RANK;
   }
+  return 0;
+}
+
+static bagua_status_t root_admit(void *arg, const bagua__hs_peer_t *peer) {
+  root_t *R = arg;
+  int r = peer->hdr.rank;
+  memcpy(&R->all[r], peer->payload, sizeof(R->all[r]));
+  R->peers[r] = *peer;
+  R->peers[r].payload = NULL;
+  BAGUA_INFO(BAGUA_SUBSYS_INIT, "bootstrap: rank %d registered", r);
   return BAGUA_OK;
+}
+
+static bagua_status_t root_run(const bagua__boot_tcp_t *cfg, const bagua__boot_ctx_t *ctx,
+                               bagua__endpoint_t *mine, bagua__endpoint_t *all) {
+  bagua_status_t st = BAGUA_OK;
+  int lfd = -1;
+  root_t R = {ctx, all, NULL};
+  if (mine->addr == 0) mine->addr = cfg->master_addr;
+  BAGUA_CHECK(bagua__listen(cfg->master_addr, cfg->master_port, &lfd, NULL));
+  R.peers = calloc((size_t)ctx->size, sizeof(*R.peers));
+  if (!R.peers) {
+    st = BAGUA_ERR_NO_MEMORY;
+    goto done;
+  }
+  for (int i = 0; i < ctx->size; i++) R.peers[i].fd = -1;
+  all[0] = *mine;
+  bagua__hs_server_t srv = {.type = BAGUA_MSG_BOOT_HELLO,
+                            .nack_type = BAGUA_MSG_BOOT_NACK,
+                            .job_hash = ctx->job_hash,
+                            .comm_id = ctx->comm_id,
+                            .size = ctx->size,
+                            .payload_len = sizeof(bagua__endpoint_t),
+                            .expected = ctx->size - 1,
+                            .deadline_ms = ctx->deadline_ms,
+                            .abort_flag = ctx->abort_flag,
+                            .what = "bootstrap",
+                            .check = root_check,
+                            .admit = root_admit,
+                            .arg = &R};
+  BAGUA_CHECK_GOTO(bagua__hs_serve(lfd, &srv), st, done);
+  for (int r = 1; r < ctx->size; r++) {
+    bagua__wire_hdr_t h = make_hdr(ctx, BAGUA_MSG_BOOT_TABLE, 0);
+    BAGUA_CHECK_GOTO(bagua__hs_reply(&R.peers[r], &h, all, sizeof(*all) * (size_t)ctx->size,
+                                     ctx->deadline_ms, ctx->abort_flag),
+                     st, done);
+  }
+done:
+  if (R.peers)
+    for (int i = 0; i < ctx->size; i++)
+      if (R.peers[i].fd >= 0) close(R.peers[i].fd);
+  free(R.peers);
+  if (lfd >= 0) close(lfd);
+  return st;
 }
 
 bagua_status_t bagua__bootstrap_tcp(void *arg, const bagua__boot_ctx_t *ctx,
@@ -143,64 +551,32 @@ bagua_status_t bagua__bootstrap_tcp(void *arg, const bagua__boot_ctx_t *ctx,
     all[0] = *mine;
     return BAGUA_OK;
   }
-  if (ctx->rank == 0) {
-    int lfd = -1, *fds = NULL;
-    if (mine->addr == 0) mine->addr = cfg->master_addr;
-    BAGUA_CHECK(bagua__listen(cfg->master_addr, cfg->master_port, &lfd, NULL));
-    fds = malloc(sizeof(int) * (size_t)ctx->size);
-    if (!fds) {
-      close(lfd);
-      return BAGUA_ERR_NO_MEMORY;
-    }
-    for (int i = 0; i < ctx->size; i++) fds[i] = -1;
-    all[0] = *mine;
-    BAGUA_CHECK_GOTO(root_gather(lfd, ctx, all, fds), st, done);
-    for (int r = 1; r < ctx->size; r++) {
-      bagua__wire_hdr_t h = make_hdr(ctx, BAGUA_MSG_BOOT_TABLE, 0);
-      BAGUA_CHECK_GOTO(bagua__send_all(fds[r], &h, sizeof(h), ctx->deadline_ms, ctx->abort_flag),
-                       st, done);
-      BAGUA_CHECK_GOTO(bagua__send_all(fds[r], all, sizeof(*all) * (size_t)ctx->size,
-                                       ctx->deadline_ms, ctx->abort_flag),
-                       st, done);
-    }
-  done:
-    for (int i = 0; i < ctx->size; i++)
-      if (fds[i] >= 0) close(fds[i]);
-    free(fds);
-    close(lfd);
-    return st;
-  }
+  if (ctx->rank == 0) return root_run(cfg, ctx, mine, all);
   int fd = -1;
   char ip[32];
   bagua__ipv4_str(cfg->master_addr, ip, sizeof(ip));
   BAGUA_CHECK(
       bagua__connect(cfg->master_addr, cfg->master_port, ctx->deadline_ms, ctx->abort_flag, &fd));
   if (mine->addr == 0) mine->addr = bagua__sock_local_addr(fd);
-  bagua__wire_hdr_t h = make_hdr(ctx, BAGUA_MSG_BOOT_HELLO, 0);
-  BAGUA_CHECK_GOTO(bagua__send_all(fd, &h, sizeof(h), ctx->deadline_ms, ctx->abort_flag), st, fail);
-  BAGUA_CHECK_GOTO(bagua__send_all(fd, mine, sizeof(*mine), ctx->deadline_ms, ctx->abort_flag), st,
-                   fail);
-  st = bagua__recv_all(fd, &h, sizeof(h), ctx->deadline_ms, ctx->abort_flag);
-  if (st != BAGUA_OK) {
+  bagua__wire_hdr_t h = make_hdr(ctx, BAGUA_MSG_BOOT_HELLO, 0), reply;
+  bagua__hs_client_t cs;
+  uint32_t refused = 0;
+  st = bagua__hs_hello(fd, &h, mine, sizeof(*mine), ctx->deadline_ms, ctx->abort_flag, &cs,
+                       &refused);
+  if (st == BAGUA_OK)
+    st = bagua__hs_finish(fd, &cs, BAGUA_MSG_BOOT_TABLE, &reply, all,
+                          sizeof(*all) * (size_t)ctx->size, ctx->deadline_ms, ctx->abort_flag,
+                          &refused);
+  if (refused) {
+    BAGUA_WARN("bootstrap: rank 0 at %s:%u refused rank %d: %s", ip, (unsigned)cfg->master_port,
+               ctx->rank, bagua__refuse_text(refused));
+  } else if (st == BAGUA_ERR_TIMEOUT || st == BAGUA_ERR_REMOTE) {
     BAGUA_WARN("bootstrap: no answer from rank 0 at %s:%u (%s)", ip, (unsigned)cfg->master_port,
                bagua_strerror(st));
-    goto fail;
-  }
-  if (h.magic != BAGUA_WIRE_MAGIC || h.type == BAGUA_MSG_BOOT_NACK) {
-    BAGUA_WARN("bootstrap: rank 0 at %s:%u refused rank %d: %s", ip, (unsigned)cfg->master_port,
-               ctx->rank, h.magic == BAGUA_WIRE_MAGIC ? refuse_text(h.arg) : "bad magic");
+  } else if (st == BAGUA_OK && reply.size != ctx->size) {
+    BAGUA_WARN("bootstrap: rank 0 answered with world size %d, expected %d", reply.size, ctx->size);
     st = BAGUA_ERR_PROTOCOL;
-    goto fail;
   }
-  if (h.type != BAGUA_MSG_BOOT_TABLE || h.size != ctx->size) {
-    BAGUA_WARN("bootstrap: unexpected reply type %u from rank 0", h.type);
-    st = BAGUA_ERR_PROTOCOL;
-    goto fail;
-  }
-  BAGUA_CHECK_GOTO(
-      bagua__recv_all(fd, all, sizeof(*all) * (size_t)ctx->size, ctx->deadline_ms, ctx->abort_flag),
-      st, fail);
-fail:
   close(fd);
   return st;
 }

@@ -47,59 +47,63 @@ static bagua__wire_hdr_t stream_hdr(const bagua_comm_t *c, uint32_t type, uint32
   return h;
 }
 
-/* Accepts the streams that higher ranks open to us, refusing anything malformed. */
-static bagua_status_t accept_streams(bagua_comm_t *c, int lfd, int64_t deadline) {
-  int expected = 0, have = 0;
-  for (int r = c->rank + 1; r < c->size; r++) expected += c->peers[r].nstreams;
-  while (have < expected) {
-    int fd = -1;
-    bagua_status_t st = bagua__accept(lfd, deadline, &c->abort_flag, &fd);
-    if (st != BAGUA_OK) {
-      if (st == BAGUA_ERR_TIMEOUT)
-        BAGUA_WARN("only %d of %d peer streams connected before the connect timeout", have,
-                   expected);
-      return st;
-    }
-    bagua__wire_hdr_t h;
-    int64_t dl = bagua__now_ms() + 2000;
-    if (dl > deadline) dl = deadline;
-    if (bagua__recv_all(fd, &h, sizeof(h), dl, &c->abort_flag) != BAGUA_OK) {
-      BAGUA_WARN("refused a connection that sent no complete handshake");
-      close(fd);
-      continue;
-    }
-    uint32_t reason;
-    char why[160];
-    int bad = bagua__wire_check(&h, BAGUA_MSG_CONNECT, c->job_hash, c->comm_id, c->size, &reason,
-                                why, sizeof(why));
-    if (!bad && (h.rank <= c->rank || h.arg >= (uint32_t)c->peers[h.rank].nstreams ||
-                 c->peers[h.rank].fds[h.arg] >= 0)) {
-      bad = 1;
-      reason = BAGUA_REFUSE_RANK;
-      snprintf(why, sizeof(why), "unexpected stream %u from rank %d", h.arg, h.rank);
-    }
-    if (bad) {
-      BAGUA_WARN("refused a peer connection: %s", why);
-      if (reason) {
-        bagua__wire_hdr_t r = stream_hdr(c, BAGUA_MSG_REFUSE, reason);
-        bagua__send_all(fd, &r, sizeof(r), bagua__now_ms() + 500, &c->abort_flag);
-      }
-      close(fd);
-      continue;
-    }
-    bagua__wire_hdr_t ok = stream_hdr(c, BAGUA_MSG_ACCEPT, h.arg);
-    if (bagua__send_all(fd, &ok, sizeof(ok), dl, &c->abort_flag) != BAGUA_OK) {
-      close(fd);
-      continue;
-    }
-    c->peers[h.rank].fds[h.arg] = fd;
-    have++;
+typedef struct {
+  bagua_comm_t *c;
+  int64_t deadline;
+} accept_arg_t;
+
+static uint32_t stream_check(void *arg, const bagua__wire_hdr_t *h, char *why, size_t whylen) {
+  bagua_comm_t *c = ((accept_arg_t *)arg)->c;
+  if (h->rank <= c->rank || h->arg >= (uint32_t)c->peers[h->rank].nstreams ||
+      c->peers[h->rank].fds[h->arg] >= 0) {
+    snprintf(why, whylen, "unexpected stream %u from rank %d", h->arg, h->rank);
+    return BAGUA_REFUSE_RANK;
   }
+  return 0;
+}
+
+static bagua_status_t stream_admit(void *arg, const bagua__hs_peer_t *peer) {
+  accept_arg_t *A = arg;
+  bagua_comm_t *c = A->c;
+  bagua__wire_hdr_t ok = stream_hdr(c, BAGUA_MSG_ACCEPT, peer->hdr.arg);
+  if (bagua__hs_reply(peer, &ok, NULL, 0, A->deadline, &c->abort_flag) != BAGUA_OK) {
+    close(peer->fd);
+    return BAGUA_ERR_REMOTE;
+  }
+  c->peers[peer->hdr.rank].fds[peer->hdr.arg] = peer->fd;
   return BAGUA_OK;
+}
+
+/*
+ * Accepts the streams that higher ranks open to us, all handshakes at once (bootstrap.h),
+ * refusing anything malformed or unauthenticated.
+ */
+static bagua_status_t accept_streams(bagua_comm_t *c, int lfd, int64_t deadline) {
+  int expected = 0;
+  for (int r = c->rank + 1; r < c->size; r++) expected += c->peers[r].nstreams;
+  if (expected == 0) return BAGUA_OK;
+  accept_arg_t A = {c, deadline};
+  bagua__hs_server_t srv = {.type = BAGUA_MSG_CONNECT,
+                            .nack_type = BAGUA_MSG_REFUSE,
+                            .job_hash = c->job_hash,
+                            .comm_id = c->comm_id,
+                            .size = c->size,
+                            .payload_len = 0,
+                            .expected = expected,
+                            .deadline_ms = deadline,
+                            .abort_flag = &c->abort_flag,
+                            .what = "peer connection",
+                            .check = stream_check,
+                            .admit = stream_admit,
+                            .arg = &A};
+  return bagua__hs_serve(lfd, &srv);
 }
 
 bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
   bagua_status_t st = BAGUA_OK;
+  bagua__hs_client_t *hs = NULL; /* per outgoing stream, between hello and reply */
+  uint32_t refused = 0;
+  int peer = -1; /* the lower rank whose handshake is under way */
   int64_t deadline = bagua__now_ms() + c->connect_timeout_ms;
   compute_topology(c);
   if (c->requested_transport == BAGUA_TRANSPORT_SHM && c->node_count > 1) {
@@ -129,32 +133,35 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
     }
     for (int s = 0; s < p->nstreams; s++) p->fds[s] = -1;
   }
-  /* Ordering that cannot deadlock: open streams to lower ranks (the kernel's listen backlog
-   * completes them without the peer's help), accept from higher ranks, then read replies. */
+  /* Ordering that cannot deadlock: open streams to lower ranks and answer their challenges
+   * (a lower rank reaches its accept loop without waiting for us), accept from higher ranks,
+   * serving all their handshakes at once, then read the lower ranks' replies. */
+  hs = calloc((size_t)c->rank + 1, sizeof(*hs) * (size_t)(c->nstreams > 0 ? c->nstreams : 1));
+  if (!hs) {
+    st = BAGUA_ERR_NO_MEMORY;
+    goto done;
+  }
   for (int r = 0; r < c->rank; r++) {
     for (int s = 0; s < c->peers[r].nstreams; s++) {
       int fd = -1;
+      peer = r;
       BAGUA_CHECK_GOTO(
           bagua__connect(c->eps[r].addr, c->eps[r].port, deadline, &c->abort_flag, &fd), st, done);
       c->peers[r].fds[s] = fd;
       bagua__wire_hdr_t h = stream_hdr(c, BAGUA_MSG_CONNECT, (uint32_t)s);
-      BAGUA_CHECK_GOTO(bagua__send_all(fd, &h, sizeof(h), deadline, &c->abort_flag), st, done);
+      st = bagua__hs_hello(fd, &h, NULL, 0, deadline, &c->abort_flag,
+                           &hs[(size_t)r * (size_t)c->nstreams + (size_t)s], &refused);
+      if (st != BAGUA_OK) goto refused;
     }
   }
   BAGUA_CHECK_GOTO(accept_streams(c, lfd, deadline), st, done);
   for (int r = 0; r < c->rank; r++) {
     for (int s = 0; s < c->peers[r].nstreams; s++) {
       bagua__wire_hdr_t h;
-      BAGUA_CHECK_GOTO(bagua__recv_all(c->peers[r].fds[s], &h, sizeof(h), deadline, &c->abort_flag),
-                       st, done);
-      if (h.magic != BAGUA_WIRE_MAGIC || h.type != BAGUA_MSG_ACCEPT) {
-        BAGUA_WARN(
-            "rank %d refused our connection (reason %u): check BAGUA_JOB_ID and that all "
-            "ranks run the same Bagua-C build",
-            r, h.arg);
-        st = BAGUA_ERR_PROTOCOL;
-        goto done;
-      }
+      peer = r;
+      st = bagua__hs_finish(c->peers[r].fds[s], &hs[(size_t)r * (size_t)c->nstreams + (size_t)s],
+                            BAGUA_MSG_ACCEPT, &h, NULL, 0, deadline, &c->abort_flag, &refused);
+      if (st != BAGUA_OK) goto refused;
     }
   }
   if (c->size == 1) {
@@ -176,7 +183,15 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
   }
   BAGUA_INFO(BAGUA_SUBSYS_INIT, "communicator rank %d/%d ready: transport %s, %d streams, %d nodes",
              c->rank, c->size, c->transport_name, c->nstreams, c->node_count);
+  goto done;
+refused:
+  if (refused)
+    BAGUA_WARN(
+        "rank %d refused our connection: %s (all ranks need the same BAGUA_JOB_ID, "
+        "BAGUA_JOB_SECRET and Bagua-C build)",
+        peer, bagua__refuse_text(refused));
 done:
+  free(hs);
   if (lfd >= 0) close(lfd);
   return st;
 }

@@ -10,7 +10,9 @@
 #include <stdint.h>
 
 #define BAGUA_WIRE_MAGIC 0x42414755u /* "BAGU" */
-#define BAGUA_WIRE_VERSION 1u
+/* 2: the accepting side answers a client's header with a CHALLENGE (nonce); the client's proof
+ * (bagua__wire_auth_t) and the server's reply proof follow (comm/bootstrap.h, "Handshake"). */
+#define BAGUA_WIRE_VERSION 2u
 
 enum {
   BAGUA_MSG_BOOT_HELLO = 1, /* rank -> bootstrap root: my endpoint record */
@@ -18,7 +20,9 @@ enum {
   BAGUA_MSG_BOOT_NACK = 3,  /* root -> rank: refused, `arg` holds the reason */
   BAGUA_MSG_CONNECT = 4,    /* rank -> rank: opening a data stream */
   BAGUA_MSG_ACCEPT = 5,     /* reply to CONNECT */
-  BAGUA_MSG_REFUSE = 6      /* reply to CONNECT: refused, `arg` holds the reason */
+  BAGUA_MSG_REFUSE = 6,     /* reply to CONNECT: refused, `arg` holds the reason */
+  BAGUA_MSG_CHALLENGE = 7   /* accepting side -> client: a nonce follows; `arg` = 1 when the
+                               server holds a job secret and checks the client's proof */
 };
 
 /* Reasons carried in `arg` of NACK/REFUSE messages. */
@@ -27,7 +31,8 @@ enum {
   BAGUA_REFUSE_VERSION = 2, /* protocol version differs */
   BAGUA_REFUSE_SIZE = 3,    /* world size differs */
   BAGUA_REFUSE_RANK = 4,    /* rank out of range or already taken */
-  BAGUA_REFUSE_COMM = 5     /* communicator id differs */
+  BAGUA_REFUSE_COMM = 5,    /* communicator id differs */
+  BAGUA_REFUSE_AUTH = 6     /* no valid proof of the job secret */
 };
 
 /* Handshake header: the first bytes of every bootstrap and stream connection. */
@@ -48,6 +53,22 @@ _Static_assert(offsetof(bagua__wire_hdr_t, job_hash) == 16, "wire layout");
 _Static_assert(offsetof(bagua__wire_hdr_t, comm_id) == 24, "wire layout");
 _Static_assert(offsetof(bagua__wire_hdr_t, rank) == 32, "wire layout");
 _Static_assert(sizeof(bagua__wire_hdr_t) == 40, "wire layout");
+
+/*
+ * The proof that follows a client's header (after the server's challenge) and the server's
+ * reply header. Client: nonce = its own nonce, mac = HMAC(secret, "bagua-c2" || server nonce ||
+ * client nonce || header || payload). Server reply: nonce = zeros, mac = HMAC(secret,
+ * "bagua-s2" || server nonce || client nonce || reply header || body). Without a secret both
+ * macs are zeros and unchecked. The header binds job hash, communicator id, rank, size, message
+ * type (the direction) and stream index, so a proof is good for one connection only.
+ */
+typedef struct {
+  uint8_t nonce[32];
+  uint8_t mac[32];
+} bagua__wire_auth_t;
+
+_Static_assert(offsetof(bagua__wire_auth_t, mac) == 32, "wire layout");
+_Static_assert(sizeof(bagua__wire_auth_t) == 64, "wire layout");
 
 /* One rank's endpoint, exchanged by every bootstrap. */
 typedef struct {

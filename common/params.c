@@ -203,6 +203,8 @@ void bagua_params_print(FILE *out) {
       snprintf(def, sizeof(def), "%s", d->sdef[0] ? d->sdef : "\"\"");
       snprintf(acc, sizeof(acc), "%s", d->choices[0] ? d->choices : "any string");
       snprintf(cur, sizeof(cur), "%s", g_val[i].sval[0] ? g_val[i].sval : "\"\"");
+      /* The job secret authenticates every connection of the job: never shown. */
+      if (i == BAGUA_P_JOB_SECRET && g_val[i].sval[0]) snprintf(cur, sizeof(cur), "(set)");
     }
     fprintf(out, "%-26s %-4s %-12s %-24s %-12s %s\n", d->env, d->type == PARAM_INT ? "int" : "str",
             def, acc, g_val[i].bad ? "(invalid)" : cur, d->help);
