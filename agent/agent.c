@@ -9,6 +9,7 @@
  * than --rdzv-timeout ends the agent with status 3.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -196,20 +198,25 @@ static int handle_stale(bagua__agent_t *a, bagua__agent_snap_t *s) {
         a->cfg->job_id, s->nnodes);
     return job_exit_code(&s->status);
   }
-  if (live || (!s->has_status && !s->has_round && !s->has_jobcfg && s->nold_rounds == 0)) return -1;
+  /* A corrupt round or status counts as state too: a new run starts without it. */
+  /* Not the config or the secret alone: the first agent of a new run writes both before it
+   * registers, and a second agent starting in that window must not take them for an earlier
+   * run's leftovers. */
+  int any = s->has_status || s->status_bad || s->has_round || s->round_bad || s->nold_rounds > 0;
+  if (live || !any) return -1;
   char when[40] = "an unknown time";
   if (s->has_status) bagua__agent_format_time(s->status.time_ms, when, sizeof(when));
   bagua__agent_say(
       "clearing the state an earlier run of job %s left in etcd (status %s at %s, "
       "no agent registered); starting afresh",
       a->cfg->job_id, s->has_status ? bagua__agent_job_state_name(s->status.state) : "none", when);
-  char key[512];
+  char key[BAGUA_RDZV_KEY_MAX];
   int deleted = 1;
-  if (s->has_status) {
-    bagua__agent_key(a, key, sizeof(key), "status");
+  if (s->status_mod_rev) {
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_STATUS, 0, NULL);
     if (bagua__etcd_cad(a->etcd, key, s->status_mod_rev, &deleted) != BAGUA_OK) deleted = 0;
-  } else if (s->has_round) {
-    bagua__agent_key(a, key, sizeof(key), "round");
+  } else if (s->round_mod_rev) {
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_ROUND, 0, NULL);
     if (bagua__etcd_cad(a->etcd, key, s->round_mod_rev, &deleted) != BAGUA_OK) deleted = 0;
   }
   if (deleted) bagua__etcd_delete_prefix(a->etcd, a->prefix, NULL);
@@ -222,8 +229,8 @@ static int check_jobcfg(bagua__agent_t *a) {
   const bagua__agent_config_t *cfg = a->cfg;
   bagua__agent_jobcfg_t mine = {cfg->nnodes_min, cfg->nnodes_max, cfg->max_restarts, ""};
   snprintf(mine.node, sizeof(mine.node), "%s", cfg->node_id);
-  char key[512];
-  bagua__agent_key(a, key, sizeof(key), "config");
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_CONFIG, 0, NULL);
   char *v = bagua__agent_jobcfg_encode(&mine);
   if (!v) return BAGUA_AGENT_EXIT_RDZV;
   int created = 0;
@@ -250,6 +257,213 @@ static int check_jobcfg(bagua__agent_t *a) {
   }
   bagua__etcd_kv_clear(&cur);
   return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The job secret                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+/* --secret-file: the file must be a regular file that only its owner can read (it is as good
+ * as the secret itself), holding the 64 hex digits (a final newline is allowed). */
+static int read_secret_file(const bagua__agent_t *a, char *out) {
+  const char *path = a->cfg->secret_file;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  struct stat st;
+  char buf[BAGUA_RDZV_SECRET_HEX + 3], why[160];
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    bagua__agent_say("--secret-file %s: cannot open it: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return BAGUA_AGENT_EXIT_USAGE;
+  }
+  if (!S_ISREG(st.st_mode) || (st.st_mode & 077)) {
+    bagua__agent_say(
+        "--secret-file %s: refusing it: it is %s (mode %04o); the job secret must be a "
+        "regular file only its owner can read (chmod 600 %s)",
+        path,
+        S_ISREG(st.st_mode) ? "readable or writable by group or others" : "not a regular file",
+        (unsigned)(st.st_mode & 07777), path);
+    close(fd);
+    return BAGUA_AGENT_EXIT_USAGE;
+  }
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n < 0) n = 0;
+  buf[n] = '\0';
+  if (n > 0 && buf[n - 1] == '\n') buf[--n] = '\0';
+  int rc = bagua__rdzv_secret_decode(buf, (size_t)n, out, why, sizeof(why));
+  explicit_bzero(buf, sizeof(buf));
+  if (rc != 0) {
+    bagua__agent_say("--secret-file %s: %s; accepted: %d lowercase hex digits", path, why,
+                     BAGUA_RDZV_SECRET_HEX);
+    return BAGUA_AGENT_EXIT_USAGE;
+  }
+  return -1;
+}
+
+/* Whether this agent was given the job's secret (--secret-file, or BAGUA_JOB_SECRET in its
+ * environment, as a launcher passes it): then it never takes another one. */
+static int secret_given(const bagua__agent_t *a) {
+  return (a->cfg->secret_file && a->cfg->secret_file[0]) ||
+         bagua__param_str(BAGUA_P_JOB_SECRET)[0] != '\0';
+}
+
+/*
+ * The job's secret, before any worker starts: the first agent of the job writes one (the one
+ * it was given: --secret-file, else BAGUA_JOB_SECRET; else 32 fresh random bytes) with a
+ * put-if-absent transaction; every agent then uses the one etcd holds (an agent that was
+ * given one refuses another). The workers get it in their environment only (never on a
+ * command line). Returns -1 to go on, or an exit status.
+ */
+static int setup_secret(bagua__agent_t *a) {
+  char mine[BAGUA_RDZV_SECRET_HEX + 1], key[BAGUA_RDZV_KEY_MAX], why[160];
+  int from_file = a->cfg->secret_file && a->cfg->secret_file[0];
+  const char *env = bagua__param_str(BAGUA_P_JOB_SECRET);
+  int rc = -1;
+  if (from_file) {
+    if ((rc = read_secret_file(a, mine)) >= 0) return rc;
+  } else if (env[0]) {
+    if (bagua__rdzv_secret_decode(env, strlen(env), mine, why, sizeof(why)) != 0) {
+      bagua__agent_say("BAGUA_JOB_SECRET: %s; accepted: %d lowercase hex digits", why,
+                       BAGUA_RDZV_SECRET_HEX);
+      return BAGUA_AGENT_EXIT_USAGE;
+    }
+  } else if (bagua__rdzv_secret_generate(mine) != BAGUA_OK) {
+    bagua__agent_say("cannot generate the job secret: %s", bagua_last_error());
+    return 1;
+  }
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_SECRET, 0, NULL);
+  int created = 0;
+  bagua__etcd_kv_t cur;
+  memset(&cur, 0, sizeof(cur));
+  bagua_status_t st = bagua__etcd_create_if_absent(a->etcd, key, mine, BAGUA_RDZV_SECRET_HEX, 0,
+                                                   &created, NULL, &cur);
+  if (st != BAGUA_OK) {
+    bagua__agent_say("cannot write %s in etcd at %s: %s", key, a->cfg->endpoints,
+                     bagua_strerror(st));
+    rc = BAGUA_AGENT_EXIT_RDZV;
+  } else if (created) {
+    memcpy(a->secret, mine, sizeof(mine));
+  } else if (bagua__rdzv_secret_decode(cur.value, cur.value_len, a->secret, why, sizeof(why)) !=
+             0) {
+    /* Ours for now: agents whose workers hold the job's real secret write it back, and this
+     * agent adopts it before it starts any worker (check_secret). */
+    bagua__rdzv_reject(key, cur.mod_revision, "a job secret", why);
+    memcpy(a->secret, mine, sizeof(mine));
+  } else if (secret_given(a) && strcmp(a->secret, mine) != 0) {
+    bagua__agent_say("the secret in %s%s is not job %s's secret (stored in %s)",
+                     from_file ? "--secret-file " : "BAGUA_JOB_SECRET",
+                     from_file ? a->cfg->secret_file : "", a->cfg->job_id, key);
+    a->secret[0] = '\0';
+    rc = BAGUA_AGENT_EXIT_USAGE;
+  }
+  bagua__etcd_kv_clear(&cur);
+  explicit_bzero(mine, sizeof(mine));
+  /* The workers get it in their environment from workers.c (build_env), never from ours. */
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Snapshot checks                                                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Adopts `secret` as the job's: for this agent and for the workers it starts from now on
+ * (workers.c puts a->secret in their environment). */
+static void adopt_secret(bagua__agent_t *a, const char *secret) {
+  snprintf(a->secret, sizeof(a->secret), "%s", secret);
+  if (a->live) bagua__liveness_set_secret(a->live, a->secret);
+}
+
+/*
+ * Keeps this agent's secret the job's. Agents starting together over an earlier run's state
+ * race: the one that clears that state may delete the secret another agent already read
+ * (docs/agent.md, "State left by an earlier run"); and anyone with write access to etcd may
+ * overwrite it. So:
+ *  - an agent that has not started workers yet (and was given no secret) adopts the valid
+ *    secret etcd holds, so all agents agree before the first round's workers start;
+ *  - otherwise (its workers hold its secret, or it was given one) a missing, corrupt or
+ *    different value is written back with its own, compare-and-swap on what it read; every
+ *    agent of the job holds the same one, so they all write the same value.
+ * A failed write is retried on the next pass.
+ */
+static void check_secret(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  int given = secret_given(a);
+  if (s->has_secret && strcmp(s->secret, a->secret) == 0) return;
+  if (s->has_secret && !given && !a->secret_used) {
+    BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: adopting job %s's secret (it was replaced in etcd)",
+               a->cfg->job_id);
+    adopt_secret(a, s->secret);
+    return;
+  }
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_SECRET, 0, NULL);
+  int swapped = 0;
+  bagua__etcd_kv_t cur;
+  memset(&cur, 0, sizeof(cur));
+  if (bagua__etcd_cas(a->etcd, key, s->secret_mod_rev, a->secret, strlen(a->secret), 0, &swapped,
+                      NULL, &cur) != BAGUA_OK)
+    swapped = 0;
+  char have[BAGUA_RDZV_SECRET_HEX + 1];
+  /* Lost a race to another agent's write: adopt it when we still may (next pass otherwise). */
+  if (!swapped && cur.value && !given && !a->secret_used &&
+      bagua__rdzv_secret_decode(cur.value, cur.value_len, have, NULL, 0) == 0)
+    adopt_secret(a, have);
+  bagua__etcd_kv_clear(&cur);
+  if (swapped && s->secret_mod_rev)
+    bagua__agent_say("%s held another or a corrupt value: wrote this job's secret back", key);
+}
+
+static int lease_known(const bagua__agent_t *a, int64_t lease) {
+  for (size_t i = 0; i < a->nleases_ok; i++)
+    if (a->leases_ok[i] == lease) return 1;
+  return 0;
+}
+
+/*
+ * Leaves out of `s` the node records whose lease etcd does not know (a record that outlived
+ * its lease, or one written by hand with a made-up lease): such a node is never admitted.
+ * Each other lease is asked about once; when etcd cannot answer, the record stays (it was on
+ * a lease when etcd last served it) and is asked about again next time.
+ */
+static void vet_leases(bagua__agent_t *a, bagua__agent_snap_t *s) {
+  size_t k = 0;
+  for (size_t i = 0; i < s->nnodes; i++) {
+    const bagua__agent_node_t *n = &s->nodes[i];
+    int keep = 1;
+    if (n->lease != a->lease && !lease_known(a, n->lease)) {
+      int alive = 1;
+      if (bagua__rdzv_lease_alive(a->etcd, n->lease, &alive) == BAGUA_OK) {
+        if (alive && a->nleases_ok == a->leases_cap) {
+          size_t nc = a->leases_cap ? a->leases_cap * 2 : 16;
+          int64_t *p = realloc(a->leases_ok, nc * sizeof(*p));
+          if (p) {
+            a->leases_ok = p;
+            a->leases_cap = nc;
+          }
+        }
+        if (alive && a->nleases_ok < a->leases_cap) a->leases_ok[a->nleases_ok++] = n->lease;
+        keep = alive;
+      }
+      if (!keep) {
+        char key[BAGUA_RDZV_KEY_MAX], why[96];
+        bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_NODE, 0, n->id);
+        snprintf(why, sizeof(why), "its lease %lld is unknown to etcd", (long long)n->lease);
+        bagua__rdzv_reject(key, n->create_rev, "a node record", why);
+      }
+    }
+    if (keep && k != i) s->nodes[k] = *n; /* no self-copy: memcpy's ranges must not overlap */
+    k += keep;
+  }
+  s->nnodes = k;
+}
+
+/* Keeps a copy of the last valid round (lead.c restores a corrupt round key from it). */
+static void remember_round(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  if (!s->has_round || s->round_mod_rev == a->seen_mod_rev) return;
+  bagua__agent_round_t copy;
+  if (bagua__agent_round_copy(&copy, &s->round) != 0) return;
+  bagua__agent_round_clear(&a->seen);
+  a->seen = copy;
+  a->seen_mod_rev = s->round_mod_rev;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -282,11 +496,13 @@ static int finish(bagua__agent_t *a, const bagua__agent_status_t *st) {
 /* One pass over a snapshot; returns an exit status, or -1 to keep going. */
 static int step(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   if (s->has_status && s->status.state != BAGUA__JOB_RUNNING) return finish(a, &s->status);
+  remember_round(a, s);
   /* First, while every death it holds was found before `s` was read: a node that left
    * normally revoked its lease before its sockets closed, so `s` no longer shows it. */
   if (a->live) bagua__agent_revoke_dead(a, s);
   int rc = bagua__agent_check_registration(a, s);
   if (rc) return rc;
+  check_secret(a, s);
   if (a->live) bagua__liveness_update(a->live, s, bagua__now_ms());
   bagua__agent_check_leadership(a, s);
   bagua__agent_follow(a, s);
@@ -337,6 +553,7 @@ static int loop(bagua__agent_t *a) {
                        (long long)(now - down_since));
       down_since = 0;
     }
+    vet_leases(a, &s);
     int rc = step(a, &s);
     bagua__agent_snap_clear(&s);
     if (rc >= 0) return rc;
@@ -356,7 +573,7 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
   a.sigfd = sigfd;
   a.wake_fd = -1;
   if (gethostname(a.host, sizeof(a.host) - 1) != 0) snprintf(a.host, sizeof(a.host), "unknown");
-  snprintf(a.prefix, sizeof(a.prefix), "/bagua/%s/", cfg->job_id);
+  bagua__rdzv_key(a.prefix, sizeof(a.prefix), cfg->job_id, BAGUA__RDZV_KEY_PREFIX, 0, NULL, 0);
   /* A BAGUA_BOOTSTRAP the user exported wins; otherwise workers bootstrap through etcd. */
   if (!bagua__param_is_set(BAGUA_P_BOOTSTRAP)) {
     size_t off = (size_t)snprintf(a.bootstrap, sizeof(a.bootstrap), "etcd://");
@@ -385,12 +602,6 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
     rc = 1;
     goto out;
   }
-  a.live = bagua__liveness_create(cfg->node_id);
-  if (!a.live)
-    bagua__agent_say(
-        "cannot listen for liveness connections: %s; the other nodes will notice this node's "
-        "death only when its lease expires",
-        strerror(errno));
   if (bagua__outpump_start(&a.out) != BAGUA_OK ||
       bagua__etcd_create(cfg->endpoints, cfg->etcd_timeout_ms, &a.etcd) != BAGUA_OK) {
     bagua__agent_say("cannot start: %s", bagua_last_error());
@@ -401,6 +612,18 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
   if ((rc = first_contact(&a, &s)) >= 0) goto out;
   if ((rc = handle_stale(&a, &s)) >= 0) goto out;
   if ((rc = check_jobcfg(&a)) >= 0) goto out;
+  if ((rc = setup_secret(&a)) >= 0) goto out;
+  /* The liveness listener binds the address this node advertises (nothing listens on a
+   * wildcard address) and authenticates with the job secret, so both must be known first;
+   * the node record that registration writes names its port. */
+  a.live = bagua__liveness_create_on(cfg->node_id, cfg->node_addr);
+  if (!a.live)
+    bagua__agent_say(
+        "cannot listen for liveness connections on %s: %s; the other nodes will notice this "
+        "node's death only when its lease expires",
+        cfg->node_addr, strerror(errno));
+  else if (bagua__liveness_set_secret(a.live, a.secret) != 0)
+    bagua__agent_say("the liveness channel cannot use the job secret: it runs unauthenticated");
   rc = bagua__agent_register(&a);
   if (rc != 0) {
     if (a.term_sig) rc = interrupted_code(a.term_sig);
@@ -429,5 +652,8 @@ out:
   bagua__etcd_destroy(a.etcd);
   if (a.wake_fd >= 0) close(a.wake_fd);
   free(a.pfd);
+  free(a.leases_ok);
+  bagua__agent_round_clear(&a.seen);
+  explicit_bzero(a.secret, sizeof(a.secret));
   return rc;
 }

@@ -50,6 +50,9 @@ typedef struct {
   char node_addr[256]; /* "" until resolved: the local address towards etcd */
   const char *tag;     /* free-form label recorded in the node record, or "" */
   const char *log_dir; /* per-rank log files under DIR/<node>/, or NULL */
+  /* --secret-file: a file (mode 0600 or stricter) holding the job's secret, for agents started
+   * outside bagua-launch; NULL or "": the secret comes from etcd (the first agent makes it). */
+  const char *secret_file;
   int nnodes_min, nnodes_max;
   int nproc;
   int max_restarts;

@@ -22,9 +22,9 @@
 
 typedef struct {
   bagua__agent_config_t *cfg;
-  int sigfd;                            /* signalfd: SIGCHLD and the signals the agent handles */
-  int wake_fd;                          /* eventfd written by the watch callback */
-  char prefix[BAGUA_AGENT_ID_MAX + 16]; /* "/bagua/<job>/" */
+  int sigfd;                       /* signalfd: SIGCHLD and the signals the agent handles */
+  int wake_fd;                     /* eventfd written by the watch callback */
+  char prefix[BAGUA_RDZV_KEY_MAX]; /* "/bagua/<job>/" */
   char host[256];
   char bootstrap[1024]; /* "etcd://HOST:PORT[,...]" for workers, "" to leave the env's */
   char mark_dir[512];   /* auto mode: the private directory of elastic marks (marks.h), or "" */
@@ -56,6 +56,21 @@ typedef struct {
 
   int is_leader;
   bagua__leader_state_t lead;
+  /* The last valid round this agent read (a copy, and its key's mod_revision): what the
+   * leader restores the round key from when it finds it corrupt or deleted (lead.c). */
+  bagua__agent_round_t seen;
+  int64_t seen_mod_rev;
+
+  /* The job's secret (64 hex digits and a NUL; "" until known): read from etcd, or from
+   * --secret-file, before any worker starts; the workers get it as BAGUA_JOB_SECRET and the
+   * agent's own authenticated connections (liveness) use it. */
+  char secret[BAGUA_RDZV_SECRET_HEX + 1];
+  int secret_used; /* workers were started with `secret`: it may not change any more */
+
+  /* Leases of other nodes' records that etcd confirmed alive (agent.c), so that each is asked
+   * about once: a record whose lease etcd does not know is never admitted. */
+  int64_t *leases_ok;
+  size_t nleases_ok, leases_cap;
 
   int term_sig;    /* first SIGINT/SIGTERM/SIGHUP/SIGQUIT received, 0 if none */
   int term_again;  /* another one since: skip the grace period */
@@ -101,8 +116,9 @@ int bagua__agent_leave(bagua__agent_t *a);
 /* lead.c: the leader's step for this snapshot. */
 void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s);
 
-/* Key helpers: "<prefix><suffix>" into buf. */
-void bagua__agent_key(const bagua__agent_t *a, char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* register.c: the job's key of `kind` (common/rdzv's key rule) into buf; `round` and `name`
+ * as bagua__rdzv_key takes them. */
+void bagua__agent_key(const bagua__agent_t *a, char *buf, size_t len, bagua__rdzv_key_kind_t kind,
+                      int64_t round, const char *name);
 
 #endif

@@ -48,8 +48,10 @@ int bagua__agent_workers_elastic(const bagua__agent_t *a, char *why, size_t len)
 static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
                        const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
-  if (cfg->elastic_mode == BAGUA__ELASTIC_RESTART || strcmp(R->reason, "membership") != 0 ||
-      !a->member)
+  /* A "stall" round retries the same world after a worker's communication stalled: the
+   * workers asked for it themselves and move to it the same way. */
+  if (cfg->elastic_mode == BAGUA__ELASTIC_RESTART ||
+      (strcmp(R->reason, "membership") != 0 && strcmp(R->reason, "stall") != 0) || !a->member)
     return 0;
   if (a->ws.n != cfg->nproc || a->ws.nrunning != a->ws.n || a->ws.stopping || a->have_report)
     return 0;
@@ -62,19 +64,20 @@ static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   if (!bagua__agent_workers_elastic(a, why, sizeof(why))) {
     /* Auto mode with a worker that does not follow rounds by itself: it would wait on a world
      * that no longer exists, so the whole node restarts into the new round. */
-    bagua__agent_say("round %lld (membership, restart: %s)", (long long)R->round, why);
+    bagua__agent_say("round %lld (%s, restart: %s)", (long long)R->round, R->reason, why);
     return 0;
   }
   char how[96] = "";
   if (cfg->elastic_mode == BAGUA__ELASTIC_AUTO)
     snprintf(how, sizeof(how), ": all %d workers use the elastic API", a->ws.n);
-  int base = 0;
-  for (int i = 0; i < idx; i++) base += R->members[i].nproc;
+  /* The rank rule is the schema's (common/rdzv), the one libbagua applies too. */
+  int base = bagua__rdzv_rank_base(R, idx);
   for (int i = 0; i < a->ws.n; i++) a->ws.w[i].rank = base + a->ws.w[i].local_rank;
   bagua__agent_say(
-      "round %lld (membership, in-process%s): node %d of %d, ranks %d..%d of %d; workers keep "
+      "round %lld (%s, in-process%s): node %d of %d, ranks %d..%d of %d; workers keep "
       "running and rebuild",
-      (long long)R->round, how, idx, R->nmembers, base, base + cfg->nproc - 1, R->world_size);
+      (long long)R->round, R->reason, how, idx, R->nmembers, base, base + cfg->nproc - 1,
+      R->world_size);
   a->ws.round = R->round;
   a->cur_round = R->round;
   a->have_report = 0;
@@ -114,8 +117,7 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
       (R->members[idx].rev && me->create_rev != R->members[idx].rev))
     return;
 
-  int base = 0;
-  for (int i = 0; i < idx; i++) base += R->members[i].nproc;
+  int base = bagua__rdzv_rank_base(R, idx);
   if (R->members[idx].nproc != cfg->nproc)
     BAGUA_WARN("agent: round %lld lists %d workers for this node, which runs %d",
                (long long)R->round, R->members[idx].nproc, cfg->nproc);
@@ -130,6 +132,7 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
       .master_port = R->master_port,
       .bootstrap = a->bootstrap[0] ? a->bootstrap : NULL,
       .mark_dir = a->mark_dir[0] ? a->mark_dir : NULL,
+      .secret = a->secret[0] ? a->secret : NULL,
   };
   /* Marks of the workers just stopped must not speak for the ones started now. */
   bagua__marks_clear(a->mark_dir);
@@ -138,6 +141,8 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
                    R->nmembers, base, base + cfg->nproc - 1, R->world_size, R->master_addr,
                    R->master_port);
   a->member = 1;
+  /* From now on workers hold the job secret this agent exported (agent.c, check_secret). */
+  a->secret_used = 1;
   if (bagua__workers_start(&a->ws, cfg, &as, a->out) != BAGUA_OK) {
     /* The node cannot run its share (fork or pipe failed): report it as this node's failure
      * so the leader restarts or fails the job instead of waiting for workers that never ran. */
@@ -187,9 +192,8 @@ static const bagua__agent_done_t *peer_failure(const bagua__agent_t *a,
 }
 
 static int put_report(bagua__agent_t *a) {
-  char key[512];
-  bagua__agent_key(a, key, sizeof(key), "rounds/%lld/done/%s", (long long)a->cur_round,
-                   a->cfg->node_id);
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_DONE, a->cur_round, a->cfg->node_id);
   char *v = bagua__agent_done_encode(&a->report);
   int ok = v && bagua__etcd_put(a->etcd, key, v, strlen(v), 0, NULL, NULL) == BAGUA_OK;
   free(v);

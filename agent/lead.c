@@ -17,13 +17,11 @@
 
 static int write_status(bagua__agent_t *a, const bagua__agent_snap_t *s,
                         const bagua__agent_status_t *st) {
-  char key[512];
-  bagua__agent_key(a, key, sizeof(key), "status");
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_STATUS, 0, NULL);
   char *v = bagua__agent_status_encode(st);
   int swapped = 0;
-  if (v)
-    bagua__etcd_cas(a->etcd, key, s->has_status ? s->status_mod_rev : 0, v, strlen(v), 0, &swapped,
-                    NULL, NULL);
+  if (v) bagua__etcd_cas(a->etcd, key, s->status_mod_rev, v, strlen(v), 0, &swapped, NULL, NULL);
   free(v);
   return swapped;
 }
@@ -32,21 +30,19 @@ static int write_status(bagua__agent_t *a, const bagua__agent_snap_t *s,
 static void clean_rounds(bagua__agent_t *a, const bagua__agent_snap_t *s, int64_t n) {
   for (size_t i = 0; i < s->nold_rounds; i++) {
     if (s->old_rounds[i] > n - 2) continue;
-    char key[512];
-    bagua__agent_key(a, key, sizeof(key), "rounds/%lld/", (long long)s->old_rounds[i]);
+    char key[BAGUA_RDZV_KEY_MAX];
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_ROUND_DIR, s->old_rounds[i], NULL);
     bagua__etcd_delete_prefix(a->etcd, key, NULL);
   }
 }
 
 static void publish(bagua__agent_t *a, const bagua__agent_snap_t *s,
                     const bagua__agent_round_t *r) {
-  char key[512];
-  bagua__agent_key(a, key, sizeof(key), "round");
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_ROUND, 0, NULL);
   char *v = bagua__agent_round_encode(r);
   int swapped = 0;
-  if (v)
-    bagua__etcd_cas(a->etcd, key, s->has_round ? s->round_mod_rev : 0, v, strlen(v), 0, &swapped,
-                    NULL, NULL);
+  if (v) bagua__etcd_cas(a->etcd, key, s->round_mod_rev, v, strlen(v), 0, &swapped, NULL, NULL);
   free(v);
   if (!swapped) return;
   char members[1024] = "";
@@ -67,8 +63,64 @@ static void publish(bagua__agent_t *a, const bagua__agent_snap_t *s,
   clean_rounds(a, s, r->round);
 }
 
+/*
+ * The keys the leader owns (round, status) must hold what the schema accepts: a refused
+ * value is never trusted, and left in place it would block every compare-and-swap the leader
+ * makes. They are rewritten from the leader's own state: the round from the last valid round
+ * this agent saw, the status as running (a terminal status ends every agent, so a leader that
+ * is still leading never saw one). A round the leader holds no copy of cannot be restored,
+ * and the job fails with that as its root cause. Returns 1 when it wrote (or had to give up):
+ * the next snapshot decides further.
+ */
+static int repair(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  char key[BAGUA_RDZV_KEY_MAX];
+  int swapped = 0;
+  if (s->round_bad || (!s->has_round && a->seen.round > 0)) {
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_ROUND, 0, NULL);
+    if (a->seen.round > 0) {
+      char *v = bagua__agent_round_encode(&a->seen);
+      if (v) bagua__etcd_cas(a->etcd, key, s->round_mod_rev, v, strlen(v), 0, &swapped, NULL, NULL);
+      free(v);
+      if (swapped)
+        bagua__agent_say("%s %s: restored round %lld from the leader's copy", key,
+                         s->round_bad ? "held a corrupt value" : "was deleted",
+                         (long long)a->seen.round);
+      return 1;
+    }
+    bagua__agent_status_t st;
+    memset(&st, 0, sizeof(st));
+    st.state = BAGUA__JOB_FAILED;
+    st.time_ms = bagua__wall_ms();
+    st.exit_code = BAGUA_AGENT_EXIT_RDZV;
+    snprintf(st.message, sizeof(st.message),
+             "etcd key %.160s holds a corrupt value (%.160s) and the leader (node %.64s) has no "
+             "copy of the round to restore it from",
+             key, s->round_why, a->cfg->node_id);
+    bagua__agent_say("%s", st.message);
+    write_status(a, s, &st);
+    return 1;
+  }
+  if (s->status_bad) {
+    bagua__agent_status_t st;
+    memset(&st, 0, sizeof(st));
+    st.state = BAGUA__JOB_RUNNING;
+    st.time_ms = bagua__wall_ms();
+    st.round = s->has_round ? s->round.round : 0;
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_STATUS, 0, NULL);
+    if (write_status(a, s, &st))
+      bagua__agent_say("%s held a corrupt value (%s): rewrote it as running (round %lld)", key,
+                       s->status_why, (long long)st.round);
+    return 1;
+  }
+  return 0;
+}
+
 void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
+  if (repair(a, s)) {
+    a->wake_at = bagua__now_ms() + 100;
+    return;
+  }
   bagua__leader_params_t p = {
       .nnodes_min = cfg->nnodes_min,
       .nnodes_max = cfg->nnodes_max,

@@ -38,15 +38,24 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__agent_s
   out->n = 0;
   out->v = calloc(s->nnodes ? s->nnodes : 1, sizeof(*out->v));
   if (!out->v) return -1;
+  /* The world is summed in 64 bits and kept within what workers can be told (RANK and
+   * WORLD_SIZE are bounded by BAGUA_RDZV_WORLD_MAX); a node that would pass it waits. */
+  int64_t world = 0;
   if (prev) {
     for (int i = 0; i < prev->nmembers && out->n < p->nnodes_max; i++) {
       const bagua__agent_node_t *node = bagua__agent_snap_node(s, prev->members[i].id);
-      if (node) out->v[out->n++] = node;
+      if (node && world + node->nproc <= BAGUA_RDZV_WORLD_MAX) {
+        out->v[out->n++] = node;
+        world += node->nproc;
+      }
     }
   }
   if (admit) {
     for (size_t i = 0; i < s->nnodes && out->n < p->nnodes_max; i++)
-      if (!in_round(prev, s->nodes[i].id)) out->v[out->n++] = &s->nodes[i];
+      if (!in_round(prev, s->nodes[i].id) && world + s->nodes[i].nproc <= BAGUA_RDZV_WORLD_MAX) {
+        out->v[out->n++] = &s->nodes[i];
+        world += s->nodes[i].nproc;
+      }
   }
   return 0;
 }
@@ -58,12 +67,14 @@ static int build_round(const bagua__leader_params_t *p, const pick_t *pk, int64_
   r->members = calloc((size_t)pk->n, sizeof(*r->members));
   if (!r->members) return -1;
   r->nmembers = pk->n;
+  int64_t world = 0; /* desired_members() kept it within BAGUA_RDZV_WORLD_MAX */
   for (int i = 0; i < pk->n; i++) {
     snprintf(r->members[i].id, sizeof(r->members[i].id), "%s", pk->v[i]->id);
     r->members[i].nproc = pk->v[i]->nproc;
     r->members[i].rev = pk->v[i]->create_rev;
-    r->world_size += pk->v[i]->nproc;
+    world += pk->v[i]->nproc;
   }
+  r->world_size = (int)world;
   r->round = number;
   snprintf(r->master_addr, sizeof(r->master_addr), "%s", pk->v[0]->addr);
   r->master_port = pk->v[0]->master_port;
@@ -108,6 +119,11 @@ static int decide_initial(const bagua__leader_params_t *p, bagua__leader_state_t
   }
   pick_t pk;
   if (desired_members(p, s, NULL, 1, &pk) != 0) return -1;
+  if (pk.n < p->nnodes_min) { /* the world bound left too few */
+    free(pk.v);
+    below_min(p, st, pk.n, now, d);
+    return 0;
+  }
   int64_t number = s->has_round ? s->round.round + 1 : 1;
   int rc = build_round(p, &pk, number, 0, "initial", wall, &d->round);
   free(pk.v);
@@ -215,6 +231,30 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
       goto out;
     }
     rc = build_round(p, &pk, number + 1, R->restart_count + 1, "failure", wall, &d->round);
+    if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
+    goto out;
+  }
+
+  /*
+   * An elastic worker asked for a new round: its communication in this round stalled (a peer
+   * made no progress for BAGUA_COMM_TIMEOUT_MS) or broke, and no membership change explains
+   * it. The round is retried with the members still registered (a stalled node is not
+   * dropped: its lease is the judge of whether it lives), after the settle window that also
+   * collects the other workers' requests; each worker, the stalled one once it resumes, moves
+   * to it. A stall that never ends is bounded by the workers' own timeouts (the bootstrap of
+   * the new round fails, the worker exits, and that is a worker failure).
+   */
+  if (s->nrebuild > 0 && !departed && !joiners && !any_succeeded) {
+    if (pk.n < p->nnodes_min) {
+      below_min(p, st, pk.n, now, d);
+      goto out;
+    }
+    if (!st->settle_at) st->settle_at = now + p->settle_ms;
+    if (now < st->settle_at) {
+      d->wake_at = st->settle_at;
+      goto out;
+    }
+    rc = build_round(p, &pk, number + 1, R->restart_count, "stall", wall, &d->round);
     if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
     goto out;
   }

@@ -80,8 +80,8 @@ static const char *wait_self_exit(bagua__agent_t *a, int64_t t0, char *buf, size
 int bagua__agent_leave(bagua__agent_t *a) {
   int sig = a->term_sig;
   const char *name = sigabbrev_np(sig);
-  bagua__agent_say("received SIG%s: leaving job %s (the other nodes carry on without this one)",
-                   name ? name : "?", a->cfg->job_id);
+  bagua__agent_say("received SIG%s: leaving job %s%s", name ? name : "?", a->cfg->job_id,
+                   a->cfg->nnodes_max > 1 ? " (the other nodes carry on without this one)" : "");
   int n = a->ws.nrunning;
   if (n == 0 || a->term_again || !bagua__agent_workers_elastic(a, NULL, 0)) {
     a->ws.stopping = 1;

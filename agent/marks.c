@@ -18,7 +18,9 @@ const char *bagua__marks_parent(void) {
 
 int bagua__marks_create(const char *node_id, char *dir, size_t len) {
   const char *tmp = bagua__marks_parent();
-  int n = snprintf(dir, len, "%s/bagua-agent.%s.XXXXXX", tmp, node_id);
+  /* The pid in the name lets whoever outlives this agent (bagua-launch, after reaping it)
+   * find and remove the directory of a dead agent (launcher/tmpdirs.c). */
+  int n = snprintf(dir, len, "%s/bagua-agent.%s.%d.XXXXXX", tmp, node_id, (int)getpid());
   if (n < 0 || (size_t)n >= len) {
     dir[0] = '\0';
     errno = ENAMETOOLONG;

@@ -20,12 +20,10 @@
 #include "common/sock.h"
 #include "common/time.h"
 
-void bagua__agent_key(const bagua__agent_t *a, char *buf, size_t len, const char *fmt, ...) {
-  int n = snprintf(buf, len, "%s", a->prefix);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf + n, len - (size_t)n, fmt, ap);
-  va_end(ap);
+void bagua__agent_key(const bagua__agent_t *a, char *buf, size_t len, bagua__rdzv_key_kind_t kind,
+                      int64_t round, const char *name) {
+  /* Ids are bounded by the command line's checks, so every key fits BAGUA_RDZV_KEY_MAX. */
+  bagua__rdzv_key(buf, len, a->cfg->job_id, kind, round, name, 0);
 }
 
 /*
@@ -84,8 +82,8 @@ static char *node_record(const bagua__agent_t *a) {
 
 int bagua__agent_register(bagua__agent_t *a) {
   const bagua__agent_config_t *cfg = a->cfg;
-  char key[512];
-  bagua__agent_key(a, key, sizeof(key), "nodes/%s", cfg->node_id);
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_NODE, 0, cfg->node_id);
   int64_t granted = 0;
   if (bagua__etcd_lease_grant(a->etcd, cfg->lease_ttl_s, &a->lease, &granted) != BAGUA_OK) {
     a->lease = 0;
@@ -156,8 +154,8 @@ void bagua__agent_refresh_record(bagua__agent_t *a) {
   int port = bagua__agent_pick_port();
   if (port <= 0 || a->lease == 0) return;
   a->master_port = port;
-  char key[512];
-  bagua__agent_key(a, key, sizeof(key), "nodes/%s", a->cfg->node_id);
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_NODE, 0, a->cfg->node_id);
   char *rec = node_record(a);
   /* A plain put keeps the key's create_revision, so the node keeps its registration order. */
   if (rec) bagua__etcd_put(a->etcd, key, rec, strlen(rec), a->lease, NULL, NULL);
@@ -224,8 +222,8 @@ int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t
     return BAGUA_AGENT_EXIT_USAGE;
   }
   /* The key vanished under a live lease: a concurrent stale-state reset removed it. */
-  char key[512];
-  bagua__agent_key(a, key, sizeof(key), "nodes/%s", a->cfg->node_id);
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_NODE, 0, a->cfg->node_id);
   char *rec = node_record(a);
   int created = 0;
   if (rec)
@@ -234,13 +232,48 @@ int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t
   return 0;
 }
 
+/*
+ * Whether the leader key is what a campaign writes: the id of a registered node, on that
+ * node's own lease. Anything else (a value someone wrote by hand, a key on no lease) names no
+ * agent that will ever form a round, and left alone it would hold the key for ever.
+ */
+static int leader_genuine(const bagua__agent_snap_t *s, char *why, size_t len) {
+  if (!s->leader_valid) {
+    snprintf(why, len, "it holds no valid node id");
+    return 0;
+  }
+  const bagua__agent_node_t *n = bagua__agent_snap_node(s, s->leader);
+  if (!n) {
+    snprintf(why, len, "it names \"%s\", which is not a registered node", s->leader);
+    return 0;
+  }
+  if (s->leader_lease == 0 || s->leader_lease != n->lease) {
+    snprintf(why, len, "it is not on node %s's lease (lease %lld, the node's %lld)", s->leader,
+             (long long)s->leader_lease, (long long)n->lease);
+    return 0;
+  }
+  return 1;
+}
+
 void bagua__agent_check_leadership(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   int was = a->is_leader;
-  a->is_leader = s->has_leader && a->lease != 0 && strcmp(s->leader, a->cfg->node_id) == 0 &&
-                 s->leader_lease == a->lease;
-  if (!s->has_leader && a->lease != 0 && bagua__agent_snap_node(s, a->cfg->node_id)) {
-    char key[512];
-    bagua__agent_key(a, key, sizeof(key), "leader");
+  a->is_leader = s->has_leader && s->leader_valid && a->lease != 0 &&
+                 strcmp(s->leader, a->cfg->node_id) == 0 && s->leader_lease == a->lease;
+  int vacant = !s->has_leader;
+  char why[256];
+  if (s->has_leader && a->lease != 0 && !leader_genuine(s, why, sizeof(why))) {
+    /* Deleted only if unchanged since the snapshot: a genuine campaign that won meanwhile is
+     * never removed. Every agent may try; one succeeds, and all then campaign. */
+    char key[BAGUA_RDZV_KEY_MAX];
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_LEADER, 0, NULL);
+    int deleted = 0;
+    if (bagua__etcd_cad(a->etcd, key, s->leader_mod_rev, &deleted) == BAGUA_OK && deleted)
+      bagua__agent_say("removed a corrupt leader key %s (%s); electing a leader again", key, why);
+    vacant = 1;
+  }
+  if (vacant && a->lease != 0 && bagua__agent_snap_node(s, a->cfg->node_id)) {
+    char key[BAGUA_RDZV_KEY_MAX];
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_LEADER, 0, NULL);
     int created = 0;
     const char *id = a->cfg->node_id;
     if (bagua__etcd_create_if_absent(a->etcd, key, id, strlen(id), a->lease, &created, NULL,

@@ -1,10 +1,12 @@
 /*
- * The agent's etcd records (docs/agent.md, "etcd schema"): their C form, their JSON encoding,
- * and the snapshot of a job's whole key space that the agent's loop decides from.
+ * The agent's view of the rendezvous schema: the records of common/rdzv/rdzv.h under the
+ * agent's names, how a failure reads, and the snapshot of a job's whole key space that the
+ * agent's loop decides from.
  *
- * Every key lives under /bagua/<job_id>/. Encoders return a malloc'ed NUL-terminated JSON
- * string (NULL when out of memory); decoders return 0, or -1 for a value that is not the JSON
- * the agent writes (a foreign or corrupt value, which the caller skips with a warning).
+ * Every key lives under /bagua/<job_id>/ (docs/agent.md, "etcd schema"). The snapshot takes
+ * only what the schema accepts: a refused value is reported (key and field) and left out, and
+ * the snapshot says which of the keys the leader owns (leader, round, status) held a refused
+ * value, so that the leader can rewrite them.
  */
 #ifndef BAGUA_AGENT_SCHEMA_H
 #define BAGUA_AGENT_SCHEMA_H
@@ -14,122 +16,68 @@
 
 #include "agent.h"
 #include "common/etcd/etcd.h"
+#include "common/rdzv/rdzv.h"
 
-/* nodes/<node_id>: one per live agent, on the agent's lease. */
-typedef struct {
-  char id[BAGUA_AGENT_ID_MAX];
-  char host[256];
-  char addr[256];
-  char tag[128];
-  char version[32];
-  int nproc;
-  int pid;
-  int master_port;
-  /* The agent's liveness port (agent/liveness.h); 0 when the record has none (an older agent,
-   * or one that could not listen), and then nobody watches the node but its lease. */
-  int live_port;
-  int64_t join_ms;
-  /* From etcd, not the JSON: registration order and the owning lease. */
-  int64_t create_rev;
-  int64_t lease;
-} bagua__agent_node_t;
+/* The records are common/rdzv's; the agent keeps its historical names for them. */
+typedef bagua__rdzv_node_t bagua__agent_node_t;
+typedef bagua__rdzv_member_t bagua__agent_member_t;
+typedef bagua__rdzv_round_t bagua__agent_round_t;
+typedef bagua__rdzv_failure_t bagua__agent_failure_t;
+typedef bagua__rdzv_done_t bagua__agent_done_t;
+typedef bagua__rdzv_status_t bagua__agent_status_t;
+typedef bagua__rdzv_jobcfg_t bagua__agent_jobcfg_t;
 
-/* One member of a round. */
-typedef struct {
-  char id[BAGUA_AGENT_ID_MAX];
-  int nproc;
-  int64_t rev; /* create_revision of the member's node key when the round was formed */
-} bagua__agent_member_t;
+/* The codec without the reason of a refusal (unit tests, fuzz targets); the agent's own reads
+ * go through the snapshot, which reports refusals with the key and the field. */
+static inline char *bagua__agent_node_encode(const bagua__agent_node_t *n) {
+  return bagua__rdzv_node_encode(n);
+}
+static inline int bagua__agent_node_decode(const char *json, bagua__agent_node_t *n) {
+  return bagua__rdzv_node_decode(json, n, NULL, 0);
+}
+static inline char *bagua__agent_round_encode(const bagua__agent_round_t *r) {
+  return bagua__rdzv_round_encode(r);
+}
+static inline int bagua__agent_round_decode(const char *json, bagua__agent_round_t *r) {
+  return bagua__rdzv_round_decode(json, r, NULL, 0);
+}
+static inline void bagua__agent_round_clear(bagua__agent_round_t *r) {
+  bagua__rdzv_round_clear(r);
+}
+static inline int bagua__agent_round_copy(bagua__agent_round_t *dst,
+                                          const bagua__agent_round_t *src) {
+  return bagua__rdzv_round_copy(dst, src);
+}
+static inline int bagua__agent_round_find(const bagua__agent_round_t *r, const char *node) {
+  return bagua__rdzv_round_find(r, node);
+}
+static inline char *bagua__agent_done_encode(const bagua__agent_done_t *d) {
+  return bagua__rdzv_done_encode(d);
+}
+static inline int bagua__agent_done_decode(const char *json, bagua__agent_done_t *d) {
+  return bagua__rdzv_done_decode(json, d, NULL, 0);
+}
+static inline char *bagua__agent_status_encode(const bagua__agent_status_t *s) {
+  return bagua__rdzv_status_encode(s);
+}
+static inline int bagua__agent_status_decode(const char *json, bagua__agent_status_t *s) {
+  return bagua__rdzv_status_decode(json, s, NULL, 0);
+}
+static inline const char *bagua__agent_job_state_name(bagua__job_state_t st) {
+  return bagua__rdzv_job_state_name(st);
+}
+static inline char *bagua__agent_jobcfg_encode(const bagua__agent_jobcfg_t *c) {
+  return bagua__rdzv_jobcfg_encode(c);
+}
+static inline int bagua__agent_jobcfg_decode(const char *json, bagua__agent_jobcfg_t *c) {
+  return bagua__rdzv_jobcfg_decode(json, c, NULL, 0);
+}
 
-/* round: the current rendezvous round, written only by the leader. */
-typedef struct {
-  int64_t round; /* 1, 2, ...; 0 means none */
-  bagua__agent_member_t *members;
-  int nmembers;
-  int world_size;
-  char master_addr[256];
-  int master_port;
-  int restart_count;
-  char reason[16]; /* "initial", "membership" or "failure" */
-  char leader[BAGUA_AGENT_ID_MAX];
-  int64_t time_ms;
-} bagua__agent_round_t;
-
-/* The state one member reports for its workers in rounds/<N>/done/<node>. */
-typedef enum {
-  BAGUA__DONE_SUCCEEDED = 0, /* every local worker exited 0 */
-  BAGUA__DONE_FAILED = 1,    /* a local worker failed: the fields below describe the first */
-  BAGUA__DONE_STOPPED = 2    /* stopped because another node's worker failed */
-} bagua__done_state_t;
-
-/* A worker failure, as reported in done records and the job status's root cause. */
-typedef struct {
-  char node[BAGUA_AGENT_ID_MAX];
-  char host[256];
-  int64_t time_ms; /* wall clock when the agent reaped it */
-  int64_t round;
-  int rank, local_rank, pid;
-  int exit_code; /* valid when signal == 0 */
-  int signal;    /* terminating signal, 0 for a normal exit */
-} bagua__agent_failure_t;
-
-typedef struct {
-  bagua__done_state_t state;
-  bagua__agent_failure_t f; /* FAILED only (node is always set) */
-  /* The node's workers were started in an earlier round and kept through this one's
-   * membership change (in-process elasticity): JSON "kept": true. */
-  int kept;
-} bagua__agent_done_t;
-
-typedef enum {
-  BAGUA__JOB_RUNNING = 0,
-  BAGUA__JOB_SUCCEEDED,
-  BAGUA__JOB_FAILED,
-  BAGUA__JOB_CLOSED
-} bagua__job_state_t;
-
-/* status: the job's state; terminal states are written once and never changed. */
-typedef struct {
-  bagua__job_state_t state;
-  int64_t time_ms;
-  int64_t round;
-  int exit_code;     /* what every agent exits with once the state is terminal */
-  int has_root;      /* FAILED because of a worker: root cause below */
-  char message[512]; /* human-readable reason (rendezvous failures, closing) */
-  bagua__agent_failure_t root;
-} bagua__agent_status_t;
-
-/* config: the job-wide settings the first agent fixed; later agents must agree. */
-typedef struct {
-  int nnodes_min, nnodes_max, max_restarts;
-  char node[BAGUA_AGENT_ID_MAX]; /* who wrote it */
-} bagua__agent_jobcfg_t;
-
-char *bagua__agent_node_encode(const bagua__agent_node_t *n);
-int bagua__agent_node_decode(const char *json, bagua__agent_node_t *n);
-
-char *bagua__agent_round_encode(const bagua__agent_round_t *r);
-int bagua__agent_round_decode(const char *json, bagua__agent_round_t *r);
-void bagua__agent_round_clear(bagua__agent_round_t *r);
-/* Deep copy; returns 0 or -1 (out of memory, dst left cleared). */
-int bagua__agent_round_copy(bagua__agent_round_t *dst, const bagua__agent_round_t *src);
-/* Index of `node` in the round's members, or -1. */
-int bagua__agent_round_find(const bagua__agent_round_t *r, const char *node);
-
-char *bagua__agent_done_encode(const bagua__agent_done_t *d);
-int bagua__agent_done_decode(const char *json, bagua__agent_done_t *d);
-
-char *bagua__agent_status_encode(const bagua__agent_status_t *s);
-int bagua__agent_status_decode(const char *json, bagua__agent_status_t *s);
-const char *bagua__agent_job_state_name(bagua__job_state_t st);
 /* One line describing a failure, e.g. "rank 3 (node n2, host h, local rank 1, pid 77) exited
  * with code 7" or "... was killed by signal 9 (Killed)". */
 void bagua__agent_failure_describe(const bagua__agent_failure_t *f, char *out, size_t len);
 /* The exit status an agent reports for a failure: its code, or 128 + signal. */
 int bagua__agent_failure_exit_code(const bagua__agent_failure_t *f);
-
-char *bagua__agent_jobcfg_encode(const bagua__agent_jobcfg_t *c);
-int bagua__agent_jobcfg_decode(const char *json, bagua__agent_jobcfg_t *c);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Snapshot of /bagua/<job>/ read at one revision                                            */
@@ -145,20 +93,38 @@ typedef struct {
   bagua__agent_node_t *nodes; /* live registrations, oldest (lowest create_rev) first */
   size_t nnodes;
 
-  int has_leader;
+  /* The leader key exists (has_leader) and names a valid id (leader_valid; whether that
+   * node holds it on its own lease is for register.c to judge). */
+  int has_leader, leader_valid;
   char leader[BAGUA_AGENT_ID_MAX];
   int64_t leader_lease;
+  int64_t leader_mod_rev;
 
-  int has_round;
+  /* has_X: the key holds a valid record; X_bad: it exists but was refused (X_why says why).
+   * X_mod_rev is the key's mod_revision either way (0: absent), for compare-and-swaps. */
+  int has_round, round_bad;
   bagua__agent_round_t round;
   int64_t round_mod_rev;
+  char round_why[160];
 
-  int has_status;
+  int has_status, status_bad;
   bagua__agent_status_t status;
   int64_t status_mod_rev;
+  char status_why[160];
 
   int has_jobcfg;
   bagua__agent_jobcfg_t jobcfg;
+
+  /* secret: the job's secret (hex, NUL-terminated) when has_secret; secret_mod_rev is the
+   * key's mod_revision, valid value or not (0: absent). */
+  int has_secret;
+  int64_t secret_mod_rev;
+  char secret[BAGUA_RDZV_SECRET_HEX + 1];
+
+  /* rounds/<round.round>/rebuild/<rank>: elastic workers of the current round that asked for
+   * a new one (their communication stalled or broke); the first such request is kept. */
+  int nrebuild;
+  bagua__rdzv_rebuild_t rebuild;
 
   /* rounds/<round.round>/done/<node> records of the current round. */
   bagua__agent_done_entry_t *done;

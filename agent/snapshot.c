@@ -38,16 +38,6 @@ static int cmp_node(const void *a, const void *b) {
   return (x->create_rev > y->create_rev) - (x->create_rev < y->create_rev);
 }
 
-/* Parses "<digits>/" at `p`; returns the number and sets *rest past the slash, or -1. */
-static int64_t parse_round_dir(const char *p, const char **rest) {
-  int64_t v = 0;
-  const char *q = p;
-  while (*q >= '0' && *q <= '9' && v < ((int64_t)1 << 50)) v = v * 10 + (*q++ - '0');
-  if (q == p || *q != '/') return -1;
-  *rest = q + 1;
-  return v;
-}
-
 static void note_round(bagua__agent_snap_t *s, int64_t n, size_t *cap) {
   for (size_t i = 0; i < s->nold_rounds; i++)
     if (s->old_rounds[i] == n) return;
@@ -61,70 +51,130 @@ static void note_round(bagua__agent_snap_t *s, int64_t n, size_t *cap) {
   s->old_rounds[s->nold_rounds++] = n;
 }
 
+/* A node record: valid JSON of the schema, and on a lease. A record on no lease is not an
+ * agent's (every agent registers on its lease, so its record vanishes with it): admitting it
+ * would make a round wait for workers that never come. */
+static void parse_node(bagua__agent_snap_t *s, const bagua__etcd_kv_t *kv, const char *id) {
+  bagua__agent_node_t *node = &s->nodes[s->nnodes];
+  char why[160];
+  memset(node, 0, sizeof(*node));
+  if (strlen(id) >= sizeof(node->id) || !bagua__rdzv_id_valid(id)) {
+    bagua__rdzv_reject(kv->key, kv->mod_revision, "a node record", "the key's node id is invalid");
+    return;
+  }
+  snprintf(node->id, sizeof(node->id), "%s", id);
+  if (bagua__rdzv_node_decode(kv->value, node, why, sizeof(why)) != 0) {
+    bagua__rdzv_reject(kv->key, kv->mod_revision, "a node record", why);
+    return;
+  }
+  if (kv->lease == 0) {
+    bagua__rdzv_reject(kv->key, kv->mod_revision, "a node record",
+                       "it is on no lease (no agent holds it)");
+    return;
+  }
+  node->create_rev = kv->create_revision;
+  node->lease = kv->lease;
+  s->nnodes++;
+}
+
 int bagua__agent_snap_parse(const char *prefix, const bagua__etcd_kv_t *kvs, size_t n,
                             bagua__agent_snap_t *s) {
-  size_t plen = strlen(prefix), cap_rounds = 0;
+  size_t cap_rounds = 0;
+  char why[160];
   s->nodes = calloc(n ? n : 1, sizeof(*s->nodes));
   s->done = calloc(n ? n : 1, sizeof(*s->done));
   if (!s->nodes || !s->done) return -1;
 
   /* The round is needed before its done records can be told apart from older ones. */
   for (size_t i = 0; i < n; i++) {
-    const char *k = kvs[i].key;
-    if (strncmp(k, prefix, plen) != 0 || strcmp(k + plen, "round") != 0) continue;
-    if (bagua__agent_round_decode(kvs[i].value, &s->round) == 0) {
+    bagua__rdzv_key_info_t ki;
+    if (bagua__rdzv_key_parse(prefix, kvs[i].key, &ki) != 0 || ki.kind != BAGUA__RDZV_KEY_ROUND)
+      continue;
+    s->round_mod_rev = kvs[i].mod_revision;
+    if (bagua__rdzv_round_decode(kvs[i].value, &s->round, s->round_why, sizeof(s->round_why)) ==
+        0) {
       s->has_round = 1;
-      s->round_mod_rev = kvs[i].mod_revision;
     } else {
-      BAGUA_WARN("agent: ignoring %s: not a round record: \"%.120s\"", k, kvs[i].value);
+      s->round_bad = 1;
+      bagua__rdzv_reject(kvs[i].key, kvs[i].mod_revision, "a round record", s->round_why);
     }
   }
 
   for (size_t i = 0; i < n; i++) {
     const bagua__etcd_kv_t *kv = &kvs[i];
-    if (strncmp(kv->key, prefix, plen) != 0) continue;
-    const char *k = kv->key + plen;
-    if (strncmp(k, "nodes/", 6) == 0) {
-      bagua__agent_node_t *node = &s->nodes[s->nnodes];
-      memset(node, 0, sizeof(*node));
-      snprintf(node->id, sizeof(node->id), "%s", k + 6);
-      if (!node->id[0] || strchr(node->id, '/') || bagua__agent_node_decode(kv->value, node) != 0) {
-        BAGUA_WARN("agent: ignoring %s: not a node record: \"%.120s\"", kv->key, kv->value);
-        continue;
-      }
-      node->create_rev = kv->create_revision;
-      node->lease = kv->lease;
-      s->nnodes++;
-    } else if (strcmp(k, "leader") == 0) {
-      s->has_leader = 1;
-      snprintf(s->leader, sizeof(s->leader), "%s", kv->value);
-      s->leader_lease = kv->lease;
-    } else if (strcmp(k, "status") == 0) {
-      if (bagua__agent_status_decode(kv->value, &s->status) == 0) {
-        s->has_status = 1;
+    bagua__rdzv_key_info_t ki;
+    if (bagua__rdzv_key_parse(prefix, kv->key, &ki) != 0) continue;
+    switch (ki.kind) {
+      case BAGUA__RDZV_KEY_NODE:
+        parse_node(s, kv, ki.name);
+        break;
+      case BAGUA__RDZV_KEY_LEADER:
+        s->has_leader = 1;
+        s->leader_lease = kv->lease;
+        s->leader_mod_rev = kv->mod_revision;
+        s->leader_valid = bagua__rdzv_leader_decode(kv->value, s->leader, sizeof(s->leader), why,
+                                                    sizeof(why)) == 0;
+        if (!s->leader_valid) bagua__rdzv_reject(kv->key, kv->mod_revision, "a leader record", why);
+        break;
+      case BAGUA__RDZV_KEY_STATUS:
         s->status_mod_rev = kv->mod_revision;
-      } else {
-        BAGUA_WARN("agent: ignoring %s: not a status record: \"%.120s\"", kv->key, kv->value);
+        if (bagua__rdzv_status_decode(kv->value, &s->status, s->status_why,
+                                      sizeof(s->status_why)) == 0) {
+          s->has_status = 1;
+        } else {
+          s->status_bad = 1;
+          bagua__rdzv_reject(kv->key, kv->mod_revision, "a status record", s->status_why);
+        }
+        break;
+      case BAGUA__RDZV_KEY_CONFIG:
+        if (bagua__rdzv_jobcfg_decode(kv->value, &s->jobcfg, why, sizeof(why)) == 0)
+          s->has_jobcfg = 1;
+        else
+          bagua__rdzv_reject(kv->key, kv->mod_revision, "a config record", why);
+        break;
+      case BAGUA__RDZV_KEY_SECRET:
+        s->secret_mod_rev = kv->mod_revision;
+        if (bagua__rdzv_secret_decode(kv->value, kv->value_len, s->secret, why, sizeof(why)) == 0)
+          s->has_secret = 1;
+        else
+          bagua__rdzv_reject(kv->key, kv->mod_revision, "a secret record", why);
+        break;
+      case BAGUA__RDZV_KEY_ROUND_DIR:
+      case BAGUA__RDZV_KEY_BOOTSTRAP_DIR:
+      case BAGUA__RDZV_KEY_BOOTSTRAP:
+        note_round(s, ki.round, &cap_rounds);
+        break;
+      case BAGUA__RDZV_KEY_REBUILD: {
+        note_round(s, ki.round, &cap_rounds);
+        if (!s->has_round || ki.round != s->round.round) break;
+        bagua__rdzv_rebuild_t rb;
+        if (bagua__rdzv_rebuild_decode(kv->value, &rb, why, sizeof(why)) != 0) {
+          bagua__rdzv_reject(kv->key, kv->mod_revision, "a rebuild request", why);
+          break;
+        }
+        if (s->nrebuild++ == 0) s->rebuild = rb;
+        break;
       }
-    } else if (strcmp(k, "config") == 0) {
-      if (bagua__agent_jobcfg_decode(kv->value, &s->jobcfg) == 0)
-        s->has_jobcfg = 1;
-      else
-        BAGUA_WARN("agent: ignoring %s: not a config record: \"%.120s\"", kv->key, kv->value);
-    } else if (strncmp(k, "rounds/", 7) == 0) {
-      const char *rest = NULL;
-      int64_t r = parse_round_dir(k + 7, &rest);
-      if (r < 0) continue;
-      note_round(s, r, &cap_rounds);
-      if (!s->has_round || r != s->round.round || strncmp(rest, "done/", 5) != 0) continue;
-      bagua__agent_done_entry_t *e = &s->done[s->ndone];
-      snprintf(e->node, sizeof(e->node), "%s", rest + 5);
-      if (bagua__agent_done_decode(kv->value, &e->done) != 0) {
-        BAGUA_WARN("agent: ignoring %s: not a done record: \"%.120s\"", kv->key, kv->value);
-        continue;
+      case BAGUA__RDZV_KEY_DONE: {
+        note_round(s, ki.round, &cap_rounds);
+        if (!s->has_round || ki.round != s->round.round) break;
+        bagua__agent_done_entry_t *e = &s->done[s->ndone];
+        if (strlen(ki.name) >= sizeof(e->node) || !bagua__rdzv_id_valid(ki.name)) {
+          bagua__rdzv_reject(kv->key, kv->mod_revision, "a done record",
+                             "the key's node id is invalid");
+          break;
+        }
+        snprintf(e->node, sizeof(e->node), "%s", ki.name);
+        if (bagua__rdzv_done_decode(kv->value, &e->done, why, sizeof(why)) != 0) {
+          bagua__rdzv_reject(kv->key, kv->mod_revision, "a done record", why);
+          break;
+        }
+        snprintf(e->done.f.node, sizeof(e->done.f.node), "%s", e->node);
+        s->ndone++;
+        break;
       }
-      snprintf(e->done.f.node, sizeof(e->done.f.node), "%s", e->node);
-      s->ndone++;
+      default:
+        break;
     }
   }
   qsort(s->nodes, s->nnodes, sizeof(*s->nodes), cmp_node);

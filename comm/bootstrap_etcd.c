@@ -13,6 +13,7 @@
 #include "common/check.h"
 #include "common/etcd/etcd.h"
 #include "common/log.h"
+#include "common/rdzv/rdzv.h"
 #include "common/sock.h"
 
 bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
@@ -22,7 +23,7 @@ bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
   bagua__etcd_kv_t *kvs = NULL;
   size_t nkv = 0;
   bagua_status_t st = BAGUA_OK;
-  char prefix[512], key[600];
+  char job_prefix[BAGUA_RDZV_KEY_MAX], prefix[BAGUA_RDZV_KEY_MAX], key[BAGUA_RDZV_KEY_MAX];
   int *seen = calloc((size_t)ctx->size, sizeof(int));
   if (!seen) return BAGUA_ERR_NO_MEMORY;
   /* bagua__route_addr() has said what was wrong with the endpoint; this names the remedy. */
@@ -34,9 +35,16 @@ bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
     st = BAGUA_ERR_INVALID_ARG;
     goto out;
   }
-  snprintf(prefix, sizeof(prefix), "/bagua/%s/rounds/%lld/bootstrap/", cfg->job_id,
-           (long long)cfg->round);
-  snprintf(key, sizeof(key), "%s%d", prefix, ctx->rank);
+  if (bagua__rdzv_key(job_prefix, sizeof(job_prefix), cfg->job_id, BAGUA__RDZV_KEY_PREFIX, 0, NULL,
+                      0) != 0 ||
+      bagua__rdzv_key(prefix, sizeof(prefix), cfg->job_id, BAGUA__RDZV_KEY_BOOTSTRAP_DIR,
+                      cfg->round, NULL, 0) != 0 ||
+      bagua__rdzv_key(key, sizeof(key), cfg->job_id, BAGUA__RDZV_KEY_BOOTSTRAP, cfg->round, NULL,
+                      ctx->rank) != 0) {
+    BAGUA_WARN("etcd bootstrap: job id \"%.64s...\" is too long for an etcd key", cfg->job_id);
+    st = BAGUA_ERR_INVALID_ARG;
+    goto out;
+  }
   BAGUA_CHECK_GOTO(bagua__etcd_create(cfg->endpoint, cfg->etcd_timeout_ms, &etcd), st, out);
   BAGUA_CHECK_GOTO(bagua__etcd_put(etcd, key, mine, sizeof(*mine), 0, NULL, NULL), st, out);
   int have = 0, delay_ms = 2;
@@ -47,10 +55,13 @@ bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
     }
     BAGUA_CHECK_GOTO(bagua__etcd_range_prefix(etcd, prefix, &kvs, &nkv, NULL), st, out);
     for (size_t i = 0; i < nkv; i++) {
-      const char *tail = kvs[i].key + strlen(prefix);
-      char *end;
-      long r = strtol(tail, &end, 10);
-      if (end == tail || *end || r < 0 || r >= ctx->size) continue; /* not a rank key */
+      /* The schema classifies the key: only rounds/<N>/bootstrap/<rank> of this round, with a
+       * rank of this world, is an endpoint record. */
+      bagua__rdzv_key_info_t ki;
+      if (bagua__rdzv_key_parse(job_prefix, kvs[i].key, &ki) != 0 ||
+          ki.kind != BAGUA__RDZV_KEY_BOOTSTRAP || ki.round != cfg->round || ki.index >= ctx->size)
+        continue;
+      int64_t r = ki.index;
       if (kvs[i].value_len != sizeof(bagua__endpoint_t)) {
         BAGUA_WARN(
             "etcd bootstrap: key %s holds %zu bytes, expected an endpoint record of %zu "

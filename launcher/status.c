@@ -1,87 +1,68 @@
 /*
- * Reading the job status and the round from etcd. The agents write these keys; the parsing
- * is lenient about number encodings (JSON numbers or numeric strings) and ignores fields it
- * does not know, so the launcher keeps working as the agent's records grow.
+ * Reading the job status and the round from etcd. The records, their keys and their
+ * validation are common/rdzv's (the one schema the agents write with): a value the schema
+ * refuses is reported with its key and field and counts as absent, never half-trusted.
  */
 #include "status.h"
 
-#include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* An integer field given as a number or a numeric string; `def` when absent or malformed. */
-static int64_t get_int(const cJSON *obj, const char *name, int64_t def) {
-  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
-  if (cJSON_IsNumber(it)) return (int64_t)it->valuedouble;
-  if (cJSON_IsString(it) && it->valuestring[0]) {
-    char *end = NULL;
-    long long v = strtoll(it->valuestring, &end, 10);
-    if (*end == '\0') return v;
-  }
-  return def;
-}
+#include "common/rdzv/rdzv.h"
 
-static void get_str(const cJSON *obj, const char *name, char *out, size_t len) {
-  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
-  if (cJSON_IsString(it))
-    snprintf(out, len, "%s", it->valuestring);
-  else if (cJSON_IsNumber(it))
-    snprintf(out, len, "%lld", (long long)it->valuedouble);
+/* The value as a NUL-terminated copy (etcd values may be any bytes); NULL when out of memory. */
+static char *terminated(const char *json, size_t len) {
+  char *v = malloc(len + 1);
+  if (v) {
+    memcpy(v, json, len);
+    v[len] = '\0';
+  }
+  return v;
 }
 
 int bagua__launch_parse_status(const char *json, size_t len, bagua__launch_status_t *out) {
   memset(out, 0, sizeof(*out));
-  out->rank = out->round = out->exit_code = -1;
-  cJSON *root = cJSON_ParseWithLength(json, len);
-  int rc = -1;
-  if (!cJSON_IsObject(root)) goto out;
-  const cJSON *state = cJSON_GetObjectItemCaseSensitive(root, "state");
-  if (!cJSON_IsString(state)) goto out;
+  out->rank = out->round = out->exit_code = out->job_exit_code = -1;
+  char *v = terminated(json, len);
+  bagua__rdzv_status_t st;
+  int rc = v && memchr(json, '\0', len) == NULL ? bagua__rdzv_status_decode(v, &st, NULL, 0) : -1;
+  free(v);
+  if (rc != 0) return -1;
   out->found = 1;
-  snprintf(out->state, sizeof(out->state), "%s", state->valuestring);
-  out->job_exit_code = get_int(root, "exit_code", -1);
-  get_str(root, "message", out->message, sizeof(out->message));
-  const cJSON *rcz = cJSON_GetObjectItemCaseSensitive(root, "root_cause");
-  if (cJSON_IsObject(rcz)) {
+  snprintf(out->state, sizeof(out->state), "%s", bagua__rdzv_job_state_name(st.state));
+  out->job_exit_code = st.exit_code;
+  snprintf(out->message, sizeof(out->message), "%.255s", st.message);
+  if (st.has_root) {
     out->has_root_cause = 1;
-    out->time_ms = get_int(rcz, "time_ms", 0);
-    get_str(rcz, "node", out->node, sizeof(out->node));
-    get_str(rcz, "host", out->host, sizeof(out->host));
-    out->rank = get_int(rcz, "rank", -1);
-    out->round = get_int(rcz, "round", -1);
-    out->signal = get_int(rcz, "signal", 0);
-    out->exit_code = get_int(rcz, "exit_code", out->signal > 0 ? -1 : 1);
+    out->time_ms = st.root.time_ms;
+    snprintf(out->node, sizeof(out->node), "%.95s", st.root.node);
+    snprintf(out->host, sizeof(out->host), "%s", st.root.host);
+    out->rank = st.root.rank;
+    out->round = st.root.round;
+    out->signal = st.root.signal;
+    out->exit_code = st.root.signal > 0 ? -1 : st.root.exit_code;
   }
-  rc = 0;
-out:
-  cJSON_Delete(root);
-  return rc;
+  return 0;
 }
 
 int bagua__launch_parse_round(const char *json, size_t len, bagua__launch_round_t *out) {
   memset(out, 0, sizeof(*out));
   out->round = out->world_size = -1;
-  cJSON *root = cJSON_ParseWithLength(json, len);
-  int rc = -1;
-  if (!cJSON_IsObject(root)) goto out;
+  char *v = terminated(json, len);
+  bagua__rdzv_round_t r;
+  int rc = v && memchr(json, '\0', len) == NULL ? bagua__rdzv_round_decode(v, &r, NULL, 0) : -1;
+  free(v);
+  if (rc != 0) return -1;
   out->found = 1;
-  out->round = get_int(root, "round", -1);
-  out->world_size = get_int(root, "world_size", -1);
-  const cJSON *members = cJSON_GetObjectItemCaseSensitive(root, "members");
-  const cJSON *m;
+  out->round = r.round;
+  out->world_size = r.world_size;
+  out->nmembers = r.nmembers;
   size_t o = 0;
-  cJSON_ArrayForEach(m, members) {
-    char name[96] = "?";
-    if (cJSON_IsString(m))
-      snprintf(name, sizeof(name), "%s", m->valuestring);
-    else if (cJSON_IsObject(m)) {
-      get_str(m, "node_id", name, sizeof(name));
-      get_str(m, "node", name, sizeof(name));
-    }
-    out->nmembers++;
+  for (int i = 0; i < r.nmembers; i++) {
+    const char *name = r.members[i].id;
     if (o + strlen(name) + 8 < sizeof(out->members)) {
       int n = snprintf(out->members + o, sizeof(out->members) - o, "%s%s", o ? ", " : "", name);
       if (n > 0) o += (size_t)n;
@@ -90,16 +71,16 @@ int bagua__launch_parse_round(const char *json, size_t len, bagua__launch_round_
       o += 3;
     }
   }
-  rc = 0;
-out:
-  cJSON_Delete(root);
-  return rc;
+  bagua__rdzv_round_clear(&r);
+  return 0;
 }
 
-static bagua_status_t read_key(bagua__etcd_t *c, const char *job, const char *leaf,
+/* Reads `kind`'s key of `job`; a value the schema refuses is reported once per revision. */
+static bagua_status_t read_key(bagua__etcd_t *c, const char *job, bagua__rdzv_key_kind_t kind,
                                bagua__etcd_kv_t *kv, int *found) {
-  char key[256];
-  snprintf(key, sizeof(key), "/bagua/%s/%s", job, leaf);
+  char key[BAGUA_RDZV_KEY_MAX];
+  *found = 0;
+  if (bagua__rdzv_key(key, sizeof(key), job, kind, 0, NULL, 0) != 0) return BAGUA_ERR_INVALID_ARG;
   return bagua__etcd_get(c, key, kv, found, NULL);
 }
 
@@ -108,9 +89,14 @@ bagua_status_t bagua__launch_read_status(bagua__etcd_t *c, const char *job,
   bagua__etcd_kv_t kv = {0};
   int found = 0;
   memset(out, 0, sizeof(*out));
-  bagua_status_t st = read_key(c, job, "status", &kv, &found);
+  bagua_status_t st = read_key(c, job, BAGUA__RDZV_KEY_STATUS, &kv, &found);
   if (st == BAGUA_OK && found) {
-    bagua__launch_parse_status(kv.value, kv.value_len, out);
+    if (bagua__launch_parse_status(kv.value, kv.value_len, out) != 0) {
+      char why[160] = "";
+      bagua__rdzv_status_t tmp;
+      bagua__rdzv_status_decode(kv.value, &tmp, why, sizeof(why));
+      bagua__rdzv_reject(kv.key, kv.mod_revision, "a status record", why);
+    }
     out->mod_revision = kv.mod_revision;
   }
   bagua__etcd_kv_clear(&kv);
@@ -122,8 +108,14 @@ bagua_status_t bagua__launch_read_round(bagua__etcd_t *c, const char *job,
   bagua__etcd_kv_t kv = {0};
   int found = 0;
   memset(out, 0, sizeof(*out));
-  bagua_status_t st = read_key(c, job, "round", &kv, &found);
-  if (st == BAGUA_OK && found) bagua__launch_parse_round(kv.value, kv.value_len, out);
+  bagua_status_t st = read_key(c, job, BAGUA__RDZV_KEY_ROUND, &kv, &found);
+  if (st == BAGUA_OK && found && bagua__launch_parse_round(kv.value, kv.value_len, out) != 0) {
+    char why[160] = "";
+    bagua__rdzv_round_t tmp;
+    if (bagua__rdzv_round_decode(kv.value, &tmp, why, sizeof(why)) == 0)
+      bagua__rdzv_round_clear(&tmp);
+    bagua__rdzv_reject(kv.key, kv.mod_revision, "a round record", why);
+  }
   bagua__etcd_kv_clear(&kv);
   return st;
 }

@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"
+#include "common/rdzv/rdzv.h"
 #include "common/time.h"
 #include "elastic_internal.h"
 
@@ -66,13 +67,19 @@ static bagua_status_t resolve_config(const bagua_elastic_config_t *cfg, bagua_el
                   : bagua__param_int(BAGUA_P_LOCAL_RANK) >= 0
                       ? (int)bagua__param_int(BAGUA_P_LOCAL_RANK)
                       : 0;
-  e->round_wait_ms = cfg->round_wait_ms > 0
-                         ? cfg->round_wait_ms
-                         : (int)(bagua__param_int(BAGUA_P_RDZV_TIMEOUT_S) * 1000);
+  /* The agent passes its --rdzv-timeout as BAGUA_RDZV_TIMEOUT_MS: no worker waits longer
+   * for a round than the job's rendezvous timeout. */
+  int64_t wait_ms = bagua__param_int(BAGUA_P_RDZV_TIMEOUT_MS);
+  if (wait_ms <= 0) wait_ms = bagua__param_int(BAGUA_P_RDZV_TIMEOUT_S) * 1000;
+  e->round_wait_ms = cfg->round_wait_ms > 0 ? cfg->round_wait_ms : (int)wait_ms;
   e->etcd_timeout_ms = (int)bagua__param_int(BAGUA_P_ETCD_TIMEOUT_MS);
   e->abort_delay_ms = (int)bagua__param_int(BAGUA_P_ELASTIC_ABORT_DELAY_MS);
   atomic_store(&e->seen_round, round);
-  snprintf(e->round_key, sizeof(e->round_key), "/bagua/%s/round", e->job_id);
+  if (bagua__rdzv_key(e->round_key, sizeof(e->round_key), e->job_id, BAGUA__RDZV_KEY_ROUND, 0, NULL,
+                      0) != 0) {
+    BAGUA_WARN("bagua_elastic_create: job id \"%.64s...\" is too long", e->job_id);
+    return BAGUA_ERR_INVALID_ARG;
+  }
   return BAGUA_OK;
 }
 

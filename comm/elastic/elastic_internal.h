@@ -73,8 +73,10 @@ struct bagua_elastic_s {
 
 /* ---- round records (record.c) ---- */
 
-/* The "round" number of a round record (JSON); -1 when it is not one. */
-int64_t bagua__elastic_round_number(const char *json);
+/* The "round" number of a round record (JSON); -1 when the schema refuses it, with a
+ * warning naming `key` (at `mod_rev`) unless key is NULL. */
+int64_t bagua__elastic_round_number(const char *json, const char *key, int64_t mod_rev);
+/* Round records are decoded by common/rdzv (the one schema); these adapt them. */
 /* The member node ids of a round record: a malloc'ed array of `*n` strings, freed with
  * bagua__elastic_free_members(). BAGUA_ERR_ETCD when the record has no valid member list. */
 bagua_status_t bagua__elastic_members(const char *json, char ***out, int *n);

@@ -4,11 +4,14 @@
  * round's world communicator (abortable while it bootstraps) and bagua_elastic_rebuild(),
  * which waits for a newer round, joins it and hands rank 0's state to the new world.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../bootstrap.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "common/rdzv/rdzv.h"
 #include "common/time.h"
 #include "elastic_internal.h"
 
@@ -90,7 +93,7 @@ static void note_round(bagua_elastic_t *e, int64_t r, const char *json) {
 static int on_round_event(void *arg, const bagua__etcd_event_t *ev) {
   bagua_elastic_t *e = arg;
   if (ev->type == BAGUA__ETCD_EVENT_PUT) {
-    int64_t r = bagua__elastic_round_number(ev->value);
+    int64_t r = bagua__elastic_round_number(ev->value, e->round_key, ev->mod_revision);
     BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: round key now holds round %lld", (long long)r);
     if (r >= 0) note_round(e, r, ev->value);
   } else if (ev->type == BAGUA__ETCD_EVENT_FAILED) {
@@ -110,7 +113,7 @@ bagua_status_t bagua__elastic_watch_start(bagua_elastic_t *e) {
   int64_t rev = 0;
   BAGUA_CHECK(bagua__etcd_get(e->etcd, e->round_key, &kv, &found, &rev));
   if (found) {
-    int64_t r = bagua__elastic_round_number(kv.value);
+    int64_t r = bagua__elastic_round_number(kv.value, e->round_key, kv.mod_revision);
     /* The members of our own round, so that a later round dropping one is noticed. */
     if (r == e->round) {
       pthread_mutex_lock(&e->lock);
@@ -200,7 +203,7 @@ static bagua_status_t wait_new_round(bagua_elastic_t *e, char **json) {
     int found = 0;
     bagua_status_t st = bagua__etcd_get(e->etcd, e->round_key, &kv, &found, NULL);
     if (st == BAGUA_OK && found) {
-      int64_t r = bagua__elastic_round_number(kv.value);
+      int64_t r = bagua__elastic_round_number(kv.value, e->round_key, kv.mod_revision);
       if (r > e->round) {
         note_round(e, r, kv.value);
         *json = kv.value; /* take ownership of the value string */
@@ -223,6 +226,32 @@ static bagua_status_t wait_new_round(bagua_elastic_t *e, char **json) {
   }
 }
 
+/*
+ * Called when this worker must leave its round but no newer round is known: a collective
+ * failed or made no progress for BAGUA_COMM_TIMEOUT_MS (a stalled peer), and nothing changed
+ * the membership. Without a word from us no agent would publish a round (issue 13: every
+ * worker then sat in the rebuild wait), so we ask for one in rounds/<N>/rebuild/<rank>; the
+ * leader retries the round with the same members. Best effort: the wait that follows is
+ * bounded by the rendezvous timeout either way.
+ */
+static void request_round(bagua_elastic_t *e) {
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__rdzv_rebuild_t rq;
+  memset(&rq, 0, sizeof(rq));
+  snprintf(rq.node, sizeof(rq.node), "%s", e->node_id);
+  rq.rank = e->rank;
+  rq.time_ms = bagua__wall_ms();
+  snprintf(rq.why, sizeof(rq.why), "%.120s", bagua_last_error());
+  char *v = bagua__rdzv_rebuild_encode(&rq);
+  if (v && bagua__rdzv_key(key, sizeof(key), e->job_id, BAGUA__RDZV_KEY_REBUILD, e->round, NULL,
+                           e->rank) == 0) {
+    bagua_status_t st = bagua__etcd_put(e->etcd, key, v, strlen(v), 0, NULL, NULL);
+    BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: round %lld is stuck (%s); asked for a new one: %s",
+               (long long)e->round, rq.why, bagua_err_name(st));
+  }
+  free(v);
+}
+
 bagua_status_t bagua_elastic_rebuild(bagua_elastic_t *e) {
   if (!e) return BAGUA_ERR_INVALID_ARG;
   bagua_elastic_reset_t info = {e->round, 0, e->rank, 0, e->size, 0};
@@ -237,6 +266,7 @@ bagua_status_t bagua_elastic_rebuild(bagua_elastic_t *e) {
     bagua_comm_abort(old);
     bagua_comm_destroy(old);
   }
+  if (atomic_load(&e->seen_round) <= e->round) request_round(e);
   /* A newer round can appear while we bootstrap the one we read (a second failure during
    * the settle window): the watch aborts that bootstrap and we move on to the newest. */
   for (;;) {

@@ -59,7 +59,8 @@ typedef struct {
   int transport;          /* -1: BAGUA_TRANSPORT; else a bagua_transport_kind_t */
   int timeout_ms;         /* -1: BAGUA_COMM_TIMEOUT_MS (collectives) */
   int connect_timeout_ms; /* -1: BAGUA_CONNECT_TIMEOUT_MS (bootstrap of each round) */
-  int round_wait_ms;      /* -1: BAGUA_RDZV_TIMEOUT_S; how long rebuild waits for a new round */
+  int round_wait_ms; /* -1: BAGUA_RDZV_TIMEOUT_MS (set by bagua-agent), else BAGUA_RDZV_TIMEOUT_S;
+                      how long rebuild waits for a new round */
 } bagua_elastic_config_t;
 
 #define BAGUA_ELASTIC_CONFIG_INIT \

@@ -46,6 +46,8 @@ static const char *const dumped[] = {"RANK",
                                      "TORCHELASTIC_RUN_ID",
                                      "BAGUA_ELASTIC_MODE",
                                      "AGENT_TEST_MARK",
+                                     "BAGUA_JOB_SECRET",
+                                     "BAGUA_RDZV_TIMEOUT_MS",
                                      NULL};
 
 int main(int argc, char **argv) {

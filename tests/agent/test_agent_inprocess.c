@@ -241,7 +241,9 @@ static void test_inprocess_shrink(void) {
   agent_proc_t ap[3];
   start_three(&h, a, ap);
   long long pid0[2];
-  for (int i = 0; i < 2; i++) pid0[i] = h_file_value_after(ap[i].out_path, "started pid=");
+  /* The workers printed it before the round of three ran, but the agents' output threads may
+   * not have written it yet on a loaded machine: wait for it. */
+  for (int i = 0; i < 2; i++) pid0[i] = h_wait_value_after(ap[i].out_path, "started pid=", 10000);
   long long t_kill = etcd_fixture_now_ms();
   h_kill(&ap[2], SIGKILL);
   h_wait_exit(&ap[2], 5000);
@@ -309,7 +311,9 @@ static void graceful_leave(const char *job, int leader, const char *mode) {
     if ((strcmp(nodes[i], lead) == 0) == (leader != 0) && victim < 0) victim = i;
   if (victim < 0) TEST_FAIL("leader key holds \"%s\", not one of n1..n3", lead);
   long long pid0[3];
-  for (int i = 0; i < 3; i++) pid0[i] = h_file_value_after(ap[i].out_path, "started pid=");
+  /* The workers printed it before the round of three ran, but the agents' output threads may
+   * not have written it yet on a loaded machine: wait for it. */
+  for (int i = 0; i < 3; i++) pid0[i] = h_wait_value_after(ap[i].out_path, "started pid=", 10000);
   long long t_term = etcd_fixture_now_ms();
   h_kill(&ap[victim], SIGTERM);
   int code = h_wait_exit(&ap[victim], 10000);

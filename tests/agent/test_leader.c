@@ -327,7 +327,63 @@ static void test_kept_success(void) {
   bagua__agent_snap_clear(&s);
 }
 
+/* A worker's rebuild request retries the round with the same members after the settle
+ * window ("stall", restart count unchanged); a failure in the same round comes first. */
+static void test_stall(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  set_round(&s, 3, "b,a", 1);
+  ASSERT_EQ(decide(&st, &s, 0).action, BAGUA__LEAD_NONE);
+  s.nrebuild = 1;
+  bagua__lead_decision_t d = decide(&st, &s, 100);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 600);
+  d = decide(&st, &s, 600);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "b,a");
+  ASSERT_EQ(d.round.round, 4);
+  ASSERT_EQ(d.round.restart_count, 1);
+  ASSERT_STREQ(d.round.reason, "stall");
+  bagua__agent_round_clear(&d.round);
+  /* A worker failure reported in the same round is handled as a failure. */
+  bagua__leader_state_t st2 = {.round_seen = -1};
+  add_done(&s, "a", BAGUA__DONE_FAILED, 5, 1);
+  add_done(&s, "b", BAGUA__DONE_STOPPED, 6, 0);
+  d = decide(&st2, &s, 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_FAILED);
+  bagua__agent_snap_clear(&s);
+}
+
+/* Nodes whose workers would take the world past BAGUA_RDZV_WORLD_MAX wait as spares. */
+static void test_world_bound(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 4096);
+  add_node(&s, "b", 20, 4096);
+  bagua__leader_params_t p = P;
+  p.nnodes_max = 1000;
+  p.last_call_ms = 0;
+  for (int i = 0; i < 300; i++) {
+    char id[16];
+    snprintf(id, sizeof(id), "n%d", i);
+    add_node(&s, id, 100 + i, 4096);
+  }
+  bagua__lead_decision_t d;
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 0, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_EQ(d.round.nmembers, BAGUA_RDZV_WORLD_MAX / 4096);
+  ASSERT_EQ(d.round.world_size, BAGUA_RDZV_WORLD_MAX);
+  bagua__agent_round_clear(&d.round);
+  bagua__agent_snap_clear(&s);
+}
+
 int main(void) {
+  test_stall();
+  test_world_bound();
   test_initial();
   test_membership();
   test_failures();

@@ -56,8 +56,9 @@ typedef struct {
 /* Set before the workers are forked: the grow_mixed case. */
 static int mixed;
 
-/* Shared with the workers (MAP_SHARED before fork): each worker's committed step. */
-static volatile int64_t *progress;
+/* Shared with the workers (MAP_SHARED before fork): each worker's committed step, and
+ * whether it has seen a collective fail (failed[slot], in the same page). */
+static volatile int64_t *progress, *failed;
 
 static void put_json(const char *endpoint, const char *json) {
   rounds_put_json(endpoint, JOB, json);
@@ -105,6 +106,7 @@ static int worker(const char *endpoint, int round, int rank, int size, int slot,
     if (st != BAGUA_OK) {
       /* A peer died or left: roll back to the last completed step and join the new round. */
       ASSERT_TRUE(st == BAGUA_ERR_REMOTE || st == BAGUA_ERR_ABORTED || st == BAGUA_ERR_TIMEOUT);
+      failed[slot] = 1;
       ASSERT_OK(bagua_elastic_restore(e));
       ASSERT_OK(bagua_elastic_rebuild(e));
       rebuilds++;
@@ -150,9 +152,41 @@ static void check_results(result_t *rs, int n, int64_t want_size_before, int64_t
   ASSERT_EQ(changes, 1);
 }
 
+/* Waits (up to 30 s) until every slot in [0, n) has seen a collective fail. */
+static void wait_failed(int n) {
+  long long deadline = etcd_fixture_now_ms() + 30000;
+  for (int k = 0; k < n; k++) {
+    while (!failed[k]) {
+      ASSERT_LT(etcd_fixture_now_ms(), deadline);
+      sleep_ms(1);
+    }
+  }
+}
+
+/* Waits (up to 30 s) until `n` keys exist under /bagua/<job>/rounds/<round>/: the bootstrap
+ * records of the members that have started to build that round's communicator. */
+static void wait_round_keys(const char *endpoint, int round, size_t n) {
+  bagua__etcd_t *c = NULL;
+  ASSERT_OK(bagua__etcd_create(endpoint, 2000, &c));
+  char prefix[128];
+  snprintf(prefix, sizeof(prefix), "/bagua/%s/rounds/%d/", JOB, round);
+  long long deadline = etcd_fixture_now_ms() + 30000;
+  for (;;) {
+    bagua__etcd_kv_t *kvs = NULL;
+    size_t got = 0;
+    ASSERT_OK(bagua__etcd_range_prefix(c, prefix, &kvs, &got, NULL));
+    bagua__etcd_kvs_free(kvs, got);
+    if (got >= n) break;
+    ASSERT_LT(etcd_fixture_now_ms(), deadline);
+    sleep_ms(2);
+  }
+  bagua__etcd_destroy(c);
+}
+
 static void test_shrink(const etcd_fixture_t *fx, int skip) {
   long long t0 = etcd_fixture_now_ms();
   progress[0] = progress[1] = progress[2] = 0;
+  failed[0] = failed[1] = failed[2] = 0;
   put_round(fx->host_port, 1, 3);
   rounds_proc_t p[3];
   for (int r = 0; r < 3; r++) p[r] = rounds_spawn(worker, fx->host_port, 1, r, 3, r);
@@ -161,15 +195,17 @@ static void test_shrink(const etcd_fixture_t *fx, int skip) {
   int status;
   waitpid(p[2].pid, &status, 0);
   close(p[2].rfd);
-  /* The agent needs its lease TTL plus the settle window; meanwhile the survivors' collective
-   * fails and they wait for the round. */
-  sleep_ms(300);
+  /* An agent publishes the next round only after its lease TTL plus the settle window;
+   * meanwhile the survivors' collective fails and they wait for the round. The test plays
+   * that order: the round appears once both survivors have seen their collective fail. */
+  wait_failed(2);
   if (skip) {
     /* A round that still lists the dead node: the survivors' bootstrap of it cannot complete
      * until round 3 drops the node, and the watch must cut that bootstrap short (the connect
-     * timeout is 15 s, so the test also bounds how long that takes). */
+     * timeout is 15 s, so the test also bounds how long that takes). Round 3 appears once
+     * both survivors are inside round 2's bootstrap (their records are in etcd). */
     put_round(fx->host_port, 2, 3);
-    sleep_ms(500);
+    wait_round_keys(fx->host_port, 2, 2);
     put_round(fx->host_port, 3, 2);
   } else {
     put_round(fx->host_port, 2, 2);
@@ -214,7 +250,9 @@ static void test_errors(const etcd_fixture_t *fx) {
   bagua_elastic_t *e = NULL;
   ASSERT_STATUS(bagua_elastic_create(NULL, &e), BAGUA_ERR_INVALID_ARG);
   ASSERT_TRUE(strstr(bagua_last_error(), "BAGUA_NODE_ID") != NULL);
-  put_json(fx->host_port, "{\"round\":1,\"members\":[\"solo\"],\"world_size\":1}");
+  put_json(fx->host_port,
+           "{\"round\":1,\"members\":[\"solo\"],\"nprocs\":[1],\"world_size\":1,"
+           "\"master_addr\":\"127.0.0.1\",\"master_port\":1}");
   bagua_elastic_config_t cfg = BAGUA_ELASTIC_CONFIG_INIT;
   cfg.etcd = fx->host_port;
   cfg.job_id = JOB;
@@ -242,7 +280,9 @@ static void test_errors(const etcd_fixture_t *fx) {
   ASSERT_LT(etcd_fixture_now_ms() - t0, 5000);
   ASSERT_TRUE(bagua_elastic_comm(e) == NULL);
   ASSERT_STATUS(bagua_elastic_sync(e), BAGUA_ERR_INVALID_USAGE);
-  put_json(fx->host_port, "{\"round\":2,\"members\":[\"other\"],\"world_size\":1}");
+  put_json(fx->host_port,
+           "{\"round\":2,\"members\":[\"other\"],\"nprocs\":[1],\"world_size\":1,"
+           "\"master_addr\":\"127.0.0.1\",\"master_port\":1}");
   long long deadline = etcd_fixture_now_ms() + 10000;
   while (!bagua_elastic_check(e)) {
     ASSERT_LT(etcd_fixture_now_ms(), deadline);
@@ -258,6 +298,7 @@ int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "shrink";
   progress = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_TRUE(progress != MAP_FAILED);
+  failed = progress + 8;
   etcd_fixture_t fx;
   etcd_fixture_start(&fx);
   if (strcmp(which, "shrink") == 0)

@@ -1,0 +1,510 @@
+/*
+ * JSON codec of the rendezvous records (rdzv.h). The values are small objects that people
+ * also read with etcdctl, so field names are spelled out and numbers are plain JSON numbers
+ * (every integer here is far below 2^53, where doubles are exact).
+ *
+ * Decoding is strict: a field of the wrong JSON type, a number that is not an integer or not
+ * in its range, or a string longer than its buffer refuses the whole record and says which
+ * field. Fields the decoder does not know are ignored, so records can grow.
+ */
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdzv.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* Strict field readers                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+  char *buf;
+  size_t len;
+} why_t;
+
+static int fail(why_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(why_t *w, const char *fmt, ...) {
+  if (w->buf && w->len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->buf, w->len, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* An integer field within [lo, hi]. Absent: 0 when optional (the bounds allow it or not). */
+static int get_i64(const cJSON *o, const char *name, int required, int64_t lo, int64_t hi,
+                   int64_t *out, why_t *w) {
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+  *out = 0;
+  if (!f) return required ? fail(w, "field \"%s\" is missing", name) : 0;
+  if (!cJSON_IsNumber(f)) return fail(w, "field \"%s\" is not a number", name);
+  double d = f->valuedouble;
+  /* Converting an out-of-range double is undefined behaviour: compare as doubles first. */
+  if (!(d >= (double)lo && d <= (double)hi))
+    return fail(w, "field \"%s\": %.17g is not in %lld..%lld", name, d, (long long)lo,
+                (long long)hi);
+  int64_t v = (int64_t)d;
+  if ((double)v != d) return fail(w, "field \"%s\": %.17g is not an integer", name, d);
+  *out = v;
+  return 0;
+}
+
+static int get_int(const cJSON *o, const char *name, int required, int lo, int hi, int *out,
+                   why_t *w) {
+  int64_t v = 0;
+  int rc = get_i64(o, name, required, lo, hi, &v, w);
+  *out = (int)v;
+  return rc;
+}
+
+/* A string field that fits dst (with its NUL); `nonempty` refuses "". Absent optional: "". */
+static int get_str(const cJSON *o, const char *name, int required, int nonempty, char *dst,
+                   size_t size, why_t *w) {
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+  dst[0] = '\0';
+  if (!f) return required ? fail(w, "field \"%s\" is missing", name) : 0;
+  if (!cJSON_IsString(f)) return fail(w, "field \"%s\" is not a string", name);
+  size_t n = strlen(f->valuestring);
+  if (n >= size) return fail(w, "field \"%s\" is longer than %zu bytes", name, size - 1);
+  if (nonempty && n == 0) return fail(w, "field \"%s\" is empty", name);
+  memcpy(dst, f->valuestring, n + 1);
+  return 0;
+}
+
+/* A node id field: a valid id (an absent optional one is ""). */
+static int get_id(const cJSON *o, const char *name, int required, char *dst, size_t size,
+                  why_t *w) {
+  if (get_str(o, name, required, 0, dst, size, w) != 0) return -1;
+  if ((dst[0] || required) && !bagua__rdzv_id_valid(dst))
+    return fail(w, "field \"%s\": \"%.64s\" is not a valid node id", name, dst);
+  return 0;
+}
+
+static cJSON *parse_object(const char *json, why_t *w) {
+  cJSON *o = json ? cJSON_Parse(json) : NULL;
+  if (cJSON_IsObject(o)) return o;
+  cJSON_Delete(o);
+  fail(w, "not a JSON object");
+  return NULL;
+}
+
+static char *finish(cJSON *o, int ok) {
+  char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
+  cJSON_Delete(o);
+  return s;
+}
+
+#define PORT_MAX 65535
+#define I53 ((int64_t)1 << 53)
+#define INT_MAX_ 2147483647
+
+/* ---------------------------------------------------------------------------------------- */
+/* nodes/<id>                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+char *bagua__rdzv_node_encode(const bagua__rdzv_node_t *n) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  int ok =
+      cJSON_AddStringToObject(o, "host", n->host) && cJSON_AddStringToObject(o, "addr", n->addr) &&
+      cJSON_AddNumberToObject(o, "nproc", n->nproc) && cJSON_AddNumberToObject(o, "pid", n->pid) &&
+      cJSON_AddStringToObject(o, "version", n->version) &&
+      cJSON_AddNumberToObject(o, "join_ms", (double)n->join_ms) &&
+      cJSON_AddNumberToObject(o, "master_port", n->master_port) &&
+      cJSON_AddStringToObject(o, "tag", n->tag);
+  /* Written only when there is one, so records stay what older agents wrote and read. */
+  if (ok && n->live_port > 0) ok = cJSON_AddNumberToObject(o, "live_port", n->live_port) != NULL;
+  return finish(o, ok);
+}
+
+int bagua__rdzv_node_decode(const char *json, bagua__rdzv_node_t *n, char *why, size_t len) {
+  why_t w = {why, len};
+  char id[BAGUA_RDZV_ID_MAX];
+  memcpy(id, n->id, sizeof(id)); /* the id comes from the key, not the value */
+  memset(n, 0, sizeof(*n));
+  memcpy(n->id, id, sizeof(id));
+  cJSON *o = parse_object(json, &w);
+  if (!o) return -1;
+  int rc = get_str(o, "host", 1, 1, n->host, sizeof(n->host), &w) ||
+           get_str(o, "addr", 1, 1, n->addr, sizeof(n->addr), &w) ||
+           get_int(o, "nproc", 1, 1, BAGUA_RDZV_NPROC_MAX, &n->nproc, &w) ||
+           get_int(o, "pid", 0, 0, INT_MAX_, &n->pid, &w) ||
+           get_str(o, "version", 0, 0, n->version, sizeof(n->version), &w) ||
+           get_i64(o, "join_ms", 0, 0, I53, &n->join_ms, &w) ||
+           get_int(o, "master_port", 1, 1, PORT_MAX, &n->master_port, &w) ||
+           get_str(o, "tag", 0, 0, n->tag, sizeof(n->tag), &w) ||
+           get_int(o, "live_port", 0, 0, PORT_MAX, &n->live_port, &w);
+  cJSON_Delete(o);
+  return rc ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* round                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+void bagua__rdzv_round_clear(bagua__rdzv_round_t *r) {
+  if (!r) return;
+  free(r->members);
+  memset(r, 0, sizeof(*r));
+}
+
+int bagua__rdzv_round_copy(bagua__rdzv_round_t *dst, const bagua__rdzv_round_t *src) {
+  *dst = *src;
+  dst->members = NULL;
+  if (src->nmembers > 0) {
+    dst->members = malloc((size_t)src->nmembers * sizeof(*dst->members));
+    if (!dst->members) {
+      memset(dst, 0, sizeof(*dst));
+      return -1;
+    }
+    memcpy(dst->members, src->members, (size_t)src->nmembers * sizeof(*dst->members));
+  }
+  return 0;
+}
+
+int bagua__rdzv_round_find(const bagua__rdzv_round_t *r, const char *node) {
+  for (int i = 0; i < r->nmembers; i++)
+    if (strcmp(r->members[i].id, node) == 0) return i;
+  return -1;
+}
+
+char *bagua__rdzv_round_encode(const bagua__rdzv_round_t *r) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  cJSON *members = cJSON_AddArrayToObject(o, "members");
+  cJSON *nprocs = cJSON_AddArrayToObject(o, "nprocs");
+  cJSON *revs = cJSON_AddArrayToObject(o, "member_revs");
+  int ok = members && nprocs && revs;
+  for (int i = 0; ok && i < r->nmembers; i++) {
+    cJSON *id = cJSON_CreateString(r->members[i].id);
+    cJSON *np = cJSON_CreateNumber(r->members[i].nproc);
+    cJSON *rv = cJSON_CreateNumber((double)r->members[i].rev);
+    ok = id && np && rv;
+    if (id) cJSON_AddItemToArray(members, id);
+    if (np) cJSON_AddItemToArray(nprocs, np);
+    if (rv) cJSON_AddItemToArray(revs, rv);
+  }
+  ok = ok && cJSON_AddNumberToObject(o, "round", (double)r->round) &&
+       cJSON_AddNumberToObject(o, "world_size", r->world_size) &&
+       cJSON_AddStringToObject(o, "master_addr", r->master_addr) &&
+       cJSON_AddNumberToObject(o, "master_port", r->master_port) &&
+       cJSON_AddNumberToObject(o, "restart_count", r->restart_count) &&
+       cJSON_AddStringToObject(o, "reason", r->reason) &&
+       cJSON_AddStringToObject(o, "leader", r->leader) &&
+       cJSON_AddNumberToObject(o, "time_ms", (double)r->time_ms);
+  return finish(o, ok);
+}
+
+/* One array element as an integer in [lo, hi]. */
+static int array_i64(const cJSON *a, const char *name, int i, int64_t lo, int64_t hi, int64_t *out,
+                     why_t *w) {
+  const cJSON *f = cJSON_GetArrayItem(a, i);
+  double d = cJSON_IsNumber(f) ? f->valuedouble : (double)lo - 1.0;
+  if (!(d >= (double)lo && d <= (double)hi) || (double)(int64_t)d != d)
+    return fail(w, "field \"%s\"[%d] is not an integer in %lld..%lld", name, i, (long long)lo,
+                (long long)hi);
+  *out = (int64_t)d;
+  return 0;
+}
+
+int bagua__rdzv_round_decode(const char *json, bagua__rdzv_round_t *r, char *why, size_t len) {
+  why_t w = {why, len};
+  memset(r, 0, sizeof(*r));
+  cJSON *o = parse_object(json, &w);
+  if (!o) return -1;
+  const cJSON *members = cJSON_GetObjectItemCaseSensitive(o, "members");
+  const cJSON *nprocs = cJSON_GetObjectItemCaseSensitive(o, "nprocs");
+  const cJSON *revs = cJSON_GetObjectItemCaseSensitive(o, "member_revs");
+  int n = cJSON_IsArray(members) ? cJSON_GetArraySize(members) : -1;
+  if (n < 1 || n > BAGUA_RDZV_MEMBERS_MAX) {
+    fail(&w, "field \"members\" is not an array of 1..%d node ids", BAGUA_RDZV_MEMBERS_MAX);
+    goto fail;
+  }
+  if (!cJSON_IsArray(nprocs) || cJSON_GetArraySize(nprocs) != n) {
+    fail(&w, "field \"nprocs\" is not an array as long as \"members\" (%d)", n);
+    goto fail;
+  }
+  if (revs && (!cJSON_IsArray(revs) || cJSON_GetArraySize(revs) != n)) {
+    fail(&w, "field \"member_revs\" is not an array as long as \"members\" (%d)", n);
+    goto fail;
+  }
+  r->members = calloc((size_t)n, sizeof(*r->members));
+  if (!r->members) {
+    fail(&w, "out of memory");
+    goto fail;
+  }
+  r->nmembers = n;
+  /* Summed in 64 bits: n * NPROC_MAX cannot overflow it, and the bound is checked below. */
+  int64_t world = 0;
+  for (int i = 0; i < n; i++) {
+    const cJSON *id = cJSON_GetArrayItem(members, i);
+    if (!cJSON_IsString(id) || !bagua__rdzv_id_valid(id->valuestring)) {
+      fail(&w, "field \"members\"[%d] is not a valid node id", i);
+      goto fail;
+    }
+    snprintf(r->members[i].id, sizeof(r->members[i].id), "%s", id->valuestring);
+    for (int j = 0; j < i; j++)
+      if (strcmp(r->members[j].id, r->members[i].id) == 0) {
+        fail(&w, "field \"members\" names node \"%s\" twice", r->members[i].id);
+        goto fail;
+      }
+    int64_t v = 0;
+    if (array_i64(nprocs, "nprocs", i, 1, BAGUA_RDZV_NPROC_MAX, &v, &w) != 0) goto fail;
+    r->members[i].nproc = (int)v;
+    world += v;
+    if (revs && array_i64(revs, "member_revs", i, 0, I53, &r->members[i].rev, &w) != 0) goto fail;
+  }
+  if (get_i64(o, "round", 1, 1, I53, &r->round, &w) ||
+      get_int(o, "world_size", 1, 1, BAGUA_RDZV_WORLD_MAX, &r->world_size, &w) ||
+      get_str(o, "master_addr", 1, 1, r->master_addr, sizeof(r->master_addr), &w) ||
+      get_int(o, "master_port", 1, 1, PORT_MAX, &r->master_port, &w) ||
+      get_int(o, "restart_count", 0, 0, INT_MAX_, &r->restart_count, &w) ||
+      get_str(o, "reason", 0, 0, r->reason, sizeof(r->reason), &w) ||
+      get_id(o, "leader", 0, r->leader, sizeof(r->leader), &w) ||
+      get_i64(o, "time_ms", 0, 0, I53, &r->time_ms, &w))
+    goto fail;
+  if (world != r->world_size) {
+    fail(&w, "field \"world_size\": %d is not the sum of \"nprocs\" (%lld)", r->world_size,
+         (long long)world);
+    goto fail;
+  }
+  cJSON_Delete(o);
+  return 0;
+fail:
+  cJSON_Delete(o);
+  bagua__rdzv_round_clear(r);
+  return -1;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Failures, done records, status                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+static int add_failure(cJSON *o, const bagua__rdzv_failure_t *f) {
+  int ok = cJSON_AddStringToObject(o, "node", f->node) &&
+           cJSON_AddStringToObject(o, "host", f->host) &&
+           cJSON_AddNumberToObject(o, "time_ms", (double)f->time_ms) &&
+           cJSON_AddNumberToObject(o, "round", (double)f->round) &&
+           cJSON_AddNumberToObject(o, "rank", f->rank) &&
+           cJSON_AddNumberToObject(o, "local_rank", f->local_rank) &&
+           cJSON_AddNumberToObject(o, "pid", f->pid);
+  if (!ok) return 0;
+  if (f->signal) return cJSON_AddNumberToObject(o, "signal", f->signal) != NULL;
+  return cJSON_AddNumberToObject(o, "exit_code", f->exit_code) != NULL;
+}
+
+static int get_failure(const cJSON *o, bagua__rdzv_failure_t *f, why_t *w) {
+  memset(f, 0, sizeof(*f));
+  return get_id(o, "node", 1, f->node, sizeof(f->node), w) ||
+                 get_str(o, "host", 0, 0, f->host, sizeof(f->host), w) ||
+                 get_i64(o, "time_ms", 0, 0, I53, &f->time_ms, w) ||
+                 get_i64(o, "round", 0, 0, I53, &f->round, w) ||
+                 get_int(o, "rank", 0, 0, BAGUA_RDZV_WORLD_MAX, &f->rank, w) ||
+                 get_int(o, "local_rank", 0, 0, BAGUA_RDZV_NPROC_MAX, &f->local_rank, w) ||
+                 get_int(o, "pid", 0, 0, INT_MAX_, &f->pid, w) ||
+                 get_int(o, "signal", 0, 0, 127, &f->signal, w) ||
+                 get_int(o, "exit_code", 0, 0, 255, &f->exit_code, w)
+             ? -1
+             : 0;
+}
+
+static const char *done_names[] = {"succeeded", "failed", "stopped"};
+
+char *bagua__rdzv_done_encode(const bagua__rdzv_done_t *d) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  int ok = (unsigned)d->state < 3 && cJSON_AddStringToObject(o, "state", done_names[d->state]);
+  if (ok && d->state == BAGUA__DONE_FAILED) {
+    ok = add_failure(o, &d->f);
+  } else if (ok) {
+    ok = cJSON_AddStringToObject(o, "node", d->f.node) &&
+         cJSON_AddNumberToObject(o, "time_ms", (double)d->f.time_ms);
+  }
+  if (ok && d->kept) ok = cJSON_AddBoolToObject(o, "kept", 1) != NULL;
+  return finish(o, ok);
+}
+
+int bagua__rdzv_done_decode(const char *json, bagua__rdzv_done_t *d, char *why, size_t len) {
+  why_t w = {why, len};
+  memset(d, 0, sizeof(*d));
+  cJSON *o = parse_object(json, &w);
+  if (!o) return -1;
+  char state[16];
+  int rc = get_str(o, "state", 1, 1, state, sizeof(state), &w);
+  if (rc == 0) {
+    rc = fail(&w, "field \"state\": \"%s\" is not succeeded, failed or stopped", state);
+    for (int i = 0; i < 3; i++)
+      if (strcmp(state, done_names[i]) == 0) {
+        d->state = (bagua__done_state_t)i;
+        rc = get_failure(o, &d->f, &w);
+      }
+  }
+  const cJSON *kept = cJSON_GetObjectItemCaseSensitive(o, "kept");
+  if (rc == 0 && kept && !cJSON_IsBool(kept)) rc = fail(&w, "field \"kept\" is not a boolean");
+  d->kept = cJSON_IsTrue(kept);
+  cJSON_Delete(o);
+  return rc;
+}
+
+static const char *job_names[] = {"running", "succeeded", "failed", "closed"};
+
+const char *bagua__rdzv_job_state_name(bagua__job_state_t st) {
+  return (unsigned)st < 4 ? job_names[st] : "unknown";
+}
+
+char *bagua__rdzv_status_encode(const bagua__rdzv_status_t *s) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  int ok = cJSON_AddStringToObject(o, "state", bagua__rdzv_job_state_name(s->state)) &&
+           cJSON_AddNumberToObject(o, "time_ms", (double)s->time_ms) &&
+           cJSON_AddNumberToObject(o, "round", (double)s->round) &&
+           cJSON_AddNumberToObject(o, "exit_code", s->exit_code) &&
+           cJSON_AddStringToObject(o, "message", s->message);
+  if (ok && s->has_root) {
+    cJSON *root = cJSON_AddObjectToObject(o, "root_cause");
+    ok = root && add_failure(root, &s->root);
+  }
+  return finish(o, ok);
+}
+
+int bagua__rdzv_status_decode(const char *json, bagua__rdzv_status_t *s, char *why, size_t len) {
+  why_t w = {why, len};
+  memset(s, 0, sizeof(*s));
+  cJSON *o = parse_object(json, &w);
+  if (!o) return -1;
+  char state[16];
+  int rc = get_str(o, "state", 1, 1, state, sizeof(state), &w);
+  if (rc == 0) {
+    rc = fail(&w, "field \"state\": \"%s\" is not running, succeeded, failed or closed", state);
+    for (int i = 0; i < 4; i++)
+      if (strcmp(state, job_names[i]) == 0) {
+        s->state = (bagua__job_state_t)i;
+        rc = 0;
+      }
+  }
+  if (rc == 0)
+    rc = get_i64(o, "time_ms", 0, 0, I53, &s->time_ms, &w) ||
+                 get_i64(o, "round", 0, 0, I53, &s->round, &w) ||
+                 get_int(o, "exit_code", 0, 0, 255, &s->exit_code, &w) ||
+                 get_str(o, "message", 0, 0, s->message, sizeof(s->message), &w)
+             ? -1
+             : 0;
+  const cJSON *root = cJSON_GetObjectItemCaseSensitive(o, "root_cause");
+  if (rc == 0 && root) {
+    if (!cJSON_IsObject(root)) {
+      rc = fail(&w, "field \"root_cause\" is not an object");
+    } else {
+      s->has_root = 1;
+      char inner[200] = "";
+      why_t wi = {inner, sizeof(inner)};
+      if (get_failure(root, &s->root, &wi) != 0) rc = fail(&w, "field \"root_cause\": %s", inner);
+    }
+  }
+  cJSON_Delete(o);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* rounds/<N>/rebuild/<rank>                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+char *bagua__rdzv_rebuild_encode(const bagua__rdzv_rebuild_t *r) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  int ok = cJSON_AddStringToObject(o, "node", r->node) &&
+           cJSON_AddNumberToObject(o, "rank", r->rank) &&
+           cJSON_AddNumberToObject(o, "time_ms", (double)r->time_ms) &&
+           cJSON_AddStringToObject(o, "why", r->why);
+  return finish(o, ok);
+}
+
+int bagua__rdzv_rebuild_decode(const char *json, bagua__rdzv_rebuild_t *r, char *why, size_t len) {
+  why_t w = {why, len};
+  memset(r, 0, sizeof(*r));
+  cJSON *o = parse_object(json, &w);
+  if (!o) return -1;
+  int rc = get_id(o, "node", 1, r->node, sizeof(r->node), &w) ||
+           get_int(o, "rank", 1, 0, BAGUA_RDZV_WORLD_MAX, &r->rank, &w) ||
+           get_i64(o, "time_ms", 0, 0, I53, &r->time_ms, &w) ||
+           get_str(o, "why", 0, 0, r->why, sizeof(r->why), &w);
+  cJSON_Delete(o);
+  return rc ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* config, leader, secret                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+char *bagua__rdzv_jobcfg_encode(const bagua__rdzv_jobcfg_t *c) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  int ok = cJSON_AddNumberToObject(o, "nnodes_min", c->nnodes_min) &&
+           cJSON_AddNumberToObject(o, "nnodes_max", c->nnodes_max) &&
+           cJSON_AddNumberToObject(o, "max_restarts", c->max_restarts) &&
+           cJSON_AddStringToObject(o, "node", c->node);
+  return finish(o, ok);
+}
+
+int bagua__rdzv_jobcfg_decode(const char *json, bagua__rdzv_jobcfg_t *c, char *why, size_t len) {
+  why_t w = {why, len};
+  memset(c, 0, sizeof(*c));
+  cJSON *o = parse_object(json, &w);
+  if (!o) return -1;
+  int rc = get_int(o, "nnodes_min", 1, 1, BAGUA_RDZV_MEMBERS_MAX, &c->nnodes_min, &w) ||
+           get_int(o, "nnodes_max", 1, 1, BAGUA_RDZV_MEMBERS_MAX, &c->nnodes_max, &w) ||
+           get_int(o, "max_restarts", 1, 0, INT_MAX_, &c->max_restarts, &w) ||
+           get_id(o, "node", 0, c->node, sizeof(c->node), &w);
+  if (rc == 0 && c->nnodes_max < c->nnodes_min)
+    rc = fail(&w, "field \"nnodes_max\": %d is below nnodes_min %d", c->nnodes_max, c->nnodes_min);
+  cJSON_Delete(o);
+  return rc ? -1 : 0;
+}
+
+int bagua__rdzv_leader_decode(const char *value, char *out, size_t outlen, char *why,
+                              size_t whylen) {
+  why_t w = {why, whylen};
+  out[0] = '\0';
+  if (!value || !bagua__rdzv_id_valid(value))
+    return fail(&w, "\"%.64s\" is not a valid node id", value ? value : "");
+  if (strlen(value) >= outlen) return fail(&w, "the node id is too long");
+  snprintf(out, outlen, "%s", value);
+  return 0;
+}
+
+int bagua__rdzv_secret_decode(const char *value, size_t len, char *out, char *why, size_t whylen) {
+  why_t w = {why, whylen};
+  out[0] = '\0';
+  if (!value || len != BAGUA_RDZV_SECRET_HEX)
+    return fail(&w, "not %d hex digits (%zu bytes)", BAGUA_RDZV_SECRET_HEX, value ? len : 0);
+  for (size_t i = 0; i < len; i++)
+    if (!((value[i] >= '0' && value[i] <= '9') || (value[i] >= 'a' && value[i] <= 'f')))
+      return fail(&w, "byte %zu is not a lowercase hex digit", i);
+  memcpy(out, value, len);
+  out[len] = '\0';
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Rank rule                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+int bagua__rdzv_rank_base(const bagua__rdzv_round_t *r, int idx) {
+  /* A decoded or leader-built round bounds the sum by BAGUA_RDZV_WORLD_MAX. */
+  int64_t base = 0;
+  for (int i = 0; i < idx && i < r->nmembers; i++) base += r->members[i].nproc;
+  return base > BAGUA_RDZV_WORLD_MAX ? BAGUA_RDZV_WORLD_MAX : (int)base;
+}
+
+int bagua__rdzv_place(const bagua__rdzv_round_t *r, const char *node, int local_rank, int *rank,
+                      int *group_rank) {
+  int idx = bagua__rdzv_round_find(r, node);
+  if (idx < 0) return -1;
+  if (local_rank < 0 || local_rank >= r->members[idx].nproc) return -2;
+  *group_rank = idx;
+  *rank = bagua__rdzv_rank_base(r, idx) + local_rank;
+  return 0;
+}

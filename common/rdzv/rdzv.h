@@ -1,0 +1,263 @@
+/*
+ * The one rendezvous schema (docs/agent.md, "etcd schema"): the keys of a job under
+ * /bagua/<job>/, the JSON codec of every record stored there, and the rank rule. bagua-agent,
+ * bagua-launch, libbagua's elastic context and its etcd bootstrap all go through this module;
+ * no other file builds a key or parses a record.
+ *
+ * Trust: anyone who can write to etcd chooses these bytes. Every decoder validates strictly
+ * (JSON types, integral numbers within documented ranges, strings that fit their buffers,
+ * world sizes summed in 64 bits) and refuses the whole record when one field is wrong; it
+ * never truncates, guesses or trusts a part. A refused record is reported with
+ * bagua__rdzv_reject(), which names the key and the field, and the caller acts as if the key
+ * held nothing it could use (the agent's leader then repairs the keys it owns).
+ *
+ * Ownership: encoders return a malloc'ed NUL-terminated JSON string (NULL when out of memory)
+ * that the caller frees; a decoded round owns its member array (bagua__rdzv_round_clear).
+ * Threading: every function is reentrant; bagua__rdzv_reject() serialises its own state.
+ * Failure: decoders return 0, or -1 with the reason ("field \"nproc\": 2147483647 is not in
+ * 1..4096") in `why` when `why` is not NULL.
+ */
+#ifndef BAGUA_COMMON_RDZV_RDZV_H
+#define BAGUA_COMMON_RDZV_RDZV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bagua/error.h"
+
+/* Room for a node or job id and its NUL; ids themselves are 1..BAGUA_ID_MAX_LEN characters
+ * (common/validate.h), and the schema refuses longer ones. */
+#define BAGUA_RDZV_ID_MAX 128
+/* Workers one node may run, members of one round, workers of one round. The world bound is
+ * the registry's bound on RANK and WORLD_SIZE, so every world the leader forms can be started. */
+#define BAGUA_RDZV_NPROC_MAX 4096
+#define BAGUA_RDZV_MEMBERS_MAX 65536
+#define BAGUA_RDZV_WORLD_MAX 1048576
+/* The per-job secret: 32 random bytes, hex-encoded. */
+#define BAGUA_RDZV_SECRET_BYTES 32
+#define BAGUA_RDZV_SECRET_HEX (2 * BAGUA_RDZV_SECRET_BYTES)
+/* Room for any key this module builds for a valid job id. */
+#define BAGUA_RDZV_KEY_MAX 512
+
+/* ---------------------------------------------------------------------------------------- */
+/* Keys                                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef enum {
+  BAGUA__RDZV_KEY_PREFIX = 0,    /* /bagua/<job>/ */
+  BAGUA__RDZV_KEY_NODE,          /* nodes/<name> */
+  BAGUA__RDZV_KEY_LEADER,        /* leader */
+  BAGUA__RDZV_KEY_ROUND,         /* round */
+  BAGUA__RDZV_KEY_STATUS,        /* status */
+  BAGUA__RDZV_KEY_CONFIG,        /* config */
+  BAGUA__RDZV_KEY_SECRET,        /* secret */
+  BAGUA__RDZV_KEY_ROUND_DIR,     /* rounds/<round>/ */
+  BAGUA__RDZV_KEY_DONE,          /* rounds/<round>/done/<name> */
+  BAGUA__RDZV_KEY_BOOTSTRAP_DIR, /* rounds/<round>/bootstrap/ */
+  BAGUA__RDZV_KEY_BOOTSTRAP,     /* rounds/<round>/bootstrap/<rank> (rank in `index`) */
+  BAGUA__RDZV_KEY_REBUILD,       /* rounds/<round>/rebuild/<rank> (rank in `index`) */
+  BAGUA__RDZV_KEY_OTHER          /* under the prefix, but none of the above */
+} bagua__rdzv_key_kind_t;
+
+/*
+ * Writes the key of `kind` for job `job` into buf. `round` is used by the rounds/ kinds,
+ * `name` by NODE and DONE, `index` by BOOTSTRAP. Returns 0, or -1 when it does not fit.
+ */
+int bagua__rdzv_key(char *buf, size_t len, const char *job, bagua__rdzv_key_kind_t kind,
+                    int64_t round, const char *name, int64_t index);
+
+/* A key read back from etcd, classified. `name` points into the key (not copied). */
+typedef struct {
+  bagua__rdzv_key_kind_t kind;
+  int64_t round; /* rounds/ kinds, else -1 */
+  int64_t index; /* BOOTSTRAP, else -1 */
+  const char *name;
+} bagua__rdzv_key_info_t;
+
+/* Classifies `key` read under `prefix` ("/bagua/<job>/"). Returns 0, or -1 when the key is
+ * not under the prefix. A malformed name (empty, a '/', a round that is not a number) is
+ * KIND_OTHER. */
+int bagua__rdzv_key_parse(const char *prefix, const char *key, bagua__rdzv_key_info_t *out);
+
+/* 1 when `id` is a valid job or node id (1..BAGUA_ID_MAX_LEN of [A-Za-z0-9._-], not "."/".."). */
+int bagua__rdzv_id_valid(const char *id);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Records                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* nodes/<node_id>: one per live agent, on the agent's lease. */
+typedef struct {
+  char id[BAGUA_RDZV_ID_MAX]; /* from the key, not the value */
+  char host[256];
+  char addr[256];
+  char tag[128];
+  char version[32];
+  int nproc; /* 1..BAGUA_RDZV_NPROC_MAX */
+  int pid;
+  int master_port;
+  /* The agent's liveness port; 0 when the record has none (nobody watches the node but its
+   * lease then). */
+  int live_port;
+  int64_t join_ms;
+  /* From etcd, not the JSON: registration order and the owning lease. */
+  int64_t create_rev;
+  int64_t lease;
+} bagua__rdzv_node_t;
+
+/* One member of a round. */
+typedef struct {
+  char id[BAGUA_RDZV_ID_MAX];
+  int nproc;
+  int64_t rev; /* create_revision of the member's node key when the round was formed */
+} bagua__rdzv_member_t;
+
+/* round: the current rendezvous round, written only by the leader. */
+typedef struct {
+  int64_t round; /* 1, 2, ...; 0 means none */
+  bagua__rdzv_member_t *members;
+  int nmembers;
+  int world_size; /* the sum of the members' nproc, checked */
+  char master_addr[256];
+  int master_port;
+  int restart_count;
+  char reason[16]; /* "initial", "membership" or "failure" */
+  char leader[BAGUA_RDZV_ID_MAX];
+  int64_t time_ms;
+} bagua__rdzv_round_t;
+
+/* The state one member reports for its workers in rounds/<N>/done/<node>. */
+typedef enum {
+  BAGUA__DONE_SUCCEEDED = 0, /* every local worker exited 0 */
+  BAGUA__DONE_FAILED = 1,    /* a local worker failed: the failure describes the first */
+  BAGUA__DONE_STOPPED = 2    /* stopped because another node's worker failed */
+} bagua__done_state_t;
+
+/* A worker failure, as reported in done records and the job status's root cause. */
+typedef struct {
+  char node[BAGUA_RDZV_ID_MAX];
+  char host[256];
+  int64_t time_ms; /* wall clock when the agent reaped it */
+  int64_t round;
+  int rank, local_rank, pid;
+  int exit_code; /* valid when signal == 0 */
+  int signal;    /* terminating signal, 0 for a normal exit */
+} bagua__rdzv_failure_t;
+
+typedef struct {
+  bagua__done_state_t state;
+  bagua__rdzv_failure_t f; /* FAILED only (node is always set) */
+  /* The node's workers were started in an earlier round and kept through this one's
+   * membership change (in-process elasticity): JSON "kept": true. */
+  int kept;
+} bagua__rdzv_done_t;
+
+typedef enum {
+  BAGUA__JOB_RUNNING = 0,
+  BAGUA__JOB_SUCCEEDED,
+  BAGUA__JOB_FAILED,
+  BAGUA__JOB_CLOSED
+} bagua__job_state_t;
+
+/* status: the job's state; terminal states are written once and never changed. */
+typedef struct {
+  bagua__job_state_t state;
+  int64_t time_ms;
+  int64_t round;
+  int exit_code;     /* what every agent exits with once the state is terminal (0..255) */
+  int has_root;      /* FAILED because of a worker: root cause below */
+  char message[512]; /* human-readable reason (rendezvous failures, closing) */
+  bagua__rdzv_failure_t root;
+} bagua__rdzv_status_t;
+
+/*
+ * rounds/<N>/rebuild/<rank>: an elastic worker of round N whose communication failed (a peer
+ * made no progress for BAGUA_COMM_TIMEOUT_MS, or a connection broke) while no newer round
+ * exists asks the agents for one; the leader then publishes round N+1 with the members still
+ * registered (reason "stall"), and every worker, the stalled one once it resumes, moves to it.
+ */
+typedef struct {
+  char node[BAGUA_RDZV_ID_MAX];
+  int rank;
+  int64_t time_ms;
+  char why[128];
+} bagua__rdzv_rebuild_t;
+
+char *bagua__rdzv_rebuild_encode(const bagua__rdzv_rebuild_t *r);
+int bagua__rdzv_rebuild_decode(const char *json, bagua__rdzv_rebuild_t *r, char *why, size_t len);
+
+/* config: the job-wide settings the first agent fixed; later agents must agree. */
+typedef struct {
+  int nnodes_min, nnodes_max, max_restarts;
+  char node[BAGUA_RDZV_ID_MAX]; /* who wrote it */
+} bagua__rdzv_jobcfg_t;
+
+char *bagua__rdzv_node_encode(const bagua__rdzv_node_t *n);
+/* Keeps n->id (it comes from the key); everything else comes from `json`. */
+int bagua__rdzv_node_decode(const char *json, bagua__rdzv_node_t *n, char *why, size_t len);
+
+char *bagua__rdzv_round_encode(const bagua__rdzv_round_t *r);
+int bagua__rdzv_round_decode(const char *json, bagua__rdzv_round_t *r, char *why, size_t len);
+void bagua__rdzv_round_clear(bagua__rdzv_round_t *r);
+/* Deep copy; returns 0 or -1 (out of memory, dst left cleared). */
+int bagua__rdzv_round_copy(bagua__rdzv_round_t *dst, const bagua__rdzv_round_t *src);
+/* Index of `node` in the round's members, or -1. */
+int bagua__rdzv_round_find(const bagua__rdzv_round_t *r, const char *node);
+
+char *bagua__rdzv_done_encode(const bagua__rdzv_done_t *d);
+int bagua__rdzv_done_decode(const char *json, bagua__rdzv_done_t *d, char *why, size_t len);
+
+char *bagua__rdzv_status_encode(const bagua__rdzv_status_t *s);
+int bagua__rdzv_status_decode(const char *json, bagua__rdzv_status_t *s, char *why, size_t len);
+/* "running", "succeeded", "failed", "closed" (or "unknown"). */
+const char *bagua__rdzv_job_state_name(bagua__job_state_t st);
+
+char *bagua__rdzv_jobcfg_encode(const bagua__rdzv_jobcfg_t *c);
+int bagua__rdzv_jobcfg_decode(const char *json, bagua__rdzv_jobcfg_t *c, char *why, size_t len);
+
+/* secret: BAGUA_RDZV_SECRET_HEX lowercase hex digits, plain text (no JSON). Checks `value`
+ * of `len` bytes and copies it with its NUL into out[BAGUA_RDZV_SECRET_HEX + 1]. */
+int bagua__rdzv_secret_decode(const char *value, size_t len, char *out, char *why, size_t whylen);
+/* Fills out[BAGUA_RDZV_SECRET_HEX + 1] with a fresh secret from getrandom() (or /dev/urandom).
+ * BAGUA_ERR_SYSTEM when the kernel gives no randomness. */
+bagua_status_t bagua__rdzv_secret_generate(char *out);
+
+/* leader: the leader's node id as plain text. Checks the id (not whether the node lives). */
+int bagua__rdzv_leader_decode(const char *value, char *out, size_t outlen, char *why,
+                              size_t whylen);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Rank rule                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * The rank rule: member i's workers hold ranks sum(nproc of members 0..i-1) + local rank,
+ * the world is the sum of all nprocs. Sets *rank and *group_rank for (node, local_rank).
+ * Returns 0; -1 when the node is not a member; -2 when local_rank is not below its nproc.
+ */
+int bagua__rdzv_place(const bagua__rdzv_round_t *r, const char *node, int local_rank, int *rank,
+                      int *group_rank);
+/* The rank of member `idx`'s local rank 0 (the sum of the nprocs before it). */
+int bagua__rdzv_rank_base(const bagua__rdzv_round_t *r, int idx);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Rejections and leases                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * Reports that the value of `key` (at `mod_rev`) was refused: a warning naming the key, what
+ * it should have been (`what`, e.g. "a node record") and why. The same key at the same
+ * revision is warned about once per process and then logged at INFO only, so a foreign value
+ * that nobody may remove does not flood the log.
+ */
+void bagua__rdzv_reject(const char *key, int64_t mod_rev, const char *what, const char *why);
+
+struct bagua__etcd;
+/*
+ * Asks etcd whether lease `id` is alive (TimeToLive). *alive is 1 when etcd knows it with a
+ * TTL left, 0 when it is unknown or expired. Errors (etcd unreachable) return its status and
+ * leave *alive untouched.
+ */
+bagua_status_t bagua__rdzv_lease_alive(struct bagua__etcd *c, int64_t id, int *alive);
+
+#endif

@@ -1,0 +1,244 @@
+/*
+ * The one rendezvous schema (common/rdzv): keys built and classified, strict validation of
+ * every record (types, integral numbers in range, strings that fit, world sizes that add up
+ * without overflow), the rank rule, the job secret, and a snapshot that trusts nothing the
+ * schema refuses (a node record on no lease, a corrupt leader/round/status).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rdzv/rdzv.h"
+#include "schema.h"
+#include "test.h"
+
+static void test_keys(void) {
+  char k[BAGUA_RDZV_KEY_MAX];
+  ASSERT_EQ(bagua__rdzv_key(k, sizeof(k), "j", BAGUA__RDZV_KEY_PREFIX, 0, NULL, 0), 0);
+  ASSERT_STREQ(k, "/bagua/j/");
+  ASSERT_EQ(bagua__rdzv_key(k, sizeof(k), "j", BAGUA__RDZV_KEY_NODE, 0, "n1", 0), 0);
+  ASSERT_STREQ(k, "/bagua/j/nodes/n1");
+  ASSERT_EQ(bagua__rdzv_key(k, sizeof(k), "j", BAGUA__RDZV_KEY_SECRET, 0, NULL, 0), 0);
+  ASSERT_STREQ(k, "/bagua/j/secret");
+  ASSERT_EQ(bagua__rdzv_key(k, sizeof(k), "j", BAGUA__RDZV_KEY_DONE, 7, "n2", 0), 0);
+  ASSERT_STREQ(k, "/bagua/j/rounds/7/done/n2");
+  ASSERT_EQ(bagua__rdzv_key(k, sizeof(k), "j", BAGUA__RDZV_KEY_BOOTSTRAP, 3, NULL, 12), 0);
+  ASSERT_STREQ(k, "/bagua/j/rounds/3/bootstrap/12");
+  ASSERT_EQ(bagua__rdzv_key(k, 8, "j", BAGUA__RDZV_KEY_ROUND, 0, NULL, 0), -1);
+
+  bagua__rdzv_key_info_t ki;
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/other/round", &ki), -1);
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/round", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_ROUND);
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/nodes/n1", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_NODE);
+  ASSERT_STREQ(ki.name, "n1");
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/nodes/a/b", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_OTHER);
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/rounds/12/done/n3", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_DONE);
+  ASSERT_EQ(ki.round, 12);
+  ASSERT_STREQ(ki.name, "n3");
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/rounds/4/bootstrap/9", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_BOOTSTRAP);
+  ASSERT_EQ(ki.index, 9);
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/rounds/4/bootstrap/9x", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_ROUND_DIR);
+  /* A round number too long for 2^53 is no round. */
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/rounds/99999999999999999999/x", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_OTHER);
+}
+
+/* Each value must be refused, and the reason must name `field`. */
+static void expect_node_refused(const char *json, const char *field) {
+  bagua__rdzv_node_t n;
+  char why[160] = "";
+  memset(&n, 0, sizeof(n));
+  if (bagua__rdzv_node_decode(json, &n, why, sizeof(why)) != -1)
+    TEST_FAIL("node record accepted: %s", json);
+  if (!strstr(why, field)) TEST_FAIL("reason \"%s\" does not name %s", why, field);
+}
+
+static void test_node(void) {
+  expect_node_refused("{\"host\":\"h\",\"addr\":\"a\",\"nproc\":2147483647,\"master_port\":5}",
+                      "nproc");
+  expect_node_refused("{\"host\":\"h\",\"addr\":\"a\",\"nproc\":4097,\"master_port\":5}", "nproc");
+  expect_node_refused("{\"host\":\"h\",\"addr\":\"a\",\"nproc\":1.5,\"master_port\":5}", "nproc");
+  expect_node_refused("{\"host\":\"h\",\"addr\":\"a\",\"nproc\":\"2\",\"master_port\":5}", "nproc");
+  expect_node_refused("{\"host\":\"h\",\"addr\":\"a\",\"nproc\":-1,\"master_port\":5}", "nproc");
+  expect_node_refused("{\"host\":\"h\",\"addr\":\"a\",\"nproc\":1,\"master_port\":0}",
+                      "master_port");
+  expect_node_refused("{\"host\":\"h\",\"addr\":\"\",\"nproc\":1,\"master_port\":1}", "addr");
+  expect_node_refused("{\"host\":7,\"addr\":\"a\",\"nproc\":1,\"master_port\":1}", "host");
+  expect_node_refused("{\"garbage\":", "JSON");
+  char big[600];
+  snprintf(big, sizeof(big),
+           "{\"host\":\"h\",\"addr\":\"a\",\"nproc\":1,\"master_port\":1,\"tag\":\"%0300d\"}", 0);
+  expect_node_refused(big, "tag");
+  bagua__rdzv_node_t n;
+  memset(&n, 0, sizeof(n));
+  ASSERT_EQ(bagua__rdzv_node_decode(
+                "{\"host\":\"h\",\"addr\":\"a\",\"nproc\":4096,\"master_port\":5,\"x\":[1]}", &n,
+                NULL, 0),
+            0);
+  ASSERT_EQ(n.nproc, 4096);
+}
+
+static void expect_round_refused(const char *json, const char *field) {
+  bagua__rdzv_round_t r;
+  char why[160] = "";
+  if (bagua__rdzv_round_decode(json, &r, why, sizeof(why)) != -1)
+    TEST_FAIL("round record accepted: %s", json);
+  ASSERT_TRUE(r.members == NULL);
+  if (!strstr(why, field)) TEST_FAIL("reason \"%s\" does not name %s", why, field);
+}
+
+#define ROUND_TAIL "\"master_addr\":\"a\",\"master_port\":5,\"round\":1"
+
+static void test_round(void) {
+  expect_round_refused("{\"garbage\":", "JSON");
+  /* The overflow of issue 13: a world that does not add up, or does not fit. */
+  expect_round_refused(
+      "{\"members\":[\"a\",\"b\"],\"nprocs\":[2147483647,2147483647],"
+      "\"world_size\":-2," ROUND_TAIL "}",
+      "nprocs");
+  expect_round_refused(
+      "{\"members\":[\"a\",\"b\"],\"nprocs\":[2,2],\"world_size\":5," ROUND_TAIL "}", "world_size");
+  expect_round_refused(
+      "{\"members\":[\"a\",\"a\"],\"nprocs\":[1,1],\"world_size\":2," ROUND_TAIL "}", "twice");
+  expect_round_refused("{\"members\":[\"a b\"],\"nprocs\":[1],\"world_size\":1," ROUND_TAIL "}",
+                       "members");
+  expect_round_refused("{\"members\":[],\"nprocs\":[],\"world_size\":0," ROUND_TAIL "}", "members");
+  expect_round_refused(
+      "{\"members\":[\"a\"],\"nprocs\":[1],\"member_revs\":[],\"world_size\":1," ROUND_TAIL "}",
+      "member_revs");
+  expect_round_refused(
+      "{\"members\":[\"a\"],\"nprocs\":[1],\"world_size\":1,\"master_addr\":"
+      "\"a\",\"master_port\":5,\"round\":0}",
+      "round");
+  expect_round_refused(
+      "{\"members\":[\"a\"],\"nprocs\":[1],\"world_size\":1,\"leader\":\"x/y\","
+      "" ROUND_TAIL "}",
+      "leader");
+
+  bagua__rdzv_round_t r;
+  memset(&r, 0, sizeof(r));
+  ASSERT_EQ(bagua__rdzv_round_decode("{\"members\":[\"a\",\"b\",\"c\"],\"nprocs\":[2,1,3],"
+                                     "\"world_size\":6," ROUND_TAIL "}",
+                                     &r, NULL, 0),
+            0);
+  int rank = -1, group = -1;
+  ASSERT_EQ(bagua__rdzv_place(&r, "c", 2, &rank, &group), 0);
+  ASSERT_EQ(rank, 5);
+  ASSERT_EQ(group, 2);
+  ASSERT_EQ(bagua__rdzv_place(&r, "b", 0, &rank, &group), 0);
+  ASSERT_EQ(rank, 2);
+  ASSERT_EQ(bagua__rdzv_place(&r, "b", 1, &rank, &group), -2);
+  ASSERT_EQ(bagua__rdzv_place(&r, "z", 0, &rank, &group), -1);
+  ASSERT_EQ(bagua__rdzv_rank_base(&r, 2), 3);
+  char *v = bagua__rdzv_round_encode(&r);
+  bagua__rdzv_round_t back;
+  ASSERT_EQ(bagua__rdzv_round_decode(v, &back, NULL, 0), 0);
+  ASSERT_EQ(back.world_size, 6);
+  ASSERT_EQ(back.nmembers, 3);
+  free(v);
+  bagua__rdzv_round_clear(&back);
+  bagua__rdzv_round_clear(&r);
+}
+
+static void test_other_records(void) {
+  bagua__rdzv_status_t st;
+  char why[160];
+  ASSERT_EQ(bagua__rdzv_status_decode("{\"garbage\":", &st, why, sizeof(why)), -1);
+  ASSERT_EQ(
+      bagua__rdzv_status_decode("{\"state\":\"running\",\"exit_code\":256}", &st, why, sizeof(why)),
+      -1);
+  ASSERT_TRUE(strstr(why, "exit_code") != NULL);
+  ASSERT_EQ(bagua__rdzv_status_decode("{\"state\":\"failed\",\"root_cause\":{\"node\":\"\"}}", &st,
+                                      why, sizeof(why)),
+            -1);
+  ASSERT_TRUE(strstr(why, "root_cause") != NULL);
+  ASSERT_EQ(bagua__rdzv_status_decode("{\"state\":\"running\"}", &st, NULL, 0), 0);
+  bagua__rdzv_done_t d;
+  ASSERT_EQ(bagua__rdzv_done_decode("{\"state\":\"failed\",\"node\":\"n\",\"signal\":1e9}", &d, why,
+                                    sizeof(why)),
+            -1);
+  ASSERT_TRUE(strstr(why, "signal") != NULL);
+  ASSERT_EQ(bagua__rdzv_done_decode("{\"state\":\"stopped\",\"node\":\"n\",\"kept\":1}", &d, why,
+                                    sizeof(why)),
+            -1);
+  bagua__rdzv_jobcfg_t c;
+  ASSERT_EQ(bagua__rdzv_jobcfg_decode("{\"nnodes_min\":3,\"nnodes_max\":2,\"max_restarts\":0}", &c,
+                                      why, sizeof(why)),
+            -1);
+  ASSERT_TRUE(strstr(why, "nnodes_max") != NULL);
+  char id[BAGUA_RDZV_ID_MAX];
+  ASSERT_EQ(bagua__rdzv_leader_decode("nobody", id, sizeof(id), why, sizeof(why)), 0);
+  ASSERT_EQ(bagua__rdzv_leader_decode("{\"garbage\":", id, sizeof(id), why, sizeof(why)), -1);
+
+  char s1[BAGUA_RDZV_SECRET_HEX + 1], s2[BAGUA_RDZV_SECRET_HEX + 1],
+      back[BAGUA_RDZV_SECRET_HEX + 1];
+  ASSERT_OK(bagua__rdzv_secret_generate(s1));
+  ASSERT_OK(bagua__rdzv_secret_generate(s2));
+  ASSERT_EQ((int)strlen(s1), BAGUA_RDZV_SECRET_HEX);
+  ASSERT_TRUE(strcmp(s1, s2) != 0);
+  ASSERT_EQ(bagua__rdzv_secret_decode(s1, strlen(s1), back, why, sizeof(why)), 0);
+  ASSERT_STREQ(back, s1);
+  ASSERT_EQ(bagua__rdzv_secret_decode(s1, 63, back, why, sizeof(why)), -1);
+  s1[5] = 'G';
+  ASSERT_EQ(bagua__rdzv_secret_decode(s1, strlen(s1), back, why, sizeof(why)), -1);
+}
+
+static bagua__etcd_kv_t kv(const char *key, const char *value, int64_t rev, int64_t lease) {
+  bagua__etcd_kv_t k;
+  memset(&k, 0, sizeof(k));
+  k.key = (char *)key;
+  k.key_len = strlen(key);
+  k.value = (char *)value;
+  k.value_len = strlen(value);
+  k.create_revision = rev;
+  k.mod_revision = rev;
+  k.lease = lease;
+  return k;
+}
+
+/* The snapshot keeps nothing the schema refuses and tells the leader what to repair. */
+static void test_snapshot(void) {
+  const char *node = "{\"host\":\"h\",\"addr\":\"a\",\"nproc\":1,\"master_port\":5}";
+  const char *evil = "{\"host\":\"h\",\"addr\":\"a\",\"nproc\":2147483647,\"master_port\":5}";
+  bagua__etcd_kv_t kvs[] = {
+      kv("/bagua/j/leader", "nobody", 3, 0),
+      kv("/bagua/j/nodes/a", node, 4, 11),
+      kv("/bagua/j/nodes/phantom", node, 5, 0),
+      kv("/bagua/j/nodes/evil", evil, 6, 12),
+      kv("/bagua/j/round", "{\"garbage\":", 7, 0),
+      kv("/bagua/j/status", "{\"garbage\":", 8, 0),
+      kv("/bagua/j/secret", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 9,
+         0),
+  };
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  ASSERT_EQ(bagua__agent_snap_parse("/bagua/j/", kvs, sizeof(kvs) / sizeof(kvs[0]), &s), 0);
+  ASSERT_EQ(s.nnodes, 1);
+  ASSERT_STREQ(s.nodes[0].id, "a");
+  ASSERT_EQ(s.has_leader, 1);
+  ASSERT_EQ(s.leader_lease, 0); /* register.c refuses a leader key on no lease */
+  ASSERT_EQ(s.has_round, 0);
+  ASSERT_EQ(s.round_bad, 1);
+  ASSERT_EQ(s.round_mod_rev, 7);
+  ASSERT_EQ(s.has_status, 0);
+  ASSERT_EQ(s.status_bad, 1);
+  ASSERT_EQ(s.status_mod_rev, 8);
+  ASSERT_EQ(s.has_secret, 1);
+  bagua__agent_snap_clear(&s);
+}
+
+int main(void) {
+  test_keys();
+  test_node();
+  test_round();
+  test_other_records();
+  test_snapshot();
+  printf("PASS rdzv\n");
+  return 0;
+}
