@@ -9,12 +9,15 @@
  * checked by the validators bagua-launch uses (common/validate.h), so a value the launcher
  * accepts is never refused by the agents it starts.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -55,7 +58,7 @@ static const char usage_fmt[] =
     "starts the node's N workers for each round (see docs/agent.md).\n"
     "\n"
     "  --rdzv-endpoint E   etcd endpoint list (env BAGUA_RDZV_ENDPOINT)\n"
-    "  --job-id ID         job identity, [A-Za-z0-9._-] (env BAGUA_JOB_ID)\n"
+    "  --job-id ID         job identity, 1-64 of [A-Za-z0-9._-] (env BAGUA_JOB_ID)\n"
     "  --nnodes MIN[:MAX]  nodes needed to run, and the most admitted (1 <= MIN <= MAX)\n"
     "  --nproc-per-node N  workers started on this node (%lld..%lld)\n"
     "  --node-id ID        this node's identity (env BAGUA_NODE_ID; default: host name)\n"
@@ -73,6 +76,11 @@ static const char usage_fmt[] =
     "                      restart: every new round restarts the workers; in-process: a\n"
     "                      membership change always keeps them (BAGUA_ELASTIC_MODE)\n"
     "  --tag NAME          label recorded in this node's etcd record\n"
+    "  --secret-file PATH  the job secret (64 hex digits) in a file only its owner can read\n"
+    "                      (chmod 600); default: BAGUA_JOB_SECRET, else the job's in etcd,\n"
+    "                      else a new random one\n"
+    "  --env-stdin         read NAME=VALUE entries, each ended by a NUL byte, from stdin and\n"
+    "                      export them (bagua-launch passes [env] and -x this way)\n"
     "  --help, --version\n"
     "\n"
     "Exit status: 0 job succeeded; 1..255 the root-cause worker's exit code (128+signal);\n"
@@ -87,6 +95,7 @@ typedef enum {
   AK_CHOICE,    /* one of the registry parameter's words (bagua__elastic_mode_t) */
   AK_BUF,       /* any text, copied (char[256]) */
   AK_STR,       /* any text, kept as is (const char *) */
+  AK_SWITCH,    /* a flag without a value, handled before the others (--env-stdin) */
   AK_HELP,
   AK_VERSION
 } arg_kind_t;
@@ -126,7 +135,9 @@ static const arg_desc_t k_args[] = {
     {"--log-dir", AK_STR, BAGUA_P_LOG_DIR, 1, CFG(log_dir), ""},
     {"--grace-ms", AK_INT, BAGUA_P_STOP_GRACE_MS, 1, CFG(grace_ms), ""},
     {"--tag", AK_STR, NO_PARAM, 0, CFG(tag), ""},
+    {"--secret-file", AK_STR, NO_PARAM, 0, CFG(secret_file), ""},
     {"--elastic-mode", AK_CHOICE, BAGUA_P_ELASTIC_MODE, 1, CFG(elastic_mode), ""},
+    {"--env-stdin", AK_SWITCH, NO_PARAM, 0, 0, ""}, /* read by read_env_stdin() first */
     {"--help", AK_HELP, NO_PARAM, 0, 0, ""},
     {"--version", AK_VERSION, NO_PARAM, 0, 0, ""},
 };
@@ -206,8 +217,17 @@ static int apply(const arg_desc_t *d, const char *text, bagua__agent_config_t *c
       snprintf(base + d->field, sizeof(cfg->node_addr), "%s", text);
       return 0;
     case AK_STR:
+      /* An empty directory would put log files in the working directory's root ("/<node>"). */
+      if (d->field == CFG(log_dir) && !text[0]) {
+        bagua__agent_say(
+            "%s \"\" is empty; accepted: a directory (leave the flag out for "
+            "console output only)",
+            d->flag);
+        return -1;
+      }
       *(const char **)(base + d->field) = text;
       return 0;
+    case AK_SWITCH:
     case AK_HELP:
     case AK_VERSION:
       return 0;
@@ -254,6 +274,140 @@ static void set_defaults(bagua__agent_config_t *cfg) {
   cfg->etcd_timeout_ms = (int)bagua__param_int(BAGUA_P_ETCD_TIMEOUT_MS);
 }
 
+/* Largest environment block --env-stdin accepts (a pipe's largest capacity). */
+#define ENV_STDIN_MAX (1 << 20)
+
+/*
+ * --env-stdin: the launcher sends a remote agent the [env] and -x variables on stdin, as
+ * "NAME=VALUE\0" entries up to end-of-file, so that their values (often secrets) appear on no
+ * command line, neither ssh's here nor the remote shell's there. They are set before the
+ * registry is read, so the agent and its workers see them as if they had been exported; stdin
+ * then becomes /dev/null. Returns 0, or -1 after printing what is wrong.
+ */
+static int read_env_stdin(void) {
+  char *buf = malloc(ENV_STDIN_MAX + 1);
+  size_t n = 0;
+  int rc = -1;
+  if (!buf) {
+    bagua__agent_say("--env-stdin: out of memory");
+    return -1;
+  }
+  for (;;) {
+    ssize_t r = read(STDIN_FILENO, buf + n, ENV_STDIN_MAX + 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      bagua__agent_say("--env-stdin: cannot read stdin: %s", strerror(errno));
+      goto out;
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+    if (n > ENV_STDIN_MAX) {
+      bagua__agent_say(
+          "--env-stdin: more than %d bytes on stdin; accepted: NAME=VALUE entries, "
+          "each ended by a NUL byte, up to %d bytes in all",
+          ENV_STDIN_MAX, ENV_STDIN_MAX);
+      goto out;
+    }
+  }
+  if (n > 0 && buf[n - 1] != '\0') {
+    bagua__agent_say(
+        "--env-stdin: the last entry is not ended by a NUL byte (cut short?); "
+        "accepted: NAME=VALUE entries, each ended by a NUL byte");
+    goto out;
+  }
+  for (size_t o = 0, len; o < n; o += len + 1) {
+    len = strlen(buf + o); /* before the '=' below is overwritten */
+    char *e = buf + o, *eq = strchr(e, '=');
+    size_t nl = eq ? (size_t)(eq - e) : 0;
+    int ok =
+        nl > 0 && (e[0] == '_' || (e[0] >= 'A' && e[0] <= 'Z') || (e[0] >= 'a' && e[0] <= 'z'));
+    for (size_t k = 0; ok && k < nl; k++)
+      ok = e[k] == '_' || (e[k] >= 'A' && e[k] <= 'Z') || (e[k] >= 'a' && e[k] <= 'z') ||
+           (e[k] >= '0' && e[k] <= '9');
+    if (!ok) {
+      bagua__agent_say(
+          "--env-stdin: entry \"%.*s\" is not NAME=VALUE; accepted: a variable name "
+          "(a letter or _, then letters, digits or _), '=' and the value",
+          (int)(nl                     ? nl
+                : strcspn(e, "=") > 40 ? 40
+                                       : strcspn(e, "=")),
+          e);
+      goto out;
+    }
+    *eq = '\0';
+    if (setenv(e, eq + 1, 1) != 0) {
+      bagua__agent_say("--env-stdin: cannot set %s: %s", e, strerror(errno));
+      goto out;
+    }
+  }
+  int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null >= 0) {
+    dup2(null, STDIN_FILENO);
+    if (null != STDIN_FILENO) close(null);
+  }
+  /* The registry may have been read already (a test calls the parser twice). */
+  bagua__params_reload();
+  rc = 0;
+out:
+  free(buf);
+  return rc;
+}
+
+/* 1 when --env-stdin is among the flags (before the program). */
+static int wants_env_stdin(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0 || argv[i][0] != '-') return 0;
+    if (strcmp(argv[i], "--env-stdin") == 0) return 1;
+  }
+  return 0;
+}
+
+/* 0 when `path` is a file this process may execute, else an errno value. */
+static int runnable(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return errno;
+  if (S_ISDIR(st.st_mode)) return EISDIR;
+  return access(path, X_OK) == 0 ? 0 : errno;
+}
+
+/*
+ * Looks the worker program up the way execvp() will: a name with a '/' as it is, any other
+ * name in PATH. A program that cannot run is a usage error (exit 2) before the node joins:
+ * the failure is the same on every restart, so restarting max_restarts times would only
+ * delay the same message. (A program that disappears later still fails at exec, and that
+ * failure names the error too: workers.c.)
+ */
+static int check_program(const char *prog) {
+  int e = ENOENT;
+  const char *path = "";
+  if (!prog[0]) {
+    e = ENOENT;
+  } else if (strchr(prog, '/')) {
+    e = runnable(prog);
+  } else {
+    /* glibc's execvp() searches "/bin:/usr/bin" when PATH is unset. */
+    path = getenv("PATH") ? getenv("PATH") : "/bin:/usr/bin";
+    for (const char *p = path;;) {
+      size_t n = strcspn(p, ":");
+      char cand[4096];
+      /* An empty entry means the working directory. */
+      snprintf(cand, sizeof(cand), "%.*s%s%s", (int)n, n ? p : ".", "/", prog);
+      int r = runnable(cand);
+      if (r == 0) return 0;
+      if (r == EACCES) e = EACCES; /* found, but not executable: say that, not "not found" */
+      if (!p[n]) break;
+      p += n + 1;
+    }
+  }
+  if (e == 0) return 0;
+  bagua__agent_say(
+      "cannot run the worker program \"%s\": %s%s%.1000s%s; accepted: an executable "
+      "file, or a command found in PATH (a .py script: bagua-launch runs it with "
+      "python3)",
+      prog, strerror(e), path[0] ? " (searched PATH=" : "", path, path[0] ? ")" : "");
+  return -1;
+}
+
 int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   struct option long_opts[NARGS + 1];
   const char *given[NARGS];
@@ -264,6 +418,7 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   host[sizeof(host) - 1] = '\0';
   bagua__agent_set_name(host);
 
+  if (wants_env_stdin(argc, argv) && read_env_stdin() != 0) return 2;
   if (bagua__params_check() != BAGUA_OK) {
     bagua__agent_say("bad environment parameter: %s", bagua_last_error());
     return 2;
@@ -280,7 +435,9 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   for (int i = 0; i < NARGS; i++) {
     long_opts[i].name = k_args[i].flag + 2;
     long_opts[i].has_arg =
-        k_args[i].kind == AK_HELP || k_args[i].kind == AK_VERSION ? no_argument : required_argument;
+        k_args[i].kind == AK_HELP || k_args[i].kind == AK_VERSION || k_args[i].kind == AK_SWITCH
+            ? no_argument
+            : required_argument;
     long_opts[i].flag = NULL;
     long_opts[i].val = 256 + i;
   }
@@ -336,8 +493,9 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   for (int i = 0; i < NARGS; i++) {
     const arg_desc_t *d = &k_args[i];
     if (!checked_late(d)) continue;
-    /* An empty value is no value: the refusal says what is required. */
-    const char *text = given[i] && given[i][0] ? given[i] : NULL;
+    /* An empty flag value is refused by the validator ("the value is empty; accepted: ..."):
+     * an empty job id would merge unrelated jobs. An empty variable is no value (env_value). */
+    const char *text = given[i];
     /* The node id defaults to the host name, which must pass as an id too. */
     if (!text && d->field == CFG(node_id)) text = host;
     if (!text && d->missing[0]) {
@@ -355,5 +513,6 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
     if (d->field == CFG(node_id) && d->kind == AK_ID) bagua__agent_set_name(cfg->node_id);
   }
   if (cfg->log_dir && !cfg->log_dir[0]) cfg->log_dir = NULL;
+  if (check_program(cfg->argv[0]) != 0) return 2;
   return 0;
 }

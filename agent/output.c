@@ -25,6 +25,7 @@
 #define PREFIX_MAX 192
 
 typedef struct {
+  bagua__outpump_t *owner;
   int fd, dest, log_fd;
   char prefix[PREFIX_MAX];
   size_t prefix_len;
@@ -40,16 +41,34 @@ struct bagua__outpump {
   int stop; /* under mu */
   stream_t **streams;
   size_t n, cap; /* under mu; only the thread removes streams */
+  /* Lines a log file did not take (a full disk, a quota): the first failure is reported at
+   * once, the count when the pump stops, so a full disk is never silent and never floods
+   * the console. Written by the output thread, read after it was joined. */
+  uint64_t log_failures;
+  char log_error[160];
 };
 
-static void write_all(int fd, const char *p, size_t n) {
+/* Returns 0, or an errno value when the line could not be written whole. */
+static int write_all(int fd, const char *p, size_t n) {
   while (n > 0) {
     ssize_t w = write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return; /* a closed console must not stop the workers: drop the line */
+    if (w <= 0) return w < 0 ? errno : EIO;
     p += w;
     n -= (size_t)w;
   }
+  return 0;
+}
+
+static void log_failed(stream_t *s, int err) {
+  bagua__outpump_t *p = s->owner;
+  if (p->log_failures++ > 0) return;
+  snprintf(p->log_error, sizeof(p->log_error), "%s", strerror(err));
+  /* The prefix names the worker ("[node/rank] "); its log file loses lines from here on. */
+  BAGUA_WARN(
+      "agent: cannot write the log file of %.*s: %s; its lines still reach the console, "
+      "and the lost ones are counted when the workers end",
+      (int)(s->prefix_len > 1 ? s->prefix_len - 1 : s->prefix_len), s->prefix, p->log_error);
 }
 
 static void emit(stream_t *s, const char *line, size_t n) {
@@ -57,8 +76,12 @@ static void emit(stream_t *s, const char *line, size_t n) {
   memcpy(out, s->prefix, s->prefix_len);
   memcpy(out + s->prefix_len, line, n);
   out[s->prefix_len + n] = '\n';
-  write_all(s->dest, out, s->prefix_len + n + 1);
-  if (s->log_fd >= 0) write_all(s->log_fd, out + s->prefix_len, n + 1);
+  /* A closed console must not stop the workers: such a line is dropped. */
+  (void)write_all(s->dest, out, s->prefix_len + n + 1);
+  if (s->log_fd >= 0) {
+    int err = write_all(s->log_fd, out + s->prefix_len, n + 1);
+    if (err) log_failed(s, err);
+  }
 }
 
 /* Emits every complete line in the buffer and keeps the tail; `eof` flushes the tail too. */
@@ -189,6 +212,7 @@ bagua_status_t bagua__outpump_add(bagua__outpump_t *p, int fd, int dest, const c
                                   int log_fd) {
   stream_t *s = calloc(1, sizeof(*s));
   if (!s) goto nomem;
+  s->owner = p;
   s->fd = fd;
   s->dest = dest;
   s->log_fd = log_fd;
@@ -236,6 +260,11 @@ void bagua__outpump_stop(bagua__outpump_t *p) {
     flush_lines(p->streams[i], 1);
     close_stream(p->streams[i]);
   }
+  if (p->log_failures)
+    BAGUA_WARN(
+        "agent: %llu line(s) of worker output could not be written to the log files "
+        "(first error: %s)",
+        (unsigned long long)p->log_failures, p->log_error);
   free(p->streams);
   close(p->wake_fd);
   pthread_cond_destroy(&p->cv);

@@ -49,6 +49,8 @@ static const char *const owned_vars[] = {"RANK",
                                          "BAGUA_NODE_ADDR",
                                          "BAGUA_ELASTIC_MODE",
                                          "BAGUA_ELASTIC_MARK",
+                                         "BAGUA_JOB_SECRET",
+                                         "BAGUA_RDZV_TIMEOUT_MS",
                                          "TORCHELASTIC_RESTART_COUNT",
                                          "TORCHELASTIC_MAX_RESTARTS",
                                          "TORCHELASTIC_RUN_ID",
@@ -123,6 +125,11 @@ static int build_env(const bagua__agent_config_t *cfg, const bagua__worker_assig
   rc |= vec_add(sv, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->max_restarts);
   rc |= vec_add(sv, "TORCHELASTIC_RUN_ID=%s", cfg->job_id);
   if (a->bootstrap) rc |= vec_add(sv, "BAGUA_BOOTSTRAP=%s", a->bootstrap);
+  /* Every wait of the workers' library for a round (bagua_elastic_rebuild) is bounded by the
+   * job's rendezvous timeout. */
+  rc |= vec_add(sv, "BAGUA_RDZV_TIMEOUT_MS=%lld", (long long)cfg->rdzv_timeout_s * 1000);
+  /* The job secret goes through the environment only, never a command line (docs/security.md). */
+  if (a->secret && a->secret[0]) rc |= vec_add(sv, "BAGUA_JOB_SECRET=%s", a->secret);
   return rc ? -1 : 0;
 }
 
@@ -168,14 +175,11 @@ static int open_log(const bagua__agent_config_t *cfg, const bagua__worker_assign
   return fd;
 }
 
-/* Appends src to the buffer without stdio (used between fork and exec). */
-static size_t cat(char *buf, size_t off, size_t cap, const char *src) {
-  while (*src && off + 1 < cap) buf[off++] = *src++;
-  buf[off] = '\0';
-  return off;
-}
+/* The descriptor a child reports a failed exec on (close-on-exec, so a successful exec
+ * closes it and the agent reads end-of-file). */
+#define EXEC_REPORT_FD 3
 
-static void child(const bagua__agent_config_t *cfg, char **envp, int out_w, int err_w,
+static void child(const bagua__agent_config_t *cfg, char **envp, int out_w, int err_w, int report_w,
                   pid_t parent) {
   /* Own process group: the agent signals the whole group, and a terminal's Ctrl-C reaches
    * only the agent, which then decides what the workers get. */
@@ -203,18 +207,28 @@ static void child(const bagua__agent_config_t *cfg, char **envp, int out_w, int 
   if (dup2(out_w, STDOUT_FILENO) < 0 || dup2(err_w, STDERR_FILENO) < 0) _exit(127);
   if (out_w > STDERR_FILENO) close(out_w);
   if (err_w > STDERR_FILENO) close(err_w);
-  closefrom(3);
+  /* dup2 clears close-on-exec on the copy: set it again, so only a failed exec reports. */
+  if (report_w != EXEC_REPORT_FD && dup2(report_w, EXEC_REPORT_FD) < 0) _exit(127);
+  fcntl(EXEC_REPORT_FD, F_SETFD, FD_CLOEXEC);
+  closefrom(EXEC_REPORT_FD + 1);
   execvpe(cfg->argv[0], cfg->argv, envp);
   int e = errno;
-  char msg[512];
-  size_t n = cat(msg, 0, sizeof(msg), "bagua-agent: cannot run \"");
-  n = cat(msg, n, sizeof(msg), cfg->argv[0]);
-  n = cat(msg, n, sizeof(msg), "\": ");
-  n = cat(msg, n, sizeof(msg), strerrordesc_np(e) ? strerrordesc_np(e) : "error");
-  n = cat(msg, n, sizeof(msg), "\n");
-  ssize_t w = write(STDERR_FILENO, msg, n);
+  ssize_t w = write(EXEC_REPORT_FD, &e, sizeof(e));
   (void)w;
   _exit(e == ENOENT ? 127 : 126);
+}
+
+/*
+ * Waits until the child has exec'ed (end-of-file on the report pipe) or failed to (it sends
+ * errno and exits). Returns 0, or the exec error. The wait is short: the child does nothing
+ * that blocks before exec.
+ */
+static int exec_result(int report_r) {
+  int e = 0;
+  ssize_t r;
+  do r = read(report_r, &e, sizeof(e));
+  while (r < 0 && errno == EINTR);
+  return r == (ssize_t)sizeof(e) ? e : 0;
 }
 
 static bagua_status_t start_one(bagua__workers_t *ws, const bagua__agent_config_t *cfg,
@@ -222,15 +236,16 @@ static bagua_status_t start_one(bagua__workers_t *ws, const bagua__agent_config_
   bagua__worker_t *w = &ws->w[lr];
   int rank = a->rank_base + lr;
   strvec_t env = {0};
-  int pout[2] = {-1, -1}, perr[2] = {-1, -1};
+  int pout[2] = {-1, -1}, perr[2] = {-1, -1}, prep[2] = {-1, -1};
   bagua_status_t st = BAGUA_OK;
   if (build_env(cfg, a, lr, &env) != 0) {
     BAGUA_WARN("agent: out of memory building the environment of rank %d", rank);
     st = BAGUA_ERR_NO_MEMORY;
     goto fail;
   }
-  if (pipe2(pout, O_CLOEXEC) != 0 || pipe2(perr, O_CLOEXEC) != 0) {
-    BAGUA_WARN("agent: pipe for rank %d failed: %s", rank, strerror(errno));
+  if (pipe2(pout, O_CLOEXEC) != 0 || pipe2(perr, O_CLOEXEC) != 0 || pipe2(prep, O_CLOEXEC) != 0) {
+    /* "Too many open files" under a low `ulimit -n`: the root cause names it. */
+    BAGUA_WARN("agent: cannot start rank %d: pipe: %s", rank, strerror(errno));
     st = BAGUA_ERR_SYSTEM;
     goto fail;
   }
@@ -243,11 +258,30 @@ static bagua_status_t start_one(bagua__workers_t *ws, const bagua__agent_config_
     st = BAGUA_ERR_SYSTEM;
     goto fail;
   }
-  if (pid == 0) child(cfg, env.v, pout[1], perr[1], parent);
+  if (pid == 0) child(cfg, env.v, pout[1], perr[1], prep[1], parent);
   /* Also set the group here, so a signal sent right after fork() cannot miss it. */
   setpgid(pid, pid);
   close(pout[1]);
   close(perr[1]);
+  close(prep[1]);
+  pout[1] = perr[1] = prep[1] = -1;
+  int e = exec_result(prep[0]);
+  if (e) {
+    /* The program never ran: reap the child here (it is no worker) and say why, naming the
+     * program and the error, which a restart would only repeat. */
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    BAGUA_WARN("agent: cannot run \"%s\" for rank %d: %s", cfg->argv[0], rank, strerror(e));
+    if (log_fd >= 0) close(log_fd);
+    st = e == ENOENT || e == EACCES || e == ENOEXEC || e == ENOTDIR || e == ELOOP ||
+                 e == ENAMETOOLONG || e == EISDIR
+             ? BAGUA_ERR_INVALID_USAGE
+             : BAGUA_ERR_SYSTEM;
+    goto fail;
+  }
+  close(prep[0]);
+  prep[0] = -1;
   w->pid = pid;
   w->local_rank = lr;
   w->rank = rank;
@@ -267,6 +301,7 @@ fail:
   for (int i = 0; i < 2; i++) {
     if (pout[i] >= 0) close(pout[i]);
     if (perr[i] >= 0) close(perr[i]);
+    if (prep[i] >= 0) close(prep[i]);
   }
   vec_free(&env);
   return st;

@@ -25,6 +25,7 @@ typedef struct {
   int master_port;
   const char *bootstrap; /* BAGUA_BOOTSTRAP value, or NULL to leave the environment's */
   const char *mark_dir;  /* auto mode: BAGUA_ELASTIC_MARK goes under it (marks.h); or NULL */
+  const char *secret;    /* BAGUA_JOB_SECRET for the workers (64 hex digits), or NULL */
 } bagua__worker_assign_t;
 
 typedef struct {

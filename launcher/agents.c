@@ -77,12 +77,13 @@ static int push_kv(bagua__launch_argv_t *a, const char *flag, const char *value)
 
 /* The agent's own command line (contract in docs/launcher.md). */
 static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
-                      const char *endpoint, int nproc, const char *node_id,
+                      const char *endpoint, int nproc, const char *node_id, int env_stdin,
                       bagua__launch_argv_t *a) {
   char num[32];
-  int rc = push(a, agent_path) || push_kv(a, "--rdzv-endpoint", endpoint) ||
-           push_kv(a, "--job-id", cfg->v[LS_JOB_ID].s) ||
-           push_kv(a, "--nnodes", cfg->v[LS_NNODES].s);
+  int rc = push(a, agent_path);
+  if (env_stdin) rc = rc || push(a, "--env-stdin");
+  rc = rc || push_kv(a, "--rdzv-endpoint", endpoint) ||
+       push_kv(a, "--job-id", cfg->v[LS_JOB_ID].s) || push_kv(a, "--nnodes", cfg->v[LS_NNODES].s);
   snprintf(num, sizeof(num), "%d", nproc);
   rc = rc || push_kv(a, "--nproc-per-node", num);
   if (node_id) rc = rc || push_kv(a, "--node-id", node_id);
@@ -117,6 +118,12 @@ static int env_provides(const char *env) {
   return !host_local(env) && bagua_param_get(env) != NULL;
 }
 
+/* The launcher's environment keeps a registry parameter that the INI file also sets
+ * (environment > INI); -x is a flag and beats both. */
+static int env_keeps(const bagua__launch_var_t *v) {
+  return v->origin.kind != LO_FLAG && env_provides(v->name);
+}
+
 /* Registry parameters that are per worker or passed as agent flags: never forwarded. */
 static int forwardable(const char *env) {
   static const char *const skip[] = {
@@ -129,9 +136,14 @@ static int forwardable(const char *env) {
   return bagua__launch_find_env(env) < 0;
 }
 
-/* "NAME=VALUE" words for a remote agent: the launcher's BAGUA_* settings and the INI's
- * [algorithm] and [env], so a remote worker sees what a local one would inherit. */
-static int env_words(const bagua__launch_config_t *cfg, bagua__launch_argv_t *a) {
+/*
+ * "NAME=VALUE" words for a remote agent: the launcher's BAGUA_* settings and the INI's
+ * [algorithm], so a remote worker sees what a local one would inherit. These are settings,
+ * shown so that a command line explains itself. [env] and -x values (often secrets: tokens,
+ * passwords) go to the agent's stdin instead (env_block); only when `with_env` (the remote
+ * command allocates a terminal, which would echo its input) are they words too.
+ */
+static int env_words(const bagua__launch_config_t *cfg, int with_env, bagua__launch_argv_t *a) {
   char kv[4096];
   for (int id = 0; id < BAGUA_P__COUNT; id++) {
     const char *env = bagua__param_env_name((bagua__param_id_t)id);
@@ -144,16 +156,78 @@ static int env_words(const bagua__launch_config_t *cfg, bagua__launch_argv_t *a)
   snprintf(kv, sizeof(kv), "BAGUA_ETCD_TIMEOUT_MS=%s", cfg->v[LS_ETCD_TIMEOUT_MS].s);
   if (push(a, kv)) return -1;
   const bagua__launch_var_t *lists[2] = {cfg->algo, cfg->env};
-  int counts[2] = {cfg->nalgo, cfg->nenv};
+  int counts[2] = {cfg->nalgo, with_env ? cfg->nenv : 0};
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < counts[k]; i++) {
       const bagua__launch_var_t *v = &lists[k][i];
-      if (env_provides(v->name)) continue; /* forwarded above with the environment's value */
-      snprintf(kv, sizeof(kv), "%s=%s", v->name, v->value);
-      if (push(a, kv)) return -1;
+      if (env_keeps(v)) continue; /* forwarded above with the environment's value */
+      size_t need = strlen(v->name) + strlen(v->value) + 2;
+      char *w = malloc(need);
+      if (!w) return -1;
+      snprintf(w, need, "%s=%s", v->name, v->value);
+      int rc = push(a, w);
+      free(w);
+      if (rc) return -1;
     }
   }
   return 0;
+}
+
+/* The [env] and -x variables a remote agent gets on its stdin, as "NAME=VALUE\0" entries
+ * (a value never contains NUL). Returns 0 with *len 0 when there are none, -1 on OOM. */
+static int env_block(const bagua__launch_config_t *cfg, char **data, size_t *len) {
+  size_t n = 0;
+  *data = NULL;
+  *len = 0;
+  for (int i = 0; i < cfg->nenv; i++)
+    if (!env_keeps(&cfg->env[i])) n += strlen(cfg->env[i].name) + strlen(cfg->env[i].value) + 2;
+  if (n == 0) return 0;
+  char *b = malloc(n);
+  if (!b) return -1;
+  size_t o = 0;
+  for (int i = 0; i < cfg->nenv; i++) {
+    const bagua__launch_var_t *v = &cfg->env[i];
+    if (env_keeps(v)) continue;
+    o += (size_t)sprintf(b + o, "%s=%s", v->name, v->value) + 1; /* keeps the NUL */
+  }
+  *data = b;
+  *len = o;
+  return 0;
+}
+
+/* ssh options that take an argument: the word after one of them is no destination. */
+static int ssh_option_with_arg(const char *w) {
+  return w[0] == '-' && w[1] && !w[2] && strchr("BbcDEeFIiJLlmOopQRSWw", w[1]) != NULL;
+}
+
+/* 1 for the base name of an ssh binary ("ssh", "/usr/bin/ssh"). */
+static int is_ssh(const char *word) {
+  const char *base = strrchr(word, '/');
+  return strcmp(base ? base + 1 : word, "ssh") == 0;
+}
+
+/*
+ * 1 when the remote command template allocates a terminal (ssh -t, -tt): a terminal echoes
+ * what it reads, so the [env] block cannot travel on the agent's stdin without being printed.
+ */
+static int template_has_tty(const char *tmpl) {
+  bagua__launch_argv_t w = {0};
+  char serr[128];
+  int tty = 0;
+  if (bagua__launch_split_words(tmpl, &w, serr, sizeof(serr)) != 0) return 0;
+  if (w.n > 0 && is_ssh(w.v[0]))
+    for (int i = 1; i < w.n && !tty; i++) {
+      const char *o = w.v[i];
+      if (strcmp(o, "--") == 0 || o[0] != '-') break;
+      if (ssh_option_with_arg(o)) {
+        i++;
+        continue;
+      }
+      tty = o[1] != '-' && strchr(o + 1, 't') != NULL &&
+            strspn(o + 1, "46AaCfGgKkMNnqsTtVvXxYy") == strlen(o + 1);
+    }
+  bagua__launch_argv_free(&w);
+  return tty;
 }
 
 /* Replaces every "{host}" in `word` with `host`. */
@@ -220,7 +294,31 @@ static int wrap_remote(const char *tmpl, const char *host, const bagua__launch_a
              line ? serr : "out of memory");
     goto out;
   }
+  /* ssh reads a destination that starts with '-' as an option (-oProxyCommand=...): host
+   * names are validated, and "--" before the destination makes sure of it. The destination is
+   * the first word that is not an option or an option's argument. */
+  const int ssh = words.n > 0 && is_ssh(words.v[0]);
+  int dashdash = 0;
   for (int i = 0; i < words.n; i++) {
+    if (ssh && !dashdash && i > 0) {
+      const char *w = words.v[i];
+      if (strcmp(w, "--") == 0) {
+        dashdash = 1;
+      } else if (ssh_option_with_arg(w)) {
+        if (push(out, w)) goto oom;
+        if (++i < words.n) {
+          char *arg = subst_host(words.v[i], host);
+          int prc = !arg || push(out, arg);
+          free(arg);
+          if (prc) goto oom;
+        }
+        continue;
+      } else if (w[0] != '-') {
+        /* The destination: the first word that is no option (a fixed host stays as it is). */
+        if (strstr(w, "{host}") && push(out, "--")) goto oom;
+        dashdash = 1;
+      }
+    }
     if (strcmp(words.v[i], "{cmd}") == 0) {
       for (int k = 0; k < cmd->n; k++)
         if (push(out, cmd->v[k])) goto oom;
@@ -248,9 +346,7 @@ static int wrap_remote(const char *tmpl, const char *host, const bagua__launch_a
     if (prc) goto oom;
   }
   if (!placed) {
-    const char *base = words.n ? strrchr(words.v[0], '/') : NULL;
-    base = base ? base + 1 : words.n ? words.v[0] : "";
-    if (strcmp(base, "ssh") == 0) {
+    if (ssh) {
       if (push(out, line)) goto oom;
     } else {
       for (int k = 0; k < cmd->n; k++)
@@ -273,6 +369,7 @@ int bagua__launch_build_agents(const bagua__launch_config_t *cfg, const char *ag
   int n = cfg->nhosts ? cfg->nhosts : 1;
   bagua__launch_agent_t *a = calloc((size_t)n, sizeof(*a));
   if (!a) goto oom;
+  for (int i = 0; i < n; i++) a[i].err_fd = -1;
   for (int i = 0; i < n; i++) {
     const bagua__launch_host_t *h = cfg->nhosts ? &cfg->hosts[i] : NULL;
     char node[BAGUA_ID_MAX_LEN + 1];
@@ -300,12 +397,19 @@ int bagua__launch_build_agents(const bagua__launch_config_t *cfg, const char *ag
     if (!a[i].host || (node_id && !a[i].node_id)) goto oom;
     int nproc = h ? h->nproc : (int)cfg->v[LS_NPROC].i;
     if (a[i].local) {
-      if (agent_argv(cfg, agent_path, endpoint, nproc, node_id, &a[i].argv) != 0) goto oom;
+      if (agent_argv(cfg, agent_path, endpoint, nproc, node_id, 0, &a[i].argv) != 0) goto oom;
       continue;
     }
+    const int tty = template_has_tty(cfg->v[LS_REMOTE_CMD].s);
+    if (tty && cfg->nenv > 0 && i == 0)
+      bagua__say(LAUNCH_TOOL,
+                 "warning: --remote-cmd allocates a terminal (ssh -t), which would echo the "
+                 "agent's stdin: the [env] and -x values go on the remote command line instead, "
+                 "where ps on that host shows them");
+    if (!tty && env_block(cfg, &a[i].stdin_data, &a[i].stdin_len) != 0) goto oom;
     bagua__launch_argv_t cmd = {0};
-    if (push(&cmd, "env") || env_words(cfg, &cmd) ||
-        agent_argv(cfg, agent_path, endpoint, nproc, node_id, &cmd)) {
+    if (push(&cmd, "env") || env_words(cfg, tty, &cmd) ||
+        agent_argv(cfg, agent_path, endpoint, nproc, node_id, a[i].stdin_len > 0, &cmd)) {
       bagua__launch_argv_free(&cmd);
       goto oom;
     }
@@ -330,6 +434,8 @@ void bagua__launch_free_agents(bagua__launch_agent_t *a, int n) {
     bagua__launch_argv_free(&a[i].argv);
     free(a[i].host);
     free(a[i].node_id);
+    free(a[i].stdin_data);
+    if (a[i].err_fd >= 0) close(a[i].err_fd);
   }
   free(a);
 }
@@ -343,18 +449,108 @@ int bagua__launch_export_vars(const bagua__launch_config_t *cfg) {
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < counts[k]; i++) {
       const bagua__launch_var_t *v = &lists[k][i];
-      if (env_provides(v->name)) continue; /* environment > INI for registry parameters */
+      if (env_keeps(v)) continue; /* environment > INI for registry parameters */
       if (setenv(v->name, v->value, 1) != 0) return -1;
     }
   return 0;
 }
 
+/*
+ * A pipe whose read end yields `len` bytes and then end-of-file: the data is written before
+ * the agent starts, so the launcher never blocks on a slow remote command. Returns the read
+ * end, or -1 with a message.
+ */
+static int stdin_pipe(const char *data, size_t len, char *err, size_t errlen) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) {
+    snprintf(err, errlen, "pipe: %s", strerror(errno));
+    return -1;
+  }
+  /* A pipe holds 64 KiB by default; grow it for a large environment (up to the system's
+   * pipe-max-size, 1 MiB by default). */
+  if (len > 65536) (void)fcntl(p[1], F_SETPIPE_SZ, (int)(len < (1 << 30) ? len : (1 << 30)));
+  int cap = fcntl(p[1], F_GETPIPE_SZ);
+  if (cap < 0 || (size_t)cap < len) {
+    snprintf(err, errlen,
+             "the [env] and -x variables take %zu bytes, more than a pipe holds (%d); accepted: "
+             "fewer or shorter variables",
+             len, cap);
+    goto fail;
+  }
+  for (size_t o = 0; o < len;) {
+    ssize_t w = write(p[1], data + o, len - o);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      snprintf(err, errlen, "writing the agent's stdin: %s", strerror(errno));
+      goto fail;
+    }
+    o += (size_t)w;
+  }
+  close(p[1]);
+  return p[0];
+fail:
+  close(p[0]);
+  close(p[1]);
+  return -1;
+}
+
+int bagua__launch_pump_stderr(bagua__launch_agent_t *a) {
+  char buf[4096];
+  while (a->err_fd >= 0) {
+    ssize_t r = read(a->err_fd, buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EAGAIN) return 0;
+    if (r <= 0) {
+      close(a->err_fd);
+      a->err_fd = -1;
+      break;
+    }
+    /* One write per read keeps the agent's lines whole on a shared console. */
+    for (ssize_t o = 0; o < r;) {
+      ssize_t w = write(STDERR_FILENO, buf + o, (size_t)(r - o));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      o += w;
+    }
+    for (ssize_t i = 0; i < r; i++) {
+      if (buf[i] != '\n') {
+        if (a->err_part_len + 1 < sizeof(a->err_part)) a->err_part[a->err_part_len++] = buf[i];
+        continue;
+      }
+      if (a->err_part_len == 0) continue;
+      a->err_part[a->err_part_len] = '\0';
+      snprintf(a->err_line, sizeof(a->err_line), "%s", a->err_part);
+      a->err_part_len = 0;
+    }
+  }
+  /* A last line without a newline still counts. */
+  if (a->err_part_len > 0) {
+    a->err_part[a->err_part_len] = '\0';
+    snprintf(a->err_line, sizeof(a->err_line), "%s", a->err_part);
+    a->err_part_len = 0;
+  }
+  return 1;
+}
+
 int bagua__launch_start_agent(bagua__launch_agent_t *a, char *err, size_t errlen) {
   pid_t parent = getpid();
+  int in = -1, errp[2] = {-1, -1};
+  a->err_fd = -1;
+  if (a->stdin_len > 0 && (in = stdin_pipe(a->stdin_data, a->stdin_len, err, errlen)) < 0)
+    return -1;
+  /* A remote command's stderr passes through the launcher: when the host cannot start the
+   * agent (ssh: "Could not resolve hostname"), its last line is the job's failure report. */
+  if (!a->local && pipe2(errp, O_CLOEXEC) != 0) {
+    snprintf(err, errlen, "pipe: %s", strerror(errno));
+    if (in >= 0) close(in);
+    return -1;
+  }
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0) {
     snprintf(err, errlen, "fork: %s", strerror(errno));
+    if (in >= 0) close(in);
+    if (errp[0] >= 0) close(errp[0]), close(errp[1]);
     return -1;
   }
   if (pid == 0) {
@@ -367,16 +563,23 @@ int bagua__launch_start_agent(bagua__launch_agent_t *a, char *err, size_t errlen
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
-    int null = open("/dev/null", O_RDONLY);
+    int null = in >= 0 ? in : open("/dev/null", O_RDONLY);
     if (null >= 0) {
-      dup2(null, 0);
+      dup2(null, 0); /* dup2 clears close-on-exec on the copy */
       if (null > 2) close(null);
     }
+    if (errp[1] >= 0) dup2(errp[1], STDERR_FILENO);
     execvp(a->argv.v[0], a->argv.v);
     bagua__say("bagua-launch", "cannot run %s: %s", a->argv.v[0], strerror(errno));
     _exit(127);
   }
   setpgid(pid, pid);
+  if (in >= 0) close(in);
+  if (errp[1] >= 0) {
+    close(errp[1]);
+    fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
+    a->err_fd = errp[0];
+  }
   a->pid = pid;
   a->started = 1;
   return 0;
@@ -386,4 +589,10 @@ void bagua__launch_print_command(const bagua__launch_agent_t *a, FILE *out) {
   char *line = join_quoted(&a->argv);
   fprintf(out, "%s\n", line ? line : "(out of memory)");
   free(line);
+  if (a->stdin_len == 0) return;
+  /* Names only: the values are in the [env] section above, and stay off command lines. */
+  fprintf(out, ";   its stdin (--env-stdin):");
+  for (size_t o = 0; o < a->stdin_len; o += strlen(a->stdin_data + o) + 1)
+    fprintf(out, " %.*s", (int)strcspn(a->stdin_data + o, "="), a->stdin_data + o);
+  fprintf(out, "\n");
 }

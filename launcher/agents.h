@@ -15,10 +15,24 @@ typedef struct {
   char *host;                /* host it runs on ("localhost" for the single local agent) */
   char *node_id;             /* --node-id passed, or NULL (the agent chooses) */
   int local;
+  /* Remote agents: "NAME=VALUE\0" entries written to the agent's stdin (--env-stdin), so
+   * that [env] and -x values (often secrets) appear on no command line; NULL for none. */
+  char *stdin_data;
+  size_t stdin_len;
   pid_t pid; /* 0 before start and after it was reaped */
   int started;
   int exited;
+  /* Remote agents: the read end of a pipe that carries the remote command's stderr (ssh's
+   * own errors included), which the launcher copies to its stderr, keeping the last line for
+   * the report of an agent that could not be started. -1 for local agents. */
+  int err_fd;
+  char err_line[512]; /* last complete non-empty line of that stderr */
+  char err_part[512]; /* the line being read */
+  size_t err_part_len;
+  int registered;    /* its node key was seen in etcd */
+  int start_failed;  /* it exited before registering (the host could not start it) */
   int code;          /* exit status, 128+N for signal N */
+  int exit_signal;   /* N when it was killed by signal N, else 0 (exit 255 is no signal) */
   int64_t exit_ms;   /* wall-clock time of the exit (ms since the epoch) */
   int64_t exit_mono; /* monotonic time of the exit, for ordering */
 } bagua__launch_agent_t;
@@ -44,10 +58,23 @@ void bagua__launch_free_agents(bagua__launch_agent_t *a, int n);
  * agents to inherit (a registry parameter already set in the environment keeps its value). */
 int bagua__launch_export_vars(const bagua__launch_config_t *cfg);
 
-/* Starts one agent (own process group, parent-death SIGTERM, stdin from /dev/null). */
+/* Copies what the agent's stderr pipe holds to this process's stderr and remembers the last
+ * line. Returns 1 at end-of-file (the pipe is closed then), else 0. */
+int bagua__launch_pump_stderr(bagua__launch_agent_t *a);
+
+/* Starts one agent (own process group, parent-death SIGTERM, stdin from /dev/null, or a pipe
+ * that holds `stdin_data` and then ends). */
 int bagua__launch_start_agent(bagua__launch_agent_t *a, char *err, size_t errlen);
 
-/* Prints an agent's command line, shell-quoted. */
+/*
+ * Removes the private directories ($TMPDIR/bagua-agent.<node>.<pid>.XXXXXX) that the agent
+ * with `pid` left in `parent` (NULL or "": /tmp), when that pid no longer runs and the
+ * directory is ours. Returns how many were removed. For local agents, after they were reaped.
+ */
+int bagua__launch_sweep_agent_dirs(const char *parent, pid_t pid);
+
+/* Prints an agent's command line, shell-quoted, and the names of the variables it gets on its
+ * stdin. */
 void bagua__launch_print_command(const bagua__launch_agent_t *a, FILE *out);
 
 #endif

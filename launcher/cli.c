@@ -19,7 +19,11 @@ typedef enum {
   OPT_HELP,
   OPT_VERSION,
   OPT_PRINT,
-  OPT_DRY
+  OPT_DRY,
+  OPT_EXPORT,
+  OPT_MODULE,
+  OPT_NO_PYTHON,
+  OPT_STANDALONE
 } opt_t;
 
 static const struct {
@@ -27,11 +31,60 @@ static const struct {
   opt_t opt;
   int takes_value;
 } k_opts[] = {
-    {"--config", OPT_CONFIG, 1},      {"--hosts", OPT_HOSTS, 1}, {"--hostfile", OPT_HOSTFILE, 1},
-    {"--help", OPT_HELP, 0},          {"-h", OPT_HELP, 0},       {"--version", OPT_VERSION, 0},
-    {"--print-params", OPT_PRINT, 0}, {"--dry-run", OPT_DRY, 0},
+    {"--config", OPT_CONFIG, 1},
+    {"--hosts", OPT_HOSTS, 1},
+    {"--hostfile", OPT_HOSTFILE, 1},
+    {"--help", OPT_HELP, 0},
+    {"-h", OPT_HELP, 0},
+    {"--version", OPT_VERSION, 0},
+    {"--print-params", OPT_PRINT, 0},
+    {"--dry-run", OPT_DRY, 0},
+    {"-x", OPT_EXPORT, 1},
+    /* -m MODULE takes the module and ends the options, as python's own -m does; torchrun's
+     * "-m" and "--module" are switches that make the program word a module: both mean the
+     * same when the word after them is not an option. */
+    {"-m", OPT_MODULE, 0},
+    {"--module", OPT_MODULE, 0},
+    {"--no-python", OPT_NO_PYTHON, 0},
+    {"--standalone", OPT_STANDALONE, 0},
 };
 #define NOPTS ((int)(sizeof(k_opts) / sizeof(k_opts[0])))
+
+/*
+ * Spellings from torchrun, mpirun and Horovod: an alias is read as our flag; a hint refuses
+ * the flag and names what to use instead (what it set is done another way here).
+ */
+static const struct {
+  const char *flag; /* normalised: "--rdzv-id" stands for --rdzv_id too */
+  const char *alias;
+  const char *hint;
+} k_foreign[] = {
+    {"--rdzv-id", "--job-id", NULL},
+    {"--local-addr", "--node-addr", NULL},
+    {"--rdzv-backend", NULL,
+     "bagua-launch always rendezvous through etcd; accepted: --rdzv-endpoint HOST:PORT, or no "
+     "endpoint for a private etcd"},
+    {"--rdzv-conf", NULL,
+     "accepted: --lease-ttl, --rdzv-timeout, --last-call-ms and --settle-ms, or [rendezvous] in "
+     "the --config file"},
+    {"--node-rank", NULL,
+     "node ranks come from the rendezvous round (oldest node first); accepted: leave it out, "
+     "with one agent per host (--hosts) or --nnodes and the same --rdzv-endpoint and --job-id on "
+     "every node"},
+    {"--master-addr", NULL,
+     "the rendezvous chooses the master (workers still get MASTER_ADDR and MASTER_PORT); "
+     "accepted: --rdzv-endpoint HOST:PORT, or no endpoint for a private etcd"},
+    {"--master-port", NULL,
+     "the rendezvous chooses the master (workers still get MASTER_ADDR and MASTER_PORT); "
+     "accepted: --rdzv-endpoint HOST:PORT, or no endpoint for a private etcd"},
+    {"--max-nodes", NULL, "accepted: --nnodes MIN:MAX"},
+    {"--min-nodes", NULL, "accepted: --nnodes MIN:MAX"},
+    {"-np", NULL, "accepted: --hosts HOST:N,... (workers per host) or --nproc-per-node N"},
+    {"-n", NULL, "accepted: --hosts HOST:N,... (workers per host) or --nproc-per-node N"},
+    {"-H", NULL, "accepted: --hosts HOST[:N],..."},
+    {"--host", NULL, "accepted: --hosts HOST[:N],..."},
+};
+#define NFOREIGN ((int)(sizeof(k_foreign) / sizeof(k_foreign[0])))
 
 /* A known flag that starts with `given`, when exactly one does (for "did you mean"). */
 static const char *suggest(const char *given) {
@@ -46,6 +99,59 @@ static const char *suggest(const char *given) {
   for (int i = 0; i < NOPTS; i++)
     if (strncmp(k_opts[i].flag, given, len) == 0) hit = k_opts[i].flag, n++;
   return n == 1 ? hit : NULL;
+}
+
+/*
+ * -x NAME (the value of NAME in bagua-launch's environment) or -x NAME=VALUE: one more
+ * variable for every worker, local or remote, like mpirun's -x. Checked like an [env] key.
+ */
+static int add_export(bagua__launch_layer_t *l, const char *spec, char *err, size_t errlen) {
+  char what[LAUNCH_ERR_LEN], name[256];
+  const char *eq = strchr(spec, '=');
+  size_t nl = eq ? (size_t)(eq - spec) : strlen(spec);
+  if (nl == 0 || nl >= sizeof(name)) {
+    snprintf(err, errlen,
+             "bagua-launch: -x \"%.100s\": no variable name; accepted: -x NAME (its value here) "
+             "or -x NAME=VALUE",
+             spec);
+    return LAUNCH_EXIT_USAGE;
+  }
+  memcpy(name, spec, nl);
+  name[nl] = '\0';
+  /* Any variable may be forwarded, so this is no registry parameter: read it directly. */
+  const char *value = eq ? eq + 1 : getenv(name);
+  if (bagua__launch_check_var(name, value ? value : "", what, sizeof(what)) != 0) {
+    snprintf(err, errlen, "bagua-launch: -x %s: %s", name, what);
+    return LAUNCH_EXIT_USAGE;
+  }
+  if (!value) {
+    snprintf(err, errlen,
+             "bagua-launch: -x %s: %s is not set in bagua-launch's environment; accepted: -x "
+             "%s=VALUE, or export %s first",
+             name, name, name, name);
+    return LAUNCH_EXIT_USAGE;
+  }
+  /* A name given twice takes the later value, as in a shell. */
+  bagua__launch_var_t *v = NULL;
+  for (int i = 0; i < l->nenv && !v; i++)
+    if (strcmp(l->env[i].name, name) == 0) v = &l->env[i];
+  if (!v) {
+    bagua__launch_var_t *nv = realloc(l->env, sizeof(*nv) * (size_t)(l->nenv + 1));
+    if (!nv) goto oom;
+    l->env = nv;
+    v = &nv[l->nenv++];
+    memset(v, 0, sizeof(*v));
+    if (!(v->name = strdup(name)) || !(v->key = strdup(name))) goto oom;
+  }
+  char *copy = strdup(value);
+  if (!copy) goto oom;
+  free(v->value);
+  v->value = copy;
+  bagua__launch_origin_set(&v->origin, LO_FLAG, "-x %s", eq ? "NAME=VALUE" : "NAME");
+  return 0;
+oom:
+  snprintf(err, errlen, "bagua-launch: out of memory");
+  return LAUNCH_EXIT_USAGE;
 }
 
 int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, char *err,
@@ -69,6 +175,17 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
     for (char *p = flag + 2; *p; p++)
       if (*p == '_') *p = '-';
     const char *value = eq ? eq + 1 : NULL;
+    const char *spelled = NULL; /* a foreign spelling read as one of ours */
+    for (int k = 0; k < NFOREIGN; k++) {
+      if (strcmp(k_foreign[k].flag, flag) != 0) continue;
+      if (!k_foreign[k].alias) {
+        snprintf(err, errlen, "bagua-launch: %s is not a bagua-launch option: %s", arg,
+                 k_foreign[k].hint);
+        return LAUNCH_EXIT_USAGE;
+      }
+      spelled = k_foreign[k].flag;
+      snprintf(flag, sizeof(flag), "%s", k_foreign[k].alias);
+    }
 
     int setting = -1, opt = -1;
     for (int s = 0; s < LS__COUNT && setting < 0; s++)
@@ -98,7 +215,10 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
     }
     if (takes_value && !value) {
       if (i + 1 >= argc) {
-        if (opt >= 0) metavar = k_opts[opt].opt == OPT_HOSTS ? "HOST[:NPROC],..." : "FILE";
+        if (opt >= 0)
+          metavar = k_opts[opt].opt == OPT_HOSTS    ? "HOST[:NPROC],..."
+                    : k_opts[opt].opt == OPT_EXPORT ? "NAME[=VALUE]"
+                                                    : "FILE";
         snprintf(err, errlen, "bagua-launch: %s needs a value; accepted: %s %s", flag, flag,
                  metavar);
         return LAUNCH_EXIT_USAGE;
@@ -112,7 +232,10 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
         snprintf(err, errlen, "bagua-launch: %s: %s", flag, what);
         return LAUNCH_EXIT_USAGE;
       }
-      bagua__launch_origin_set(&v->origin, LO_FLAG, "%s", flag);
+      if (spelled)
+        bagua__launch_origin_set(&v->origin, LO_FLAG, "%s (torchrun's %s)", flag, spelled);
+      else
+        bagua__launch_origin_set(&v->origin, LO_FLAG, "%s", flag);
       continue;
     }
     switch (k_opts[opt].opt) {
@@ -155,8 +278,28 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
       case OPT_DRY:
         l->dry_run = 1;
         break;
+      case OPT_EXPORT: {
+        int rc = add_export(l, value, err, errlen);
+        if (rc != 0) return rc;
+        break;
+      }
+      case OPT_MODULE:
+        l->module = 1;
+        /* "-m MODULE": the module is the program word; what follows are its arguments. */
+        if (i + 1 < argc && argv[i + 1][0] != '-') {
+          i++;
+          goto program;
+        }
+        break;
+      case OPT_NO_PYTHON:
+        l->no_python = 1;
+        break;
+      case OPT_STANDALONE:
+        l->standalone = 1;
+        break;
     }
   }
+program:
   for (; i < argc; i++) {
     if (bagua__launch_argv_push(&l->program, argv[i]) != 0) {
       snprintf(err, errlen, "bagua-launch: out of memory");
@@ -174,7 +317,8 @@ int bagua__launch_read_env(bagua__launch_layer_t *l, char *err, size_t errlen) {
     if (!d->env) continue;
     /* NULL when unset, and for names the registry does not (yet) declare. */
     const char *text = bagua_param_get(d->env);
-    if (!text) continue;
+    /* An empty variable is no value, as for bagua-agent: `BAGUA_JOB_ID= cmd` unsets it. */
+    if (!text || !*text) continue;
     if (bagua__launch_parse_value((bagua__launch_setting_t)s, text, &l->v[s], what, sizeof(what)) !=
         0) {
       snprintf(err, errlen, "bagua-launch: environment %s: %s", d->env, what);

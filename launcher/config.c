@@ -6,6 +6,9 @@
  * --nnodes, a program to run). The dump prints each value with where it came from; the golden
  * parser tests compare that text.
  */
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -43,12 +46,191 @@ static int copy_vars(bagua__launch_var_t **dst, int *ndst, const bagua__launch_v
   for (int i = 0; i < n; i++) {
     (*dst)[i].origin = src[i].origin;
     (*dst)[i].name = strdup(src[i].name);
-    (*dst)[i].value = strdup(src[i].value);
     (*dst)[i].key = strdup(src[i].key);
     (*ndst)++;
-    if (!(*dst)[i].name || !(*dst)[i].value || !(*dst)[i].key) return -1;
+    /* INI values follow the one quoting rule ("hello world" in quotes is hello world). */
+    if (bagua__launch_unquote(src[i].value, &(*dst)[i].value) != 0) return -1;
+    if (!(*dst)[i].name || !(*dst)[i].key) return -1;
   }
   return 0;
+}
+
+/* -x variables (the command-line layer's env) over the INI's [env]: the same name takes the
+ * flag's value, at the INI entry's place. */
+static int merge_exports(bagua__launch_config_t *cfg, const bagua__launch_layer_t *cli) {
+  for (int i = 0; i < cli->nenv; i++) {
+    const bagua__launch_var_t *x = &cli->env[i];
+    bagua__launch_var_t *v = NULL;
+    for (int k = 0; k < cfg->nenv && !v; k++)
+      if (strcmp(cfg->env[k].name, x->name) == 0) v = &cfg->env[k];
+    if (!v) {
+      bagua__launch_var_t *nv = realloc(cfg->env, sizeof(*nv) * (size_t)(cfg->nenv + 1));
+      if (!nv) return -1;
+      cfg->env = nv;
+      v = &nv[cfg->nenv++];
+      memset(v, 0, sizeof(*v));
+      if (!(v->name = strdup(x->name)) || !(v->key = strdup(x->key))) return -1;
+    }
+    char *copy = strdup(x->value);
+    if (!copy) return -1;
+    free(v->value);
+    v->value = copy;
+    v->origin = x->origin;
+  }
+  return 0;
+}
+
+/*
+ * --net-plugin / [job] net_plugin: which NCCL network plugin the workers' NCCL loads, passed
+ * as NCCL_NET_PLUGIN like any exported variable (a user's own NCCL_NET_PLUGIN in [env] or -x
+ * gives way to the setting, which is the more specific). "bagua" is Bagua-Net
+ * (docs/net-plugin.md): the libnccl-net-bagua.so built or installed next to bagua-launch by
+ * absolute path when this machine has one, else the name, which NCCL resolves through the
+ * library path. "none" turns plugins off; any other value is a path or a plugin name.
+ */
+static int net_plugin_export(bagua__launch_config_t *cfg, char *err, size_t errlen) {
+  const bagua__launch_value_t *np = &cfg->v[LS_NET_PLUGIN];
+  if (!np->s[0]) return 0;
+  char value[PATH_MAX];
+  snprintf(value, sizeof(value), "%s", np->s);
+  if (np->s[0] == '/') {
+    if (access(np->s, R_OK) != 0) {
+      snprintf(err, errlen,
+               "bagua-launch: net_plugin %s (%s) cannot be read: %s; accepted: bagua, none, a "
+               "plugin name, or the path of a readable libnccl-net-*.so",
+               np->s, np->origin.text, strerror(errno));
+      return LAUNCH_EXIT_USAGE;
+    }
+  } else if (strspn(np->s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+             strlen(np->s)) {
+    snprintf(err, errlen,
+             "bagua-launch: net_plugin \"%s\" (%s) is not a plugin name; accepted: bagua, none, "
+             "a name of letters, digits, '_' and '-', or an absolute path",
+             np->s, np->origin.text);
+    return LAUNCH_EXIT_USAGE;
+  } else if (strcmp(np->s, "bagua") == 0) {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+      self[n] = '\0';
+      const char *dir = dirname(self);
+      const char *rel[] = {"../net-plugin", "../lib", "."};
+      for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+        char cand[PATH_MAX + 64], real[PATH_MAX];
+        snprintf(cand, sizeof(cand), "%s/%s/libnccl-net-bagua.so", dir, rel[i]);
+        if (access(cand, R_OK) == 0 && realpath(cand, real)) {
+          snprintf(value, sizeof(value), "%s", real);
+          break;
+        }
+      }
+    }
+  }
+  bagua__launch_var_t *v = NULL;
+  for (int k = 0; k < cfg->nenv && !v; k++)
+    if (strcmp(cfg->env[k].name, "NCCL_NET_PLUGIN") == 0) v = &cfg->env[k];
+  if (!v) {
+    bagua__launch_var_t *nv = realloc(cfg->env, sizeof(*nv) * (size_t)(cfg->nenv + 1));
+    if (!nv) return -1;
+    cfg->env = nv;
+    v = &nv[cfg->nenv++];
+    memset(v, 0, sizeof(*v));
+    if (!(v->name = strdup("NCCL_NET_PLUGIN"))) return -1;
+  }
+  free(v->key);
+  free(v->value);
+  v->key = strdup("net_plugin");
+  v->value = strdup(value);
+  v->origin = np->origin;
+  return v->key && v->value ? 0 : -1;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/*
+ * The interpreter line of a script this machine can read ("#!/usr/bin/python3", "#!/usr/bin/env
+ * python3"), split into its (at most two, as the kernel does) words, when it names a python;
+ * else no words. The script's author chose that interpreter (the one with torch installed, say),
+ * so it beats a bare "python3" from PATH; --python beats both.
+ */
+static int shebang_python(const char *path, bagua__launch_argv_t *out) {
+  char line[256];
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int ok = fgets(line, sizeof(line), f) != NULL;
+  fclose(f);
+  if (!ok || strncmp(line, "#!", 2) != 0 || !strchr(line, '\n') || !strstr(line, "python"))
+    return 0;
+  line[strcspn(line, "\r\n")] = '\0';
+  char *p = line + 2;
+  p += strspn(p, " \t");
+  size_t n = strcspn(p, " \t");
+  char *arg = p[n] ? p + n + 1 : p + n;
+  p[n] = '\0';
+  arg += strspn(arg, " \t");
+  size_t m = strlen(arg);
+  while (m > 0 && (arg[m - 1] == ' ' || arg[m - 1] == '\t')) arg[--m] = '\0';
+  if (!*p || bagua__launch_argv_push(out, p) != 0) return -1;
+  if (*arg && bagua__launch_argv_push(out, arg) != 0) return -1;
+  return 0;
+}
+
+/*
+ * The argument vector the agents run. A .py program runs under an interpreter (torchrun users
+ * type "bagua-launch train.py": a script without its execute bit, or not in PATH, would
+ * otherwise fail): --python when given, else the interpreter its #! line names when this
+ * machine can read it, else python3. -m MODULE runs "python -m MODULE"; --no-python runs the
+ * program as it is.
+ */
+static int program_argv(const bagua__launch_layer_t *cli, const bagua__launch_layer_t *pl,
+                        bagua__launch_config_t *cfg, char *err, size_t errlen) {
+  const char *python = cfg->v[LS_PYTHON].s;
+  int module = pl == cli && cli->module;
+  char *prog = NULL;
+  if (cli->module && cli->no_python) {
+    snprintf(err, errlen,
+             "bagua-launch: -m runs a module with the interpreter, --no-python runs the program "
+             "as it is; accepted: one of them");
+    return -1;
+  }
+  if (cli->module && pl != cli) {
+    snprintf(err, errlen,
+             "bagua-launch: -m needs a module name; accepted: bagua-launch [options] -m MODULE "
+             "[ARGS...]");
+    return -1;
+  }
+  /* The INI's program = "my prog" follows the quoting rule (args were split by it already). */
+  if (pl != cli ? bagua__launch_unquote(pl->program.v[0], &prog) != 0
+                : !(prog = strdup(pl->program.v[0])))
+    goto oom;
+  int interp = module || (!cli->no_python && ends_with(prog, ".py"));
+  int from_shebang = 0;
+  if (interp && !module && cfg->v[LS_PYTHON].origin.kind == LO_DEFAULT) {
+    if (shebang_python(prog, &cfg->program) != 0) goto oom;
+    from_shebang = cfg->program.n > 0;
+  }
+  if (interp && !from_shebang && bagua__launch_argv_push(&cfg->program, python) != 0) goto oom;
+  if (module && bagua__launch_argv_push(&cfg->program, "-m") != 0) goto oom;
+  if (bagua__launch_argv_push(&cfg->program, prog) != 0) goto oom;
+  for (int i = 1; i < pl->program.n; i++)
+    if (bagua__launch_argv_push(&cfg->program, pl->program.v[i]) != 0) goto oom;
+  free(prog);
+  cfg->program_origin = pl->program_origin;
+  if (from_shebang)
+    bagua__launch_origin_set(&cfg->program_origin, pl->program_origin.kind,
+                             "%s (.py: run with the interpreter of its #! line)",
+                             pl->program_origin.text);
+  else if (interp)
+    bagua__launch_origin_set(&cfg->program_origin, pl->program_origin.kind,
+                             "%s (%s: run with python = %.40s)", pl->program_origin.text,
+                             module ? "-m MODULE" : ".py", python);
+  return 0;
+oom:
+  free(prog);
+  snprintf(err, errlen, "bagua-launch: out of memory");
+  return -1;
 }
 
 /* Default-origin notes that say what an empty default means. */
@@ -111,8 +293,12 @@ int bagua__launch_resolve(const bagua__launch_layer_t *cli, const bagua__launch_
       text = def;
       note = "default (one node per host)";
     }
-    if (bagua__launch_parse_value((bagua__launch_setting_t)s, text, &cfg->v[s], what,
-                                  sizeof(what)) != 0) {
+    /* An empty default means "none" (a fresh job id, the agent's choice, console only); only
+     * a value someone gave is refused for being empty. */
+    if (!*text) {
+      if (!(cfg->v[s].s = strdup(""))) goto oom;
+    } else if (bagua__launch_parse_value((bagua__launch_setting_t)s, text, &cfg->v[s], what,
+                                         sizeof(what)) != 0) {
       snprintf(err, errlen, "bagua-launch: internal error: default of %s: %s", d->name, what);
       return LAUNCH_EXIT_USAGE;
     }
@@ -125,31 +311,43 @@ int bagua__launch_resolve(const bagua__launch_layer_t *cli, const bagua__launch_
     cfg->v[LS_JOB_ID].s = strdup(id);
     if (!cfg->v[LS_JOB_ID].s) goto oom;
     cfg->job_id_generated = 1;
-    if (cfg->v[LS_JOB_ID].origin.kind != LO_DEFAULT) {
-      bagua__launch_origin_t was = cfg->v[LS_JOB_ID].origin;
-      bagua__launch_origin_set(&cfg->v[LS_JOB_ID].origin, was.kind, "%s (empty: a fresh id)",
-                               was.text);
-    }
   }
   for (int i = 0; i < cfg->nhosts; i++) {
     if (cfg->hosts[i].nproc == 0) cfg->hosts[i].nproc = (int)cfg->v[LS_NPROC].i;
     cfg->hosts[i].local = bagua__launch_host_is_local(cfg->hosts[i].name);
   }
 
+  /* --standalone (torchrun's spelling): a private etcd, whatever the environment says. */
+  if (cli->standalone) {
+    if (cli->v[LS_ENDPOINT].set) {
+      snprintf(err, errlen,
+               "bagua-launch: --standalone asks for a private etcd but --rdzv-endpoint names one; "
+               "accepted: one of them");
+      return LAUNCH_EXIT_USAGE;
+    }
+    free(cfg->v[LS_ENDPOINT].s);
+    if (!(cfg->v[LS_ENDPOINT].s = strdup(""))) goto oom;
+    bagua__launch_origin_set(&cfg->v[LS_ENDPOINT].origin, LO_FLAG, "--standalone (a private etcd)");
+  }
+
   /* The program: the command line's replaces the INI's [job] program and args. */
   const bagua__launch_layer_t *pl = cli->program.n ? cli : ini->program.n ? ini : NULL;
   if (!pl) {
     snprintf(err, errlen,
-             "bagua-launch: no program to run; accepted: bagua-launch [options] PROGRAM "
-             "[ARGS...], or program = PATH in [job] of the --config file");
+             "bagua-launch: %s; accepted: bagua-launch [options] PROGRAM [ARGS...], "
+             "bagua-launch [options] -m MODULE [ARGS...], or program = PATH in [job] of the "
+             "--config file",
+             cli->module ? "-m needs a module name" : "no program to run");
     return LAUNCH_EXIT_USAGE;
   }
-  for (int i = 0; i < pl->program.n; i++)
-    if (bagua__launch_argv_push(&cfg->program, pl->program.v[i]) != 0) goto oom;
-  cfg->program_origin = pl->program_origin;
+  if (program_argv(cli, pl, cfg, err, errlen) != 0) return LAUNCH_EXIT_USAGE;
 
   if (copy_vars(&cfg->algo, &cfg->nalgo, ini->algo, ini->nalgo) != 0) goto oom;
   if (copy_vars(&cfg->env, &cfg->nenv, ini->env, ini->nenv) != 0) goto oom;
+  if (merge_exports(cfg, cli) != 0) goto oom;
+  int np_rc = net_plugin_export(cfg, err, errlen);
+  if (np_rc < 0) goto oom;
+  if (np_rc > 0) return np_rc;
   if (cli->config_path && !(cfg->config_path = strdup(cli->config_path))) goto oom;
 
   /* Rules across settings. */
@@ -256,7 +454,7 @@ void bagua__launch_dump(const bagua__launch_config_t *cfg, FILE *out) {
     for (int i = 0; i < lists[k].n; i++) {
       const bagua__launch_var_t *v = &lists[k].v[i];
       /* A registry variable already set in the environment keeps that value. */
-      const char *env = bagua_param_get(v->name);
+      const char *env = v->origin.kind == LO_FLAG ? NULL : bagua_param_get(v->name);
       fprintf(out, "%-18s = %-28s ; %s%s%s%s\n", v->name, v->value, v->origin.text,
               env ? " (environment wins: " : "", env ? env : "", env ? ")" : "");
     }
@@ -276,6 +474,7 @@ void bagua__launch_usage(FILE *out) {
           "that is not an option, or after --.\n"
           "\n"
           "Precedence: flag > environment (BAGUA_*) > --config INI file > default.\n"
+          "torchrun's spellings work too: --nproc_per_node, --rdzv_id (--job-id), --standalone.\n"
           "\n");
   const char *section = "";
   for (int s = 0; s < LS__COUNT; s++) {
@@ -300,6 +499,11 @@ void bagua__launch_usage(FILE *out) {
           "Hosts ([hosts] in the INI file: one HOST = NPROC line per agent):\n"
           "  %-30s one agent per entry; NPROC defaults to --nproc-per-node\n"
           "  %-30s \"HOST[:NPROC]\" or \"HOST slots=NPROC\" lines, # comments\n"
+          "Programs and environment:\n"
+          "  %-30s run python -m MODULE (ends the options; ARGS follow)\n"
+          "  %-30s run a .py program as it is (default: with --python)\n"
+          "  %-30s give every worker NAME (its value here, or VALUE); repeatable\n"
+          "  %-30s a private etcd (torchrun's spelling; the default anyway)\n"
           "Other:\n"
           "  %-30s INI file with [job], [rendezvous], [algorithm], [hosts], [env]\n"
           "  %-30s print the configuration and the agent commands; start nothing\n"
@@ -311,6 +515,7 @@ void bagua__launch_usage(FILE *out) {
           "2 usage or configuration error; 3 rendezvous failure (etcd unreachable);\n"
           "128+N when bagua-launch itself was stopped by signal N (130 for Ctrl-C).\n"
           "See docs/launcher.md.\n",
-          "--hosts HOST[:NPROC],...", "--hostfile FILE", "--config FILE", "--dry-run",
-          "--print-params", "--version", "--help");
+          "--hosts HOST[:NPROC],...", "--hostfile FILE", "-m MODULE", "--no-python",
+          "-x NAME[=VALUE]", "--standalone", "--config FILE", "--dry-run", "--print-params",
+          "--version", "--help");
 }

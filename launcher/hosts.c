@@ -44,10 +44,12 @@ static int check_name(const char *name, char *err, size_t errlen) {
 }
 
 static int check_nproc(const char *text, int *out, char *err, size_t errlen) {
-  char *end = NULL;
+  /* strtol skips leading blanks; we do not, so a blank first character ends the number
+   * right there (end == text), as does an empty text. */
+  char *end = (char *)text;
   errno = 0;
   long v = (*text && !isspace((unsigned char)*text)) ? strtol(text, &end, 10) : 0;
-  if (!*text || errno != 0 || *end != '\0') {
+  if (end == text || errno != 0 || *end != '\0') {
     snprintf(err, errlen, "slot count \"%s\" is not an integer", text);
     return -1;
   }

@@ -33,6 +33,8 @@
 #define LAUNCH_MAX_NPROC 4096
 #define LAUNCH_DEFAULT_REMOTE_CMD "ssh -o BatchMode=yes {host}"
 #define LAUNCH_DEFAULT_ETCD_BIN "/usr/bin/etcd"
+/* The interpreter a .py program (and -m MODULE) runs under, looked up in PATH by the agent. */
+#define LAUNCH_DEFAULT_PYTHON "python3"
 
 /* The scalar settings. Order is the order of the dump. */
 typedef enum {
@@ -46,6 +48,8 @@ typedef enum {
   LS_GRACE_MS,
   LS_ELASTIC_MODE,
   LS_AGENT,
+  LS_PYTHON,
+  LS_NET_PLUGIN,
   LS_REMOTE_CMD,
   LS_ENDPOINT,
   LS_RDZV_HOST,
@@ -115,7 +119,8 @@ typedef struct {
   bagua__launch_origin_t origin;
 } bagua__launch_host_t;
 
-/* One exported variable ([algorithm] and [env]). */
+/* One exported variable ([algorithm], [env] and -x; origin.kind LO_FLAG for -x, which beats
+ * the launcher's environment even for registry parameters). */
 typedef struct {
   char *name; /* environment variable name */
   char *value;
@@ -143,6 +148,10 @@ typedef struct {
   bagua__launch_argv_t program;
   bagua__launch_origin_t program_origin;
   char *config_path; /* --config (command-line layer only) */
+  /* How the program runs (command-line layer only): -m MODULE (program.v[0] is the module),
+   * --no-python (a .py program is executed as it is), --standalone (torchrun's spelling of
+   * "a private etcd"). */
+  int module, no_python, standalone;
   /* Actions requested on the command line. */
   int help, version, print_params, dry_run;
 } bagua__launch_layer_t;
@@ -158,7 +167,7 @@ typedef struct {
   int nalgo;
   bagua__launch_var_t *env;
   int nenv;
-  bagua__launch_argv_t program;
+  bagua__launch_argv_t program; /* what the agents run, the interpreter included */
   bagua__launch_origin_t program_origin;
   char *config_path;
   int help, version, print_params, dry_run;
@@ -195,6 +204,14 @@ void bagua__launch_argv_free(bagua__launch_argv_t *a);
  */
 int bagua__launch_split_words(const char *text, bagua__launch_argv_t *out, char *err,
                               size_t errlen);
+/*
+ * The one quoting rule for values (docs/launcher.md, "Quoting"): a value wholly enclosed in one
+ * pair of matching quotes, "..." or '...', is that one word unquoted by the rules of
+ * bagua__launch_split_words ("\"a b\"" is a b, "''" is empty); any other value is literal,
+ * quotes inside it included (say "hi" stays say "hi"). A shell has already removed the
+ * quotes of a flag, so this matters for INI values. *out is malloc'ed; -1 on out of memory.
+ */
+int bagua__launch_unquote(const char *value, char **out);
 /* Appends `word` to `buf` quoted for a POSIX shell (unquoted when it is safe). */
 int bagua__launch_shell_quote(const char *word, char **buf, size_t *len, size_t *cap);
 

@@ -116,3 +116,21 @@ int bagua__launch_shell_quote(const char *word, char **buf, size_t *len, size_t 
   }
   return buf_add(buf, len, cap, "'", 1);
 }
+
+int bagua__launch_unquote(const char *value, char **out) {
+  size_t n = strlen(value);
+  *out = NULL;
+  if (n >= 2 && (value[0] == '"' || value[0] == '\'') && value[n - 1] == value[0]) {
+    bagua__launch_argv_t w = {0};
+    char serr[64];
+    /* One quoted word, by the same rules as args; anything else ("a" "b") stays literal. */
+    if (bagua__launch_split_words(value, &w, serr, sizeof(serr)) == 0 && w.n <= 1) {
+      *out = strdup(w.n ? w.v[0] : "");
+      bagua__launch_argv_free(&w);
+      return *out ? 0 : -1;
+    }
+    bagua__launch_argv_free(&w);
+  }
+  *out = strdup(value);
+  return *out ? 0 : -1;
+}

@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/rdzv/rdzv.h"
 #include "common/output.h"
 #include "common/sock.h"
 #include "common/time.h"
@@ -37,6 +39,8 @@ typedef struct {
   int64_t last_poll;
   int poll_failures;
   bagua__launch_round_t round;
+  /* An agent the host could not start made the job fail (not elastic, or below MIN). */
+  const bagua__launch_agent_t *start_failure;
 } sup_t;
 
 static int alive(const sup_t *s) {
@@ -66,10 +70,90 @@ static void signal_agents(sup_t *s, int sig) {
   if (!s->kill_deadline) s->kill_deadline = bagua__now_ms() + grace + LAUNCH_KILL_MARGIN_MS;
 }
 
+/* "exit code N" or "signal N (SIGX)" for an agent that ended. */
+static void describe_exit(const bagua__launch_agent_t *a, char *out, size_t len) {
+  if (a->exit_signal)
+    bagua__launch_format_code(a->exit_signal, 1, out, len);
+  else
+    bagua__launch_format_code(a->code, 0, out, len);
+}
+
+/* 1 when registrations can be seen: the launcher has an etcd client. */
+static int r_nodes_known(const sup_t *s) {
+  return s->r->etcd != NULL;
+}
+
+/* Marks the agents whose node key appeared in etcd (each is read until it has). */
+static void check_registered(sup_t *s) {
+  bagua__launch_run_t *r = s->r;
+  for (int i = 0; i < r->nagents; i++) {
+    bagua__launch_agent_t *a = &r->agents[i];
+    if (!a->started || a->exited || a->registered || !a->node_id) continue;
+    char key[BAGUA_RDZV_KEY_MAX];
+    bagua__etcd_kv_t kv = {0};
+    int found = 0;
+    if (bagua__rdzv_key(key, sizeof(key), r->cfg->v[LS_JOB_ID].s, BAGUA__RDZV_KEY_NODE, 0,
+                        a->node_id, 0) != 0)
+      continue;
+    if (bagua__etcd_get(r->etcd, key, &kv, &found, NULL) == BAGUA_OK && found) a->registered = 1;
+    bagua__etcd_kv_clear(&kv);
+  }
+}
+
+/* 1 when the job's status in etcd (this run's, not a stale one) is terminal. */
+static int job_ended(sup_t *s) {
+  bagua__launch_status_t st;
+  bagua__launch_run_t *r = s->r;
+  if (!r->etcd || s->etcd_dead ||
+      bagua__launch_read_status(r->etcd, r->cfg->v[LS_JOB_ID].s, &st) != BAGUA_OK)
+    return 0;
+  return st.found && st.mod_revision != r->stale_status_rev && strcmp(st.state, "running") != 0;
+}
+
+/* What the host said, for a report: the remote command's last stderr line, or a pointer to
+ * the local agent's own message. */
+static const char *host_text(const bagua__launch_agent_t *a) {
+  if (a->err_line[0]) return a->err_line;
+  return a->local ? "its message is above" : "it printed nothing";
+}
+
+/*
+ * An agent that ended before its node ever registered was not started by its host (ssh could
+ * not connect, the agent binary is missing there, ...). Waiting for it would cost the whole
+ * --rdzv-timeout, so: a job that needs it fails now, exit 3; an elastic job that can still
+ * reach MIN nodes goes on without it.
+ */
+static void on_start_failure(sup_t *s, bagua__launch_agent_t *a) {
+  bagua__launch_run_t *r = s->r;
+  const bagua__launch_value_t *nn = &r->cfg->v[LS_NNODES];
+  char what[64];
+  describe_exit(a, what, sizeof(what));
+  a->start_failed = 1;
+  int viable = 0;
+  for (int i = 0; i < r->nagents; i++)
+    viable += r->agents[i].started && !r->agents[i].start_failed &&
+              !(r->agents[i].exited && r->agents[i].code != 0);
+  /* MIN above this launcher's agents: other launchers bring nodes; the rendezvous decides. */
+  int can_go_on = nn->i < nn->i2 && (viable >= nn->i || nn->i > r->nagents);
+  if (can_go_on) {
+    bagua__say(LAUNCH_TOOL,
+               "the agent for host %s could not be started (%s: %s); the elastic job goes on "
+               "without it (nnodes %s, %d agent(s) of this launcher left)",
+               a->host, what, host_text(a), nn->s, viable);
+    return;
+  }
+  if (!s->start_failure) s->start_failure = a;
+  if (s->stopping) return;
+  bagua__say(LAUNCH_TOOL, "the agent for host %s could not be started (%s: %s); stopping the job",
+             a->host, what, host_text(a));
+  if (alive(s) > 0) signal_agents(s, SIGTERM);
+}
+
 static void on_exit_status(sup_t *s, bagua__launch_agent_t *a, int status) {
   a->exited = 1;
   a->exit_ms = bagua__wall_ms();
   a->exit_mono = bagua__now_ms();
+  a->exit_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   a->code = WIFEXITED(status)     ? WEXITSTATUS(status)
             : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                   : 1;
@@ -80,11 +164,18 @@ static void on_exit_status(sup_t *s, bagua__launch_agent_t *a, int status) {
     bagua__launch_format_code(a->code, 0, what, sizeof(what));
   BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "agent on %s (node %s, pid %d) ended: %s", a->host,
              a->node_id ? a->node_id : "-", (int)a->pid, what);
+  bagua__launch_pump_stderr(a); /* what the remote command said last */
   /* Every agent got the same flags, so a usage error is everyone's: stop the rest now. */
   if (a->code == LAUNCH_EXIT_USAGE && !s->stopping && alive(s) > 0) {
     bagua__say(LAUNCH_TOOL, "stopping the other agents after a usage error");
     signal_agents(s, SIGTERM);
+    return;
   }
+  /* Only agents with a known node id can be seen registering: a single local agent chooses
+   * its own, and nothing else runs that could wait for it. */
+  if (a->code != 0 && a->code != LAUNCH_EXIT_USAGE && !a->registered && a->node_id &&
+      !s->stop_sig && !s->stopping && !s->etcd_dead && r_nodes_known(s) && !job_ended(s))
+    on_start_failure(s, a);
 }
 
 static void reap(sup_t *s) {
@@ -132,6 +223,7 @@ static void poll_etcd(sup_t *s) {
     return;
   }
   s->poll_failures = 0;
+  check_registered(s);
   if (st.found && st.mod_revision == r->stale_status_rev) st.found = 0; /* an earlier run's */
   if (st.found && strcmp(st.state, "running") != 0 && !s->end_deadline) {
     /* Agents leave by themselves once they see the end; give them their lease TTL and the
@@ -163,6 +255,16 @@ static int outcome(sup_t *s) {
   if (s->stop_sig) {
     bagua__say(LAUNCH_TOOL, "job %s stopped by SIG%s", job, sigabbrev_np(s->stop_sig));
     return 128 + s->stop_sig;
+  }
+  if (s->start_failure) {
+    const bagua__launch_agent_t *a = s->start_failure;
+    char what[64];
+    describe_exit(a, what, sizeof(what));
+    bagua__say(LAUNCH_TOOL,
+               "job %s failed: the agent for host %s could not be started (%s: %s); the job "
+               "needs it (nnodes %s)",
+               job, a->host, what, host_text(a), r->cfg->v[LS_NNODES].s);
+    return LAUNCH_EXIT_RDZV;
   }
   const bagua__launch_agent_t *first = NULL;
   int failed = 0;
@@ -207,11 +309,17 @@ static int outcome(sup_t *s) {
     bagua__say(LAUNCH_TOOL, "job %s %s: %s", job, st.state, st.message);
     return rc;
   }
+  if (first->code == LAUNCH_EXIT_USAGE) {
+    /* The agent refused its command line or program before it joined: its own message,
+     * above, says what and why; a "first failure at ..., rank ?" would only confuse. */
+    bagua__say(LAUNCH_TOOL,
+               "job %s failed: the agent on host %s (node %s) refused to start (exit 2, usage "
+               "error; its message is above)",
+               job, first->host, first->node_id ? first->node_id : "default");
+    return first->code;
+  }
   bagua__launch_format_time(first->exit_ms, when, sizeof(when));
-  if (first->code > 128)
-    bagua__launch_format_code(first->code - 128, 1, what, sizeof(what));
-  else
-    bagua__launch_format_code(first->code, 0, what, sizeof(what));
+  describe_exit(first, what, sizeof(what));
   bagua__say(LAUNCH_TOOL,
              "job %s failed; first failure at %s on host %s (node %s), rank ?: agent "
              "ended with %s (no root cause recorded in etcd)",
@@ -221,11 +329,20 @@ static int outcome(sup_t *s) {
 
 int bagua__launch_supervise(bagua__launch_run_t *r) {
   sup_t s = {.r = r};
+  struct pollfd *p = calloc((size_t)r->nagents + 2, sizeof(*p));
+  if (!p) {
+    bagua__say(LAUNCH_TOOL, "out of memory");
+    return 1;
+  }
   while (alive(&s) > 0) {
-    struct pollfd p[2] = {
-        {.fd = r->sigfd, .events = POLLIN},
-        {.fd = (r->priv && !s.etcd_dead) ? r->priv->evt_fd : -1, .events = POLLIN}};
-    poll(p, 2, 100);
+    p[0] = (struct pollfd){.fd = r->sigfd, .events = POLLIN};
+    p[1] =
+        (struct pollfd){.fd = (r->priv && !s.etcd_dead) ? r->priv->evt_fd : -1, .events = POLLIN};
+    for (int i = 0; i < r->nagents; i++)
+      p[2 + i] = (struct pollfd){.fd = r->agents[i].err_fd, .events = POLLIN};
+    poll(p, (nfds_t)r->nagents + 2, 100);
+    for (int i = 0; i < r->nagents; i++)
+      if (p[2 + i].fd >= 0 && p[2 + i].revents) bagua__launch_pump_stderr(&r->agents[i]);
     on_signals(&s);
     reap(&s);
     if (r->priv && !s.etcd_dead && bagua__launch_etcd_died(r->priv)) {
@@ -247,5 +364,8 @@ int bagua__launch_supervise(bagua__launch_run_t *r) {
       signal_agents(&s, SIGKILL);
     }
   }
+  free(p);
+  /* What the remote commands printed last (their pipes may outlive them a little). */
+  for (int i = 0; i < r->nagents; i++) bagua__launch_pump_stderr(&r->agents[i]);
   return outcome(&s);
 }

@@ -35,16 +35,33 @@ static int check_template(const char *text, char *err, size_t errlen) {
   return 0;
 }
 
+/*
+ * An empty value given on purpose ("--job-id ''", "log_dir =") is refused rather than read as
+ * "not given": an empty job id used to generate a fresh one, which silently split the nodes
+ * of a job that meant to share one. Leaving the setting out still means its default.
+ */
+static int refuse_empty(const bagua__launch_desc_t *d, const char *accepted, char *err,
+                        size_t errlen) {
+  snprintf(err, errlen, "the value is empty; accepted: %s (leave %s out for %s)", accepted, d->name,
+           d->type == LT_ID
+               ? (strcmp(d->name, "job_id") == 0 ? "a fresh random id" : "the agent's choice")
+           : d->metavar[0] == 'D' ? "console output only"
+                                  : "the default");
+  return -1;
+}
+
 static int check_value(const bagua__launch_desc_t *d, const char *text, int64_t *a, int64_t *b,
                        char *err, size_t errlen) {
+  if (!*text && d->type == LT_ID) return refuse_empty(d, BAGUA_ID_ACCEPTED, err, errlen);
+  if (!*text && d->type == LT_STR)
+    return refuse_empty(d, d->metavar[0] == 'D' ? "a directory" : "a path", err, errlen);
   switch (d->type) {
     case LT_INT:
       return bagua__check_int(text, d->lo, d->hi, a, err, errlen) == BAGUA_OK ? 0 : -1;
     case LT_NNODES:
       return bagua__check_nnodes(text, a, b, err, errlen) == BAGUA_OK ? 0 : -1;
     case LT_ID:
-      /* Empty means "not given" here: a fresh job id, or the agent's own node id. */
-      return !*text || bagua__check_id(text, err, errlen) == BAGUA_OK ? 0 : -1;
+      return bagua__check_id(text, err, errlen) == BAGUA_OK ? 0 : -1;
     case LT_HOST:
       return bagua__check_host(text, err, errlen) == BAGUA_OK ? 0 : -1;
     case LT_ENDPOINTS:
@@ -61,13 +78,21 @@ static int check_value(const bagua__launch_desc_t *d, const char *text, int64_t 
   return 0;
 }
 
-int bagua__launch_parse_value(bagua__launch_setting_t s, const char *text,
+int bagua__launch_parse_value(bagua__launch_setting_t s, const char *raw,
                               bagua__launch_value_t *out, char *err, size_t errlen) {
   const bagua__launch_desc_t *d = bagua__launch_desc(s);
   int64_t a = 0, b = 0;
   char norm[64] = "";
+  char *text = NULL;
+  if (bagua__launch_unquote(raw, &text) != 0) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
   const char *keep = text;
-  if (check_value(d, text, &a, &b, err, errlen) != 0) return -1;
+  if (check_value(d, text, &a, &b, err, errlen) != 0) {
+    free(text);
+    return -1;
+  }
   /* Numbers are kept normalised ("+3" is 3, "4" nodes is "4:4"), as the dump shows them. */
   if (d->type == LT_INT) {
     snprintf(norm, sizeof(norm), "%lld", (long long)a);
@@ -77,6 +102,7 @@ int bagua__launch_parse_value(bagua__launch_setting_t s, const char *text,
     keep = norm;
   }
   char *copy = strdup(keep);
+  free(text);
   if (!copy) {
     snprintf(err, errlen, "out of memory");
     return -1;
@@ -96,7 +122,21 @@ static const char *const k_agent_vars[] = {
     "BAGUA_JOB_ID", "BAGUA_NODE_ID",    "BAGUA_RDZV_ENDPOINT", "BAGUA_BOOTSTRAP",
     "ROLE_RANK",    "GROUP_WORLD_SIZE", "BAGUA_ELASTIC_MARK"};
 
-int bagua__launch_check_var(const char *name, const char *value, char *err, size_t errlen) {
+static int check_var(const char *name, const char *value, char *err, size_t errlen);
+
+int bagua__launch_check_var(const char *name, const char *raw, char *err, size_t errlen) {
+  /* The value is checked as the workers will see it: unquoted (bagua__launch_unquote). */
+  char *value = NULL;
+  if (bagua__launch_unquote(raw, &value) != 0) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  int rc = check_var(name, value, err, errlen);
+  free(value);
+  return rc;
+}
+
+static int check_var(const char *name, const char *value, char *err, size_t errlen) {
   if (!name[0] || !(isalpha((unsigned char)name[0]) || name[0] == '_')) {
     snprintf(err, errlen,
              "\"%s\" is not a variable name; accepted: a letter or _ followed by letters, digits "

@@ -3,9 +3,12 @@
  * table-driven command line built on them: the same value is accepted or refused by both
  * tools, with the same explanation.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "agent.h"
 #include "common/params.h"
@@ -119,7 +122,7 @@ static void test_agent_cli(void) {
   ASSERT_EQ(
       parse(&cfg, (char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--job-id", "j1", "--node-id",
                              "n1", "--nnodes", "2:4", "--nproc-per-node", "3", "--lease-ttl", "7",
-                             "--elastic-mode", "restart", "--", "prog", "x", NULL}),
+                             "--elastic-mode", "restart", "--", "true", "x", NULL}),
       0);
   ASSERT_STREQ(cfg.job_id, "j1");
   ASSERT_STREQ(cfg.node_id, "n1");
@@ -131,11 +134,11 @@ static void test_agent_cli(void) {
   ASSERT_EQ(cfg.max_restarts, bagua__param_int_default(BAGUA_P_MAX_RESTARTS));
   ASSERT_EQ(cfg.elastic_mode, BAGUA__ELASTIC_RESTART);
   ASSERT_EQ(cfg.argc, 2);
-  ASSERT_STREQ(cfg.argv[0], "prog");
+  ASSERT_STREQ(cfg.argv[0], "true");
   ASSERT_TRUE(cfg.log_dir == NULL);
   /* A flag beats the environment. */
   ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1",
-                                   "--nproc-per-node", "1", "--grace-ms", "5", "prog", NULL}),
+                                   "--nproc-per-node", "1", "--grace-ms", "5", "true", NULL}),
             0);
   ASSERT_EQ(cfg.grace_ms, 5);
   unsetenv("BAGUA_STOP_GRACE_MS");
@@ -146,18 +149,105 @@ static void test_agent_cli(void) {
   char below[32];
   snprintf(below, sizeof(below), "%lld", (long long)lo - 1);
   ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1",
-                                   "--nproc-per-node", "1", "--lease-ttl", below, "prog", NULL}),
+                                   "--nproc-per-node", "1", "--lease-ttl", below, "true", NULL}),
             2);
   ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1:2:3",
-                                   "--nproc-per-node", "1", "prog", NULL}),
+                                   "--nproc-per-node", "1", "true", NULL}),
             2);
   ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h", "--job-id", "j1", "--nnodes", "1",
-                                   "--nproc-per-node", "1", "prog", NULL}),
+                                   "--nproc-per-node", "1", "true", NULL}),
             2);
   ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "", "--nnodes", "1",
-                                   "--nproc-per-node", "1", "prog", NULL}),
+                                   "--nproc-per-node", "1", "true", NULL}),
             2);
   ASSERT_EQ(parse(&cfg, (char *[]){"--help", NULL}), 1);
+}
+
+/* Runs the parser with stderr in a file; asserts exit 2 and a message containing `needle`. */
+static void parse_refused(char **args, const char *needle) {
+  bagua__agent_config_t cfg;
+  char path[] = "/tmp/bagua-test-validate-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_TRUE(fd >= 0);
+  fflush(stderr);
+  int saved = dup(STDERR_FILENO);
+  dup2(fd, STDERR_FILENO);
+  int rc = parse(&cfg, args);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  char text[4096] = "";
+  ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+  text[n > 0 ? n : 0] = '\0';
+  close(fd);
+  unlink(path);
+  if (rc != 2) TEST_FAIL("exit %d, expected 2 (stderr: %s)", rc, text);
+  if (!strstr(text, needle)) TEST_FAIL("stderr \"%s\" lacks \"%s\"", text, needle);
+  if (!strstr(text, "accepted: ")) TEST_FAIL("stderr \"%s\" says nothing accepted", text);
+}
+
+/* Issue 13: empty ids and directories, and programs that can never run, are usage errors. */
+static void test_agent_cli_refusals(void) {
+  parse_refused((char *[]){"--rdzv-endpoint", "h:1", "--job-id", "", "--nnodes", "1",
+                           "--nproc-per-node", "1", "true", NULL},
+                "--job-id \"\" is invalid: the value is empty");
+  parse_refused((char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j", "--nnodes", "1",
+                           "--nproc-per-node", "1", "--log-dir", "", "true", NULL},
+                "--log-dir \"\" is empty");
+  parse_refused((char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j", "--nnodes", "1:2:3",
+                           "--nproc-per-node", "1", "true", NULL},
+                "\"1:2:3\" is not N or MIN:MAX");
+  /* Not found in PATH, and found but not executable (a script without its x bit). */
+  parse_refused((char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j", "--nnodes", "1",
+                           "--nproc-per-node", "1", "bagua-no-such-program-xyz", NULL},
+                "cannot run the worker program \"bagua-no-such-program-xyz\": No such file");
+  char script[] = "/tmp/bagua-test-noexec-XXXXXX";
+  int fd = mkstemp(script);
+  ASSERT_TRUE(fd >= 0);
+  close(fd);
+  chmod(script, 0644);
+  parse_refused((char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j", "--nnodes", "1",
+                           "--nproc-per-node", "1", script, NULL},
+                "Permission denied");
+  unlink(script);
+  parse_refused((char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j", "--nnodes", "1",
+                           "--nproc-per-node", "1", "/tmp", NULL},
+                "Is a directory");
+}
+
+/* --env-stdin: NAME=VALUE entries, each ended by NUL, are exported before anything is read. */
+static void test_env_stdin(void) {
+  bagua__agent_config_t cfg;
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  const char block[] = "BAGUA_TEST_SECRET=a b \"c\"=d\0BAGUA_STOP_GRACE_MS=777\0";
+  ASSERT_EQ(write(p[1], block, sizeof(block) - 1), (ssize_t)sizeof(block) - 1);
+  close(p[1]);
+  int saved = dup(STDIN_FILENO);
+  dup2(p[0], STDIN_FILENO);
+  close(p[0]);
+  ASSERT_EQ(parse(&cfg, (char *[]){"--env-stdin", "--rdzv-endpoint", "h:1", "--job-id", "j",
+                                   "--nnodes", "1", "--nproc-per-node", "1", "true", NULL}),
+            0);
+  ASSERT_STREQ(getenv("BAGUA_TEST_SECRET"), "a b \"c\"=d");
+  /* A registry parameter read this way counts as the environment's. */
+  ASSERT_EQ(cfg.grace_ms, 777);
+  dup2(saved, STDIN_FILENO);
+  close(saved);
+  unsetenv("BAGUA_STOP_GRACE_MS");
+  unsetenv("BAGUA_TEST_SECRET");
+  bagua__params_reload();
+  /* A cut-off block (no final NUL) is refused. */
+  ASSERT_EQ(pipe(p), 0);
+  ASSERT_EQ(write(p[1], "A=1", 3), 3);
+  close(p[1]);
+  saved = dup(STDIN_FILENO);
+  dup2(p[0], STDIN_FILENO);
+  close(p[0]);
+  parse_refused((char *[]){"--env-stdin", "--rdzv-endpoint", "h:1", "--job-id", "j", "--nnodes",
+                           "1", "--nproc-per-node", "1", "true", NULL},
+                "not ended by a NUL byte");
+  dup2(saved, STDIN_FILENO);
+  close(saved);
 }
 
 int main(void) {
@@ -166,6 +256,8 @@ int main(void) {
   test_endpoints();
   test_int_and_choice();
   test_agent_cli();
+  test_agent_cli_refusals();
+  test_env_stdin();
   printf("validate: ok\n");
   return 0;
 }

@@ -82,6 +82,23 @@ static void drain(void) {
   }
 }
 
+/* --env-stdin, as bagua-agent reads it: "NAME=VALUE\0" entries up to end-of-file. */
+static int read_env_stdin(void) {
+  static char buf[1 << 16];
+  size_t n = 0;
+  ssize_t r;
+  while ((r = read(0, buf + n, sizeof(buf) - 1 - n)) > 0) n += (size_t)r;
+  if (r < 0 || (n > 0 && buf[n - 1] != '\0')) return -1;
+  for (size_t o = 0, len; o < n; o += len + 1) {
+    len = strlen(buf + o);
+    char *eq = strchr(buf + o, '=');
+    if (!eq || eq == buf + o) return -1;
+    *eq = '\0';
+    setenv(buf + o, eq + 1, 1);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int i = 1;
   for (; i < argc; i++) {
@@ -91,6 +108,10 @@ int main(int argc, char **argv) {
       break;
     }
     if (a[0] != '-') break;
+    if (strcmp(a, "--env-stdin") == 0) {
+      if (read_env_stdin() != 0) return usage("--env-stdin: malformed input");
+      continue;
+    }
     if (i + 1 >= argc) return usage("missing value");
     const char *v = argv[++i];
     if (strcmp(a, "--rdzv-endpoint") == 0)
@@ -112,6 +133,15 @@ int main(int argc, char **argv) {
   }
   if (!g_endpoint || !g_job || !g_nnodes || g_nproc < 1 || g_nproc > MAX_WORKERS || i >= argc)
     return usage("missing required option or program");
+  /* The agent's private directory, named as bagua-agent names it. BAGUA_FAKE_LEAVE_DIR=1
+   * leaves it behind, as an agent killed with SIGKILL would. */
+  char priv[512];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(priv, sizeof(priv), "%s/bagua-agent.%s.%d.XXXXXX", tmp && tmp[0] ? tmp : "/tmp", g_node,
+           (int)getpid());
+  if (!mkdtemp(priv)) priv[0] = '\0';
+  const char *leave = getenv("BAGUA_FAKE_LEAVE_DIR");
+  if (leave && strcmp(leave, "1") == 0) priv[0] = '\0';
   printf("FAKE-AGENT node=%s nproc=%d args:", g_node, g_nproc);
   for (int k = 1; k < argc; k++) printf(" %s", argv[k]);
   printf("\n");
@@ -201,6 +231,7 @@ int main(int argc, char **argv) {
   }
   put_status(etcd, "{\"state\":\"succeeded\",\"exit_code\":0}");
 out:
+  if (priv[0]) rmdir(priv);
   bagua__etcd_destroy(etcd);
   return rc;
 }

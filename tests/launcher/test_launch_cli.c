@@ -188,6 +188,23 @@ static int dry_run(void) {
   expect(strstr(out, "BAGUA_ELASTIC_MODE=") == NULL, "BAGUA_ELASTIC_MODE is not forwarded", out);
   assert_nothing_left(out);
   free(out);
+
+  /* Issue 13: ssh gets "--" before the destination, and the -x and [env] values travel on the
+   * agent's stdin (--env-stdin), named but not shown on any command line. */
+  rc = run((char *[]){"--dry-run", "--job-id", "dry", "--agent", "/opt/bagua-agent", "--hosts",
+                      "nodeA:1", "--remote-cmd", "ssh -p 2222 -o BatchMode=yes {host}", "-x",
+                      "TOKEN=s3cr3t-value", "prog", NULL},
+           NULL, 10000, &out);
+  expect(rc == 0, "exit 0", out);
+  expect(strstr(out, "\nssh -p 2222 -o BatchMode=yes -- nodeA 'env ") != NULL,
+         "-- before the ssh destination, after the options and their arguments", out);
+  expect(strstr(out, "/opt/bagua-agent --env-stdin --rdzv-endpoint") != NULL,
+         "the remote agent reads its variables from stdin", out);
+  expect(strstr(out, ";   its stdin (--env-stdin): TOKEN\n") != NULL,
+         "the dry run names the variables on stdin", out);
+  const char *cmds = strstr(out, "; agent commands");
+  expect(cmds && !strstr(cmds, "s3cr3t-value"), "no agent command shows the value", out);
+  free(out);
   return 0;
 }
 

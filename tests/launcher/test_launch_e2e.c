@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "etcd_fixture.h"
@@ -196,6 +197,71 @@ static int mode_sigint_elastic(const char *worker) {
   return 0;
 }
 
+/*
+ * A program that can never run (not found) fails the job at once with exit 2 and the exec
+ * error, instead of being restarted --max-restarts times as a worker that "exited 127".
+ */
+static int mode_no_program(void) {
+  long long t0 = lu_now_ms();
+  int rc = lu_wait(start((char *[]){"--hosts", "localhost:1,localhost:1", "--max-restarts", "3",
+                                    "--", "bagua-no-such-program-xyz", NULL}),
+                   40000);
+  long long took = lu_now_ms() - t0;
+  printf("job took %lld ms\n", took);
+  expect(rc == 2, "exit 2 (usage error)");
+  expect(count(g_out,
+               "cannot run the worker program \"bagua-no-such-program-xyz\": No such file "
+               "or directory") >= 1,
+         "the agent names the program and the error");
+  expect(count(g_out, "round 2") == 0 && count(g_out, "restart 1") == 0, "nothing restarted");
+  expect(took < 20000, "it failed at once");
+  assert_clean();
+  return 0;
+}
+
+/*
+ * Issue 15: a .py program without its execute bit runs under python3 (torchrun's habit), and
+ * -m MODULE runs a module; -x NAME=VALUE reaches the workers.
+ */
+static int mode_python(void) {
+  if (system("command -v python3 >/dev/null 2>&1") != 0) TEST_SKIP("python3 is not in PATH");
+  char script[256], outf[256], text[512], pp[300];
+  snprintf(outf, sizeof(outf), "%s/w.txt", g_dir);
+  snprintf(script, sizeof(script), "%s/bagua_e2e_job.py", g_dir);
+  snprintf(text, sizeof(text),
+           "import os, sys\n"
+           "with open(%s, 'a') as f:\n"
+           "    f.write('PY %%s rank %%s x=%%s args=%%s\\n' %% (__name__, os.environ['RANK'],\n"
+           "            os.environ.get('BAGUA_TEST_X'), ' '.join(sys.argv[1:])))\n",
+           "'w.txt'");
+  /* The file is written relative to the job's directory, given by an absolute path below. */
+  char body[1024];
+  snprintf(body, sizeof(body), "import os\nos.chdir(%s%s%s)\n%s", "'", g_dir, "'", text);
+  FILE *f = fopen(script, "w");
+  expect(f != NULL, "write the script");
+  fputs(body, f);
+  fclose(f);
+  chmod(script, 0644); /* no execute bit: only the interpreter can run it */
+  int rc = lu_wait(start((char *[]){"--nproc-per-node", "2", "-x", "BAGUA_TEST_X=fwd", "--", script,
+                                    "a b", NULL}),
+                   40000);
+  expect(rc == 0, "the .py script ran under python3");
+  expect(count(outf, "PY __main__ rank 0 x=fwd args=a b") == 1 &&
+             count(outf, "PY __main__ rank 1 x=fwd args=a b") == 1,
+         "both ranks ran the script, with the -x variable");
+  assert_clean();
+  /* The same file as a module, found through PYTHONPATH (forwarded with -x NAME). */
+  snprintf(pp, sizeof(pp), "PYTHONPATH=%s", g_dir);
+  putenv(pp);
+  rc = lu_wait(start((char *[]){"-x", "PYTHONPATH", "-x", "BAGUA_TEST_X=mod", "-m", "bagua_e2e_job",
+                                "c", NULL}),
+               40000);
+  expect(rc == 0, "-m MODULE ran");
+  expect(count(outf, "PY __main__ rank 0 x=mod args=c") == 1, "the module ran as __main__");
+  assert_clean();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) TEST_FAIL("usage: %s MODE LAUNCHER AGENT", argv[0]);
   g_launcher = argv[2];
@@ -214,6 +280,10 @@ int main(int argc, char **argv) {
     rc = mode_failure();
   else if (strcmp(argv[1], "sigint") == 0)
     rc = mode_sigint();
+  else if (strcmp(argv[1], "no_program") == 0)
+    rc = mode_no_program();
+  else if (strcmp(argv[1], "python") == 0)
+    rc = mode_python();
   else if (strcmp(argv[1], "allreduce") == 0 && argc > 5)
     rc = mode_allreduce(argv[4], argv[5]);
   else if (strcmp(argv[1], "sigint_elastic") == 0)

@@ -274,6 +274,140 @@ static int mode_remote(int cmdline) {
   return 0;
 }
 
+/*
+ * [env] values are secrets as far as the launcher knows: a remote agent gets them on its stdin
+ * (--env-stdin), so no command line on either side shows them, neither the remote command's
+ * nor the shell's that runs it ("sh -c {cmdline}" as sshd would), while the workers see them.
+ */
+static int mode_secret_env(void) {
+  char ini[256], outf[256], prog[1024], started[256], stop[256], secret[64], entry[96];
+  snprintf(outf, sizeof(outf), "%s/workers.txt", g_dir);
+  snprintf(started, sizeof(started), "%s/started", g_dir);
+  snprintf(stop, sizeof(stop), "%s/stop", g_dir);
+  lu_unique("s3cr3t", secret, sizeof(secret));
+  snprintf(entry, sizeof(entry), "SECRET=%s", secret);
+  snprintf(ini, sizeof(ini), "%s/job.ini", g_dir);
+  char text[256];
+  snprintf(text, sizeof(text), "[env]\nSECRET = %s\n", secret);
+  write_file(ini, text, 0);
+  /* -x NAME travels the same way (NAME=VALUE would show VALUE on bagua-launch's own command
+   * line, which is why a secret is exported and named). */
+  char xsecret[64], xarg[96];
+  lu_unique("xs3cr3t", xsecret, sizeof(xsecret));
+  snprintf(xarg, sizeof(xarg), "XTOKEN=%s", xsecret);
+  g_extra_env[g_extra_env_n++] = xarg;
+  snprintf(prog, sizeof(prog),
+           "touch %s; while [ ! -e %s ]; do sleep 0.05; done; echo \"W SECRET=$SECRET "
+           "XTOKEN=$XTOKEN\" >> %s",
+           started, stop, outf);
+  /* Like ssh, which stays alive with the command line among its arguments, and the remote
+   * shell, which runs it as a child: the script does not exec. Like another host, it starts
+   * from an empty environment (the marker aside): what the workers get came through ssh. */
+  char remote[256], script[256], tmpl[320];
+  snprintf(remote, sizeof(remote), "%s/fake-ssh", g_dir);
+  snprintf(script, sizeof(script),
+           "#!/bin/sh\nenv -i PATH=\"$PATH\" BAGUA_TEST_MARKER=\"$BAGUA_TEST_MARKER\" "
+           "/bin/sh -c \"$2\"; exit $?\n");
+  write_file(remote, script, 1);
+  snprintf(tmpl, sizeof(tmpl), "%s {host} {cmdline}", remote);
+  pid_t pid = start((char *[]){"--config", ini, "--hosts", "nodeA:1", "--rdzv-host", "127.0.0.1",
+                               "--remote-cmd", tmpl, "-x", "XTOKEN", "--", "sh", "-c", prog, NULL});
+  expect(lu_wait_file(started, 20000), "the remote worker started");
+  expect(lu_count_marked(entry) >= 1, "the worker's environment has the [env] variable");
+  /* The launcher has it too (the test exported it there); the worker's line is below. */
+  expect(lu_count_marked(xarg) >= 2, "the worker's environment has the -x variable");
+  expect(lu_count_procs(secret) == 0, "no command line shows the [env] value");
+  expect(lu_count_procs(xsecret) == 0, "no command line shows the -x value");
+  write_file(stop, "", 0);
+  expect(lu_wait(pid, 20000) == 0, "exit 0");
+  char want[192];
+  snprintf(want, sizeof(want), "W SECRET=%s XTOKEN=%s", secret, xsecret);
+  expect(count_lines(outf, want) == 1, "the worker printed the value");
+  assert_clean();
+  return 0;
+}
+
+/*
+ * Issue 15, fail fast: a host whose remote command exits before its agent registers (ssh:
+ * "Could not resolve hostname") fails a job that needs it at once, exit 3, with the host's own
+ * words, instead of waiting for the rendezvous timeout; an elastic job that still has MIN
+ * nodes goes on without it.
+ */
+static int mode_start_failure(int elastic) {
+  char failssh[256], script[256], tmpl[300];
+  snprintf(failssh, sizeof(failssh), "%s/fail-ssh", g_dir);
+  snprintf(script, sizeof(script),
+           "#!/bin/sh\necho \"ssh: Could not resolve hostname $1: Name or service not known\" "
+           ">&2\nexit 255\n");
+  write_file(failssh, script, 1);
+  snprintf(tmpl, sizeof(tmpl), "%s {host}", failssh);
+  long long t0 = lu_now_ms();
+  int rc = lu_wait(
+      start((char *[]){"--hosts", "nohost:1,localhost:1", "--rdzv-host", "127.0.0.1", "--nnodes",
+                       elastic ? "1:2" : "2", "--rdzv-timeout", "600", "--grace-ms", "500",
+                       "--remote-cmd", tmpl, "--", "sh", "-c", elastic ? "true" : sleeper(), NULL}),
+      30000);
+  long long took = lu_now_ms() - t0;
+  char *out = output();
+  if (elastic) {
+    expect(rc == 0, "the elastic job went on and succeeded");
+    expect(strstr(out,
+                  "the agent for host nohost could not be started (exit code 255: ssh: Could "
+                  "not resolve hostname nohost: Name or service not known); the elastic "
+                  "job goes on without it") != NULL,
+           "the failure is reported with ssh's words");
+  } else {
+    expect(rc == 3, "exit 3");
+    expect(took < 15000, "at once, not after the rendezvous timeout");
+    char *last = lu_last_line(out);
+    expect(strstr(last,
+                  "failed: the agent for host nohost could not be started (exit code 255: "
+                  "ssh: Could not resolve hostname nohost: Name or service not known)") != NULL,
+           "the last line names the host and ssh's error");
+    free(last);
+  }
+  free(out);
+  assert_clean();
+  return 0;
+}
+
+/* Counts the entries of `dir` whose name starts with `prefix`. */
+static int count_entries(const char *dir, const char *prefix) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "ls -a %s | grep -c '^%s' > %s/count.txt", dir, prefix, dir);
+  if (system(cmd) < 0) return -1;
+  snprintf(cmd, sizeof(cmd), "%s/count.txt", dir);
+  char *t = lu_read(cmd);
+  int n = t ? atoi(t) : -1;
+  free(t);
+  return n;
+}
+
+/*
+ * Issue 13: an agent that could not remove its private directory ($TMPDIR/bagua-agent.<node>.
+ * <pid>.XXXXXX: killed with SIGKILL) has it removed by the launcher once it was reaped, and
+ * only its own: a live pid's directory, or one of a pid the launcher never started, stays.
+ */
+static int mode_agent_tmpdir(void) {
+  char tmpenv[192], live[256], other[256];
+  snprintf(tmpenv, sizeof(tmpenv), "TMPDIR=%s", g_dir);
+  g_extra_env[g_extra_env_n++] = tmpenv;
+  g_extra_env[g_extra_env_n++] = "BAGUA_FAKE_LEAVE_DIR=1";
+  snprintf(live, sizeof(live), "%s/bagua-agent.localhost-0.%d.abcdef", g_dir, (int)getpid());
+  snprintf(other, sizeof(other), "%s/bagua-agent.localhost-0.%d.abcdef", g_dir, 999999999);
+  expect(mkdir(live, 0700) == 0 && mkdir(other, 0700) == 0, "decoy directories");
+  int rc =
+      lu_wait(start((char *[]){"--hosts", "localhost:1,localhost:1", "--", "true", NULL}), 30000);
+  expect(rc == 0, "exit 0");
+  expect(count_entries(g_dir, "bagua-agent\\.") == 2, "the agents' directories were removed");
+  struct stat st;
+  expect(stat(live, &st) == 0 && stat(other, &st) == 0, "the other directories were kept");
+  rmdir(live);
+  rmdir(other);
+  assert_clean();
+  return 0;
+}
+
 /* Two agents on this machine (a host listed twice): distinct node ids. */
 static int mode_local_multi(void) {
   char outf[256], prog[512];
@@ -427,6 +561,14 @@ int main(int argc, char **argv) {
     rc = mode_remote(0);
   else if (strcmp(mode, "remote_cmdline") == 0)
     rc = mode_remote(1);
+  else if (strcmp(mode, "start_failure") == 0)
+    rc = mode_start_failure(0);
+  else if (strcmp(mode, "start_failure_elastic") == 0)
+    rc = mode_start_failure(1);
+  else if (strcmp(mode, "agent_tmpdir") == 0)
+    rc = mode_agent_tmpdir();
+  else if (strcmp(mode, "secret_env") == 0)
+    rc = mode_secret_env();
   else if (strcmp(mode, "local_multi") == 0)
     rc = mode_local_multi();
   else if (strcmp(mode, "etcd_dies") == 0)
