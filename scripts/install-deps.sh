@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Bagua-C needs to build and test. Idempotent; needs root (or sudo).
+# libclang-rt-dev holds clang's sanitizer and libFuzzer runtimes (libclang_rt.fuzzer,
+# libclang_rt.tsan): clang recommends it, and --no-install-recommends would leave it out.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config git
-      clang libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev zlib1g-dev
+      clang libclang-rt-dev libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev zlib1g-dev
       etcd-server etcd-client iproute2 dataset-fashion-mnist
       python3-dev python3-numpy python3-pytest python3-torch python3-torchvision)
 missing=()

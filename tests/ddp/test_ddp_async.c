@@ -46,6 +46,17 @@ static uint64_t rounds(bagua_ddp_t *ddp) {
   return st.async_rounds;
 }
 
+/*
+ * Averaging rounds happen only while every rank averages, between a resume and a pause, and a
+ * fixed number of short steps gives a descheduled rank room for one round or none. So each
+ * rank trains on, one step at a time, until it has seen `want` rounds (bounded: 10 s is a
+ * hang, not a slow machine). Rounds are collective, so every rank's count gets there.
+ */
+static void train_until_rounds(bagua_ddp_t *ddp, model_t *m, const shard_t *s, uint64_t want) {
+  double deadline = mp_now() + 10.0;
+  while (rounds(ddp) < want && mp_now() < deadline) train(ddp, m, s, 1);
+}
+
 static int body_unequal(bagua_comm_t *c, void *arg) {
   int me = bagua_comm_rank(c), n = bagua_comm_size(c);
   size_t nw = (size_t)prob.d_in * prob.d_out;
@@ -56,6 +67,7 @@ static int body_unequal(bagua_comm_t *c, void *arg) {
   bagua_ddp_t *ddp = make(c, &m, 3);
   double t0 = mp_now();
   train(ddp, &m, &s, 40 + 25 * me);
+  train_until_rounds(ddp, &m, &s, 2);
   if (me == 0) usleep(200 * 1000); /* a late rank: the others wait in abort */
   ASSERT_OK(bagua_ddp_async_pause(ddp));
   assert_same_on_all_ranks(c, m.w, nw, "W after abort");
@@ -70,6 +82,7 @@ static int body_unequal(bagua_comm_t *c, void *arg) {
   ASSERT_OK(bagua_ddp_async_resume(ddp));
   ASSERT_STATUS(bagua_ddp_async_resume(ddp), BAGUA_ERR_INVALID_USAGE);
   train(ddp, &m, &s, 60 - 20 * me);
+  train_until_rounds(ddp, &m, &s, r1 + 1);
   ASSERT_OK(bagua_ddp_async_pause(ddp));
   assert_same_on_all_ranks(c, m.w, nw, "W after the second abort");
   uint64_t r2 = rounds(ddp);

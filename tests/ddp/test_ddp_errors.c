@@ -9,12 +9,15 @@
  *             error within seconds (from the communication or averaging thread), later calls
  *             return it again, and destroy completes.
  *   abort     bagua_ddp_abort() from another thread ends a step blocked on a peer that never
- *             comes.
+ *             comes: the peer joins only once it sees the abort, so the step can end only
+ *             through it.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../comm/mp.h"
@@ -184,9 +187,61 @@ static int body_kill(bagua_comm_t *c, void *arg) {
   return 0;
 }
 
+/* Shared by the ranks (mapped MAP_SHARED before mp_run forks them). */
+typedef struct {
+  volatile int returned; /* abort case: rank 0's aborted step has returned */
+} shared_t;
+
+static shared_t *g_sh;
+
+/* The scheduling state of thread `tid` of this process: its state letter and the CPU clock
+ * ticks it has used (fields 3, 14 and 15 of /proc/<pid>/task/<tid>/stat). */
+static void thread_sched(pid_t tid, char *state, unsigned long *ticks) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+  FILE *f = fopen(path, "r");
+  ASSERT_TRUE(f != NULL);
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the command name may contain blanks */
+  unsigned long ut = 0, st = 0;
+  ASSERT_TRUE(p && sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", state, &ut,
+                          &st) == 3);
+  *ticks = ut + st;
+}
+
+/*
+ * Waits until thread `tid`, which has announced that it is entering a call that cannot
+ * complete, is waiting inside it: asleep in the kernel (a condition variable or poll), or
+ * busy-waiting (two clock ticks of CPU since the announcement; shared memory spins).
+ */
+static void wait_blocked(pid_t tid) {
+  char state;
+  unsigned long t0, t;
+  thread_sched(tid, &state, &t0);
+  double until = mp_now() + 20;
+  for (;;) {
+    thread_sched(tid, &state, &t);
+    if (state == 'S' || state == 'D' || t >= t0 + 2) return;
+    ASSERT_TRUE(mp_now() < until);
+    usleep(200);
+  }
+}
+
+typedef struct {
+  bagua_ddp_t *ddp;
+  pid_t tid;           /* the training thread */
+  atomic_int entering; /* it is about to call bagua_ddp_step() */
+  double abort_time;   /* read after pthread_join */
+} aborter_t;
+
 static void *aborter(void *arg) {
-  usleep(200 * 1000);
-  bagua_ddp_abort(arg);
+  aborter_t *a = arg;
+  while (!atomic_load(&a->entering)) usleep(100);
+  wait_blocked(a->tid);
+  a->abort_time = mp_now();
+  bagua_ddp_abort(a->ddp);
   return NULL;
 }
 
@@ -199,18 +254,26 @@ static int body_abort(bagua_comm_t *c, void *arg) {
   ASSERT_OK(bagua_ddp_ready(ddp));
   ASSERT_OK(bagua_ddp_step(ddp));
   if (me == 0) {
-    /* Rank 1 does not join this step: rank 0's wait can only end by the abort. */
+    /* Rank 1 joins this step only once rank 0's has returned: it can only end by the abort. */
+    aborter_t a = {.ddp = ddp, .tid = gettid()};
     pthread_t th;
-    pthread_create(&th, NULL, aborter, ddp);
-    double t0 = mp_now();
-    ASSERT_STATUS(bagua_ddp_step(ddp), BAGUA_ERR_ABORTED);
-    double dt = mp_now() - t0;
+    pthread_create(&th, NULL, aborter, &a);
+    atomic_store(&a.entering, 1);
+    bagua_status_t st = bagua_ddp_step(ddp);
+    double t1 = mp_now();
+    g_sh->returned = 1;
+    ASSERT_STATUS(st, BAGUA_ERR_ABORTED);
     pthread_join(th, NULL);
-    printf("abort: the blocked step returned after %.3f s\n", dt);
-    ASSERT_TRUE(dt > 0.15 && dt < 3.0);
+    double dt = t1 - a.abort_time;
+    printf("abort: the blocked step returned %.3f s after the abort\n", dt);
+    ASSERT_TRUE(dt >= 0 && dt < 3.0);
     ASSERT_STATUS(bagua_ddp_step(ddp), BAGUA_ERR_ABORTED);
   } else {
-    usleep(600 * 1000);
+    double until = mp_now() + 30;
+    while (!g_sh->returned) {
+      ASSERT_TRUE(mp_now() < until);
+      usleep(1000);
+    }
     /* The peer aborted. This rank's first step may still complete (the peer's half of that
      * exchange was already sent); a later one must fail instead of waiting for it. */
     double t0 = mp_now();
@@ -239,6 +302,8 @@ int main(int argc, char **argv) {
   } else if (!strcmp(what, "abort")) {
     body = body_abort;
   }
+  g_sh = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_TRUE(g_sh != MAP_FAILED);
   double t0 = mp_now();
   int rc = mp_run(&o, body, NULL);
   printf("%s errors %s in %.1f s\n", rc ? "FAILED" : "passed", what, mp_now() - t0);

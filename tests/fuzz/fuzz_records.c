@@ -1,0 +1,138 @@
+/*
+ * The rendezvous record codecs (agent/schema.c, agent/snapshot.c): every value read from
+ * etcd goes through one of these decoders, and anyone who can write to etcd chooses its
+ * bytes. A decoder accepts a value or refuses it; it never crashes, and a value it accepts
+ * survives encode -> decode -> encode unchanged (so what the agent writes back is what it
+ * read).
+ *
+ * Input: one selector byte, then the JSON text. Selector 5 parses a whole key space
+ * instead: lines alternate key (relative to /bagua/j/) and value, as a snapshot read would
+ * deliver them.
+ */
+#include "fuzz.h"
+#include "schema.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  fuzz_quiet_log();
+  return 0;
+}
+
+/* encode(decode(encode(x))) == encode(x) for a decoded x. */
+#define ROUND_TRIP(type, enc, dec, clear, first)                   \
+  do {                                                             \
+    char *a = enc(first);                                          \
+    FUZZ_ASSERT(a != NULL);                                        \
+    type again;                                                    \
+    memset(&again, 0, sizeof(again));                              \
+    FUZZ_ASSERT(dec(a, &again) == 0);                              \
+    char *b = enc(&again);                                         \
+    FUZZ_ASSERT(b != NULL);                                        \
+    if (strcmp(a, b) != 0) {                                       \
+      fprintf(stderr, "first:  %s\nsecond: %s\n", a, b);           \
+      FUZZ_ASSERT(!"encode/decode round trip changed the record"); \
+    }                                                              \
+    clear;                                                         \
+    free(a);                                                       \
+    free(b);                                                       \
+  } while (0)
+
+static void one_record(int which, const char *json) {
+  switch (which) {
+    case 0: {
+      bagua__agent_node_t n;
+      memset(&n, 0, sizeof(n));
+      if (bagua__agent_node_decode(json, &n) == 0)
+        ROUND_TRIP(bagua__agent_node_t, bagua__agent_node_encode, bagua__agent_node_decode, (void)0,
+                   &n);
+      break;
+    }
+    case 1: {
+      bagua__agent_round_t r;
+      memset(&r, 0, sizeof(r));
+      if (bagua__agent_round_decode(json, &r) == 0) {
+        FUZZ_ASSERT(r.nmembers >= 0 && (r.nmembers == 0 || r.members));
+        ROUND_TRIP(bagua__agent_round_t, bagua__agent_round_encode, bagua__agent_round_decode,
+                   bagua__agent_round_clear(&again), &r);
+      }
+      bagua__agent_round_clear(&r);
+      break;
+    }
+    case 2: {
+      bagua__agent_done_t d;
+      memset(&d, 0, sizeof(d));
+      if (bagua__agent_done_decode(json, &d) == 0) {
+        char line[1024];
+        bagua__agent_failure_describe(&d.f, line, sizeof(line));
+        (void)bagua__agent_failure_exit_code(&d.f);
+        ROUND_TRIP(bagua__agent_done_t, bagua__agent_done_encode, bagua__agent_done_decode, (void)0,
+                   &d);
+      }
+      break;
+    }
+    case 3: {
+      bagua__agent_status_t s;
+      memset(&s, 0, sizeof(s));
+      if (bagua__agent_status_decode(json, &s) == 0) {
+        FUZZ_ASSERT(bagua__agent_job_state_name(s.state) != NULL);
+        ROUND_TRIP(bagua__agent_status_t, bagua__agent_status_encode, bagua__agent_status_decode,
+                   (void)0, &s);
+      }
+      break;
+    }
+    case 4: {
+      bagua__agent_jobcfg_t c;
+      memset(&c, 0, sizeof(c));
+      if (bagua__agent_jobcfg_decode(json, &c) == 0)
+        ROUND_TRIP(bagua__agent_jobcfg_t, bagua__agent_jobcfg_encode, bagua__agent_jobcfg_decode,
+                   (void)0, &c);
+      break;
+    }
+  }
+}
+
+/* Selector 5: "key\nvalue\nkey\nvalue..." becomes a key list under /bagua/j/. */
+static void key_space(char *text) {
+  enum { MAX_KEYS = 64 };
+  bagua__etcd_kv_t kvs[MAX_KEYS];
+  size_t n = 0;
+  char *save = NULL;
+  memset(kvs, 0, sizeof(kvs));
+  for (char *k = strtok_r(text, "\n", &save); k && n < MAX_KEYS; k = strtok_r(NULL, "\n", &save)) {
+    char *v = strtok_r(NULL, "\n", &save);
+    size_t klen = strlen(k) + 9;
+    kvs[n].key = malloc(klen + 1);
+    kvs[n].value = strdup(v ? v : "");
+    if (!kvs[n].key || !kvs[n].value) abort();
+    snprintf(kvs[n].key, klen + 1, "/bagua/j/%s", k);
+    kvs[n].key_len = klen;
+    kvs[n].value_len = strlen(kvs[n].value);
+    /* Revisions vary with position so ordering by create revision is exercised. */
+    kvs[n].create_revision = (int64_t)((n * 7) % 5) + 1;
+    kvs[n].mod_revision = (int64_t)n + 1;
+    kvs[n].lease = (int64_t)(n % 2);
+    n++;
+  }
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  if (bagua__agent_snap_parse("/bagua/j/", kvs, n, &s) == 0) {
+    for (size_t i = 0; i < s.nnodes; i++) {
+      FUZZ_ASSERT(bagua__agent_snap_node(&s, s.nodes[i].id) != NULL);
+      if (i > 0) FUZZ_ASSERT(s.nodes[i - 1].create_rev <= s.nodes[i].create_rev);
+    }
+    for (size_t i = 0; i < s.ndone; i++) (void)bagua__agent_snap_done(&s, s.done[i].node);
+  }
+  bagua__agent_snap_clear(&s);
+  for (size_t i = 0; i < n; i++) bagua__etcd_kv_clear(&kvs[i]);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size == 0) return 0;
+  char *text = fuzz_strndup(data + 1, size - 1);
+  int which = data[0] % 6;
+  if (which == 5)
+    key_space(text);
+  else
+    one_record(which, text);
+  free(text);
+  return 0;
+}
