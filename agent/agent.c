@@ -515,6 +515,8 @@ static int loop(bagua__agent_t *a) {
   const bagua__agent_config_t *cfg = a->cfg;
   int64_t down_since = 0;
   int retry_ms = 250;
+  const int etcd_timeout_ms = bagua__etcd_timeout_ms(a->etcd);
+  const int64_t rdzv_ms = (int64_t)cfg->rdzv_timeout_s * 1000;
   for (;;) {
     if (a->term_sig) return bagua__agent_leave(a);
     if (__atomic_load_n(&a->watch_failed, __ATOMIC_ACQUIRE)) {
@@ -524,31 +526,46 @@ static int loop(bagua__agent_t *a) {
     }
     if (!a->watch && start_watch(a) != BAGUA_OK) a->watch = NULL;
     bagua__agent_snap_t s;
+    int64_t before = bagua__now_ms();
+    if (down_since) {
+      /* During an outage every request fits in what is left of the rendezvous timeout, so
+       * the agent gives up when it says it will, not one or more request timeouts later. */
+      int64_t left = down_since + rdzv_ms - before;
+      bagua__etcd_set_timeout_ms(a->etcd, (int)(left < 100               ? 100
+                                                : left < etcd_timeout_ms ? left
+                                                                         : etcd_timeout_ms));
+    }
     bagua_status_t st = bagua__agent_snap_read(a->etcd, a->prefix, &s);
     int64_t now = bagua__now_ms();
     if (st != BAGUA_OK) {
       /* Workers keep running through an etcd outage; the agent gives up only after the
-       * rendezvous timeout, since it can neither report nor learn of rounds meanwhile. */
+       * rendezvous timeout, since it can neither report nor learn of rounds meanwhile. The
+       * outage counts from the start of the first request that failed. */
       if (!down_since) {
-        down_since = now;
+        down_since = before;
         bagua__agent_say(
             "lost contact with etcd at %s (%s); workers keep running, giving up "
             "after %d s (--rdzv-timeout)",
             cfg->endpoints, bagua_strerror(st), cfg->rdzv_timeout_s);
-      } else if (now - down_since > (int64_t)cfg->rdzv_timeout_s * 1000) {
+      } else if (now - down_since >= rdzv_ms) {
         bagua__agent_say("giving up: etcd at %s unreachable for %d s (--rdzv-timeout)",
                          cfg->endpoints, cfg->rdzv_timeout_s);
+        /* The clean-up on the way out (revoking the lease) tries etcd once more, briefly:
+         * the timeout has passed, the exit must not wait for another request timeout. */
+        bagua__etcd_set_timeout_ms(a->etcd, 300);
         bagua__agent_stop_workers(a, SIGTERM);
         return BAGUA_AGENT_EXIT_RDZV;
       }
       /* Back off (each failed request logs a warning in the client), but not so far that
-       * recovery goes unnoticed for long. */
-      bagua__agent_wait(a, retry_ms);
+       * recovery goes unnoticed for long, nor past the rendezvous timeout. */
+      int64_t left = down_since + rdzv_ms - bagua__now_ms();
+      bagua__agent_wait(a, left < retry_ms ? (int)(left > 0 ? left : 0) : retry_ms);
       if (retry_ms < 2000) retry_ms *= 2;
       continue;
     }
     retry_ms = 250;
     if (down_since) {
+      bagua__etcd_set_timeout_ms(a->etcd, etcd_timeout_ms);
       bagua__agent_say("etcd at %s answers again after %lld ms", cfg->endpoints,
                        (long long)(now - down_since));
       down_since = 0;

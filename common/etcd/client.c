@@ -253,6 +253,10 @@ int bagua__etcd_timeout_ms(const bagua__etcd_t *c) {
   return c->timeout_ms;
 }
 
+void bagua__etcd_set_timeout_ms(bagua__etcd_t *c, int timeout_ms) {
+  if (c && timeout_ms > 0) c->timeout_ms = timeout_ms;
+}
+
 void bagua__etcd_abort(bagua__etcd_t *c, int on) {
   bagua__etcd_conn_interrupt(&c->conn, on);
 }

@@ -68,8 +68,11 @@ bagua_status_t bagua__etcd_create(const char *endpoints, int timeout_ms, bagua__
 void bagua__etcd_destroy(bagua__etcd_t *c);
 /* The endpoint that answered last (or the first one), e.g. "http://127.0.0.1:2379". */
 const char *bagua__etcd_endpoint(const bagua__etcd_t *c);
-/* The per-call timeout given at creation. */
+/* The per-call timeout given at creation (or by the last bagua__etcd_set_timeout_ms). */
 int bagua__etcd_timeout_ms(const bagua__etcd_t *c);
+/* Changes the per-call timeout (> 0) for calls started from now on; e.g. to fit the next call
+ * in what is left of a larger deadline. Only from the thread that makes the client's calls. */
+void bagua__etcd_set_timeout_ms(bagua__etcd_t *c, int timeout_ms);
 /*
  * Sets (`on` = 1) or clears a sticky abort flag: the call in flight on this client, and all
  * later ones until cleared, return BAGUA_ERR_ABORTED at once. Safe to call from any thread

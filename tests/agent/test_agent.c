@@ -440,6 +440,34 @@ static void test_unreachable(void) {
   h_fini(&h);
 }
 
+/* etcd frozen (SIGSTOP) mid-job, longer than --rdzv-timeout 6: the agent gives up 6 s after
+ * its first failed request began (each request during the outage fits in what is left), not
+ * one or more request timeouts later (it took about 19 s before: issue 13). */
+static void test_etcd_frozen(void) {
+  harness_t h;
+  h_init(&h, "etcd_frozen", 1);
+  setenv("BAGUA_ETCD_TIMEOUT_MS", "3000", 1);
+  const char *a[] = {"--nnodes", "1", "--nproc-per-node", "1", "--rdzv-timeout", "6", NULL};
+  const char *cmd[] = {"/bin/sleep", "60", NULL};
+  agent_proc_t ap;
+  h_spawn_cmd(&h, &ap, "n1", NULL, a, cmd);
+  unsetenv("BAGUA_ETCD_TIMEOUT_MS");
+  h_wait_stderr(&ap, "round 1 (initial", 10000);
+  long long t_stop = etcd_fixture_now_ms();
+  ASSERT_EQ(etcd_fixture_signal(&h.fx, SIGSTOP), 0);
+  int code = h_wait_exit(&ap, 20000);
+  long long took = etcd_fixture_now_ms() - t_stop;
+  etcd_fixture_signal(&h.fx, SIGCONT);
+  printf("etcd frozen: agent exit %d after %lld ms (--rdzv-timeout 6, etcd timeout 3 s)\n", code,
+         took);
+  ASSERT_EQ(code, 3);
+  h_expect_stderr(&ap, "unreachable for");
+  /* The outage is noticed at the next loop pass (within 1 s); then 6 s. */
+  ASSERT_GE(took, 5900);
+  ASSERT_LT(took, 8500);
+  h_fini(&h);
+}
+
 /* etcd restarted mid-job: the agents ride out the outage (the workers finish while etcd is
  * down, and their results are reported once it is back) and the job ends in its first round. */
 static void test_etcd_restart(void) {
@@ -670,6 +698,7 @@ int main(int argc, char **argv) {
                {"belowmin", test_belowmin},
                {"badcli", test_badcli},
                {"unreachable", test_unreachable},
+               {"etcd_frozen", test_etcd_frozen},
                {"etcd_restart", test_etcd_restart},
                {"stale", test_stale},
                {"scale", test_scale},
