@@ -190,6 +190,14 @@ static void sc_init(sc_t *s, const char *job, const char *algorithm, const char 
   s->cmd[n++] = s->train_s;
   s->cmd[n++] = "--limit-test";
   s->cmd[n++] = s->test_s;
+  if (strcmp(algorithm, "qadam") == 0) {
+    /* Frozen-variance Adam sits near its divergence edge on this MLP at the example's 3e-4
+     * (docs/algorithms.md: it diverges at 1e-3): in 1 of 14 runs (a loaded CI run) the survivors
+     * of a world of 2 diverged in epoch 3 (test_acc 0.098), which says nothing about the
+     * recovery this scenario tests. 2e-4 keeps a margin and still trains past ACC_MIN. */
+    s->cmd[n++] = "--lr";
+    s->cmd[n++] = "0.0002";
+  }
   s->cmd[n] = NULL;
 #endif
 }
