@@ -10,9 +10,12 @@
 #          [--steps 150] [--repeat 3] [--algorithms "gradient_allreduce bytegrad ..."]
 #          [--test-limit 10000]   (evaluating the wide model on all 10000 images takes longer
 #                                  than its training steps; fewer keep a run short)
+#          [--same-node]          all ranks on one emulated node, as bagua-launch runs them on
+#                                  one host: libbagua then uses shared memory (default: each
+#                                  rank its own node, so compression crosses "nodes" over TCP)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build nranks="2 4" models="cnn wide" steps=150 repeat=3 test_limit=10000
+build=build nranks="2 4" models="cnn wide" steps=150 repeat=3 test_limit=10000 same_node=0
 algorithms="gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -23,6 +26,7 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
     --test-limit) test_limit=$2; shift 2 ;;
+    --same-node) same_node=1; shift ;;
     *) echo "unknown argument $1; see the header of $0" >&2; exit 2 ;;
   esac
 done
@@ -37,8 +41,10 @@ run() {
   local extra=(--algorithm "$algo")
   [ "$algo" = ddp ] && extra=(--ddp)
   for ((r = 0; r < n; r++)); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port BAGUA_NODE_ID=node$r GROUP_RANK=$r \
+    local lr=0 lws=1 node=node$r
+    [ "$same_node" = 1 ] && { lr=$r; lws=$n; node=node0; }
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$lws MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port BAGUA_NODE_ID=$node GROUP_RANK=$r \
       timeout 600 $py examples/torch/train.py --model "$model" --epochs 1 \
       --max-steps "$steps" --test-limit "$test_limit" "${extra[@]}" >"$tmp/r$r" 2>&1 &
     pids+=($!)
@@ -52,7 +58,8 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "machine: $(nproc --all) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
   "torch $($py -c 'import torch; print(torch.__version__)'); git $(git rev-parse --short HEAD)"
-echo "steps: $steps per run (batch 64 per rank), median of $repeat interleaved repeats"
+echo "steps: $steps per run (batch 64 per rank), median of $repeat interleaved repeats;" \
+  "$([ "$same_node" = 1 ] && echo "all ranks one emulated node" || echo "each rank its own emulated node")"
 echo
 echo "| ranks | model | algorithm | samples/s | vs DDP | fwd+bwd ms/step | of which comm wait ms | bytes/step | test_acc |"
 echo "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
