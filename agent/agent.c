@@ -542,7 +542,10 @@ static int loop(bagua__agent_t *a) {
        * rendezvous timeout, since it can neither report nor learn of rounds meanwhile. The
        * outage counts from the start of the first request that failed. */
       if (!down_since) {
-        down_since = before;
+        /* From the first request that failed, which may have been one of the last pass's
+         * writes rather than this read. */
+        int64_t since = bagua__etcd_unreachable_since_ms(a->etcd);
+        down_since = since > 0 && since < before ? since : before;
         bagua__agent_say(
             "lost contact with etcd at %s (%s); workers keep running, giving up "
             "after %d s (--rdzv-timeout)",

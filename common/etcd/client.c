@@ -253,6 +253,10 @@ int bagua__etcd_timeout_ms(const bagua__etcd_t *c) {
   return c->timeout_ms;
 }
 
+int64_t bagua__etcd_unreachable_since_ms(const bagua__etcd_t *c) {
+  return __atomic_load_n(&c->unreachable_since, __ATOMIC_RELAXED);
+}
+
 void bagua__etcd_set_timeout_ms(bagua__etcd_t *c, int timeout_ms) {
   if (c && timeout_ms > 0) c->timeout_ms = timeout_ms;
 }
@@ -321,6 +325,7 @@ bagua_status_t bagua__etcd_call(bagua__etcd_t *c, const char *path, const cJSON 
   }
   /* The deadline starts before the lock, so time spent queued behind another thread's call
    * counts too and no call outlives its timeout by more than that call's own remainder. */
+  int64_t started = bagua__now_ms();
   int64_t deadline = bagua__deadline_in(c->timeout_ms);
   pthread_mutex_lock(&c->lock);
   int start = __atomic_load_n(&c->cur, __ATOMIC_RELAXED), idx = start, tried = 0;
@@ -361,6 +366,9 @@ bagua_status_t bagua__etcd_call(bagua__etcd_t *c, const char *path, const cJSON 
     const char *why = c->conn.errbuf[0] ? c->conn.errbuf : curl_easy_strerror(res);
     st = res == CURLE_OPERATION_TIMEDOUT ? BAGUA_ERR_TIMEOUT : BAGUA_ERR_CURL;
     if (res == CURLE_WRITE_ERROR) why = "reply larger than the 64 MiB limit, or out of memory";
+    int64_t zero = 0;
+    __atomic_compare_exchange_n(&c->unreachable_since, &zero, started, 0, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
     if (flags & ETCD_CALL_QUIET_TRANSPORT)
       BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd %s%s: %s (timeout %d ms)", c->endpoints[idx], path, why,
                  c->timeout_ms);
@@ -370,6 +378,7 @@ bagua_status_t bagua__etcd_call(bagua__etcd_t *c, const char *path, const cJSON 
     goto out;
   }
   __atomic_store_n(&c->cur, idx, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->unreachable_since, 0, __ATOMIC_RELAXED);
   long http = 0;
   curl_easy_getinfo(c->conn.easy, CURLINFO_RESPONSE_CODE, &http);
   if (buf.data) j = cJSON_ParseWithLength(buf.data, buf.len);

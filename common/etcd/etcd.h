@@ -73,6 +73,10 @@ int bagua__etcd_timeout_ms(const bagua__etcd_t *c);
 /* Changes the per-call timeout (> 0) for calls started from now on; e.g. to fit the next call
  * in what is left of a larger deadline. Only from the thread that makes the client's calls. */
 void bagua__etcd_set_timeout_ms(bagua__etcd_t *c, int timeout_ms);
+/* When etcd stopped answering this client: the monotonic time (bagua__now_ms) at which the
+ * first call that failed to reach it began, since the last call that got a reply; 0 while
+ * it answers. */
+int64_t bagua__etcd_unreachable_since_ms(const bagua__etcd_t *c);
 /*
  * Sets (`on` = 1) or clears a sticky abort flag: the call in flight on this client, and all
  * later ones until cleared, return BAGUA_ERR_ABORTED at once. Safe to call from any thread

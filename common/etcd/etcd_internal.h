@@ -63,6 +63,9 @@ struct bagua__etcd {
   int n_endpoints;
   int cur; /* atomic: index of the endpoint that answered last */
   int timeout_ms;
+  /* atomic: monotonic ms at which the first call that could not reach etcd began, since the
+   * last call that got a reply; 0 while etcd answers (bagua__etcd_unreachable_since_ms). */
+  int64_t unreachable_since;
   pthread_mutex_t lock; /* serialises use of `conn` */
   etcd_conn_t conn;
 };
