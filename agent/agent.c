@@ -144,7 +144,7 @@ static int first_contact(bagua__agent_t *a, bagua__agent_snap_t *s) {
   }
 }
 
-static int job_exit_code(const bagua__agent_status_t *st) {
+static int job_exit_code(const bagua__rdzv_status_t *st) {
   switch (st->state) {
     case BAGUA__JOB_SUCCEEDED:
       return 0;
@@ -158,8 +158,7 @@ static int job_exit_code(const bagua__agent_status_t *st) {
   }
 }
 
-static void describe_end(const bagua__agent_t *a, const bagua__agent_status_t *st,
-                         const char *how) {
+static void describe_end(const bagua__agent_t *a, const bagua__rdzv_status_t *st, const char *how) {
   char when[40];
   bagua__agent_format_time(st->time_ms, when, sizeof(when));
   if (st->state == BAGUA__JOB_SUCCEEDED) {
@@ -173,7 +172,7 @@ static void describe_end(const bagua__agent_t *a, const bagua__agent_status_t *s
                      what, at, st->message);
   } else {
     bagua__agent_say("job %s %s%s at %s: %s", a->cfg->job_id, how,
-                     bagua__agent_job_state_name(st->state), when, st->message);
+                     bagua__rdzv_job_state_name(st->state), when, st->message);
   }
 }
 
@@ -209,7 +208,7 @@ static int handle_stale(bagua__agent_t *a, bagua__agent_snap_t *s) {
   bagua__agent_say(
       "clearing the state an earlier run of job %s left in etcd (status %s at %s, "
       "no agent registered); starting afresh",
-      a->cfg->job_id, s->has_status ? bagua__agent_job_state_name(s->status.state) : "none", when);
+      a->cfg->job_id, s->has_status ? bagua__rdzv_job_state_name(s->status.state) : "none", when);
   char key[BAGUA_RDZV_KEY_MAX];
   int deleted = 1;
   if (s->status_mod_rev) {
@@ -227,11 +226,11 @@ static int handle_stale(bagua__agent_t *a, bagua__agent_snap_t *s) {
 /* The settings that must agree across the job's agents are fixed by the first one. */
 static int check_jobcfg(bagua__agent_t *a) {
   const bagua__agent_config_t *cfg = a->cfg;
-  bagua__agent_jobcfg_t mine = {cfg->nnodes_min, cfg->nnodes_max, cfg->max_restarts, ""};
+  bagua__rdzv_jobcfg_t mine = {cfg->nnodes_min, cfg->nnodes_max, cfg->max_restarts, ""};
   snprintf(mine.node, sizeof(mine.node), "%s", cfg->node_id);
   char key[BAGUA_RDZV_KEY_MAX];
   bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_CONFIG, 0, NULL);
-  char *v = bagua__agent_jobcfg_encode(&mine);
+  char *v = bagua__rdzv_jobcfg_encode(&mine);
   if (!v) return BAGUA_AGENT_EXIT_RDZV;
   int created = 0;
   bagua__etcd_kv_t cur;
@@ -243,8 +242,8 @@ static int check_jobcfg(bagua__agent_t *a) {
     return BAGUA_AGENT_EXIT_RDZV;
   }
   int rc = -1;
-  bagua__agent_jobcfg_t theirs;
-  if (!created && bagua__agent_jobcfg_decode(cur.value, &theirs) == 0 &&
+  bagua__rdzv_jobcfg_t theirs;
+  if (!created && bagua__rdzv_jobcfg_decode(cur.value, &theirs, NULL, 0) == 0 &&
       (theirs.nnodes_min != mine.nnodes_min || theirs.nnodes_max != mine.nnodes_max ||
        theirs.max_restarts != mine.max_restarts)) {
     bagua__agent_say(
@@ -427,7 +426,7 @@ static int lease_known(const bagua__agent_t *a, int64_t lease) {
 static void vet_leases(bagua__agent_t *a, bagua__agent_snap_t *s) {
   size_t k = 0;
   for (size_t i = 0; i < s->nnodes; i++) {
-    const bagua__agent_node_t *n = &s->nodes[i];
+    const bagua__rdzv_node_t *n = &s->nodes[i];
     int keep = 1;
     if (n->lease != a->lease && !lease_known(a, n->lease)) {
       int alive = 1;
@@ -459,9 +458,9 @@ static void vet_leases(bagua__agent_t *a, bagua__agent_snap_t *s) {
 /* Keeps a copy of the last valid round (lead.c restores a corrupt round key from it). */
 static void remember_round(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   if (!s->has_round || s->round_mod_rev == a->seen_mod_rev) return;
-  bagua__agent_round_t copy;
-  if (bagua__agent_round_copy(&copy, &s->round) != 0) return;
-  bagua__agent_round_clear(&a->seen);
+  bagua__rdzv_round_t copy;
+  if (bagua__rdzv_round_copy(&copy, &s->round) != 0) return;
+  bagua__rdzv_round_clear(&a->seen);
   a->seen = copy;
   a->seen_mod_rev = s->round_mod_rev;
 }
@@ -487,7 +486,7 @@ static bagua_status_t start_watch(bagua__agent_t *a) {
   return bagua__etcd_watch_start(a->etcd, a->prefix, &opts, on_watch, a, &a->watch);
 }
 
-static int finish(bagua__agent_t *a, const bagua__agent_status_t *st) {
+static int finish(bagua__agent_t *a, const bagua__rdzv_status_t *st) {
   describe_end(a, st, "");
   bagua__agent_stop_workers(a, SIGTERM);
   return job_exit_code(st);
@@ -673,7 +672,7 @@ out:
   if (a.wake_fd >= 0) close(a.wake_fd);
   free(a.pfd);
   free(a.leases_ok);
-  bagua__agent_round_clear(&a.seen);
+  bagua__rdzv_round_clear(&a.seen);
   explicit_bzero(a.secret, sizeof(a.secret));
   return rc;
 }

@@ -52,13 +52,13 @@ typedef struct {
   int have_report; /* `report` is decided for cur_round */
   int kept;        /* cur_round was adopted in-process: the workers started in an earlier one */
   int reported;    /* ... and written to etcd */
-  bagua__agent_done_t report;
+  bagua__rdzv_done_t report;
 
   int is_leader;
   bagua__leader_state_t lead;
   /* The last valid round this agent read (a copy, and its key's mod_revision): what the
    * leader restores the round key from when it finds it corrupt or deleted (lead.c). */
-  bagua__agent_round_t seen;
+  bagua__rdzv_round_t seen;
   int64_t seen_mod_rev;
 
   /* The job's secret (64 hex digits and a NUL; "" until known): read from etcd, or from

@@ -45,7 +45,7 @@ int bagua__agent_workers_elastic(const bagua__agent_t *a, char *why, size_t len)
  * API; they move to the new round themselves (bagua_elastic_rebuild watches the round key).
  * Returns 1 when the round was adopted so.
  */
-static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
+static int adopt_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
                        const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
   /* A "stall" round retries the same world after a worker's communication stalled: the
@@ -55,8 +55,8 @@ static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
     return 0;
   if (a->ws.n != cfg->nproc || a->ws.nrunning != a->ws.n || a->ws.stopping || a->have_report)
     return 0;
-  int idx = bagua__agent_round_find(R, cfg->node_id);
-  const bagua__agent_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
+  int idx = bagua__rdzv_round_find(R, cfg->node_id);
+  const bagua__rdzv_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
   if (idx < 0 || R->members[idx].nproc != cfg->nproc || !me || me->lease != a->lease ||
       (R->members[idx].rev && me->create_rev != R->members[idx].rev))
     return 0;
@@ -86,7 +86,7 @@ static int adopt_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   return 1;
 }
 
-static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
+static void start_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
                         const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
   if (adopt_round(a, R, s)) return;
@@ -102,8 +102,8 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   a->have_report = 0;
   a->reported = 0;
 
-  int idx = bagua__agent_round_find(R, cfg->node_id);
-  const bagua__agent_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
+  int idx = bagua__rdzv_round_find(R, cfg->node_id);
+  const bagua__rdzv_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
   if (idx < 0) {
     bagua__agent_say(
         "round %lld formed with %d node(s) without this one (--nnodes %d:%d): "
@@ -143,16 +143,20 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
   a->member = 1;
   /* From now on workers hold the job secret this agent exported (agent.c, check_secret). */
   a->secret_used = 1;
-  if (bagua__workers_start(&a->ws, cfg, &as, a->out) != BAGUA_OK) {
-    /* The node cannot run its share (fork or pipe failed): report it as this node's failure
-     * so the leader restarts or fails the job instead of waiting for workers that never ran. */
+  bagua_status_t started = bagua__workers_start(&a->ws, cfg, &as, a->out);
+  if (started != BAGUA_OK) {
+    /* The node cannot run its share (the program cannot be executed, or fork or pipe failed):
+     * report it as this node's failure so the leader restarts or fails the job instead of
+     * waiting for workers that never ran. The record carries the error itself, so the root
+     * cause names it rather than an exit code, and an exec error (not found, not executable),
+     * which every restart would repeat, is marked permanent. */
     bagua__agent_say("could not start the workers of round %lld: %s", (long long)R->round,
                      bagua_last_error());
     bagua__agent_stop_workers(a, SIGKILL);
     a->have_report = 1;
     memset(&a->report, 0, sizeof(a->report));
     a->report.state = BAGUA__DONE_FAILED;
-    bagua__agent_failure_t *f = &a->report.f;
+    bagua__rdzv_failure_t *f = &a->report.f;
     snprintf(f->node, sizeof(f->node), "%s", cfg->node_id);
     snprintf(f->host, sizeof(f->host), "%s", a->host);
     f->time_ms = bagua__wall_ms();
@@ -160,13 +164,17 @@ static void start_round(bagua__agent_t *a, const bagua__agent_round_t *R,
     f->rank = base + a->ws.n;
     f->local_rank = a->ws.n;
     f->exit_code = 127;
+    f->permanent = started == BAGUA_ERR_INVALID_USAGE;
+    const char *why = bagua_last_error();
+    if (strncmp(why, "agent: ", 7) == 0) why += 7;
+    snprintf(f->reason, sizeof(f->reason), "%s", why);
   }
   /* The first node's port is now rank 0's; advertise a fresh one for the next round. */
   if (idx == 0) bagua__agent_refresh_record(a);
 }
 
 static void fill_failure(const bagua__agent_t *a, const bagua__worker_t *w,
-                         bagua__agent_failure_t *f) {
+                         bagua__rdzv_failure_t *f) {
   memset(f, 0, sizeof(*f));
   snprintf(f->node, sizeof(f->node), "%s", a->cfg->node_id);
   snprintf(f->host, sizeof(f->host), "%s", a->host);
@@ -182,8 +190,8 @@ static void fill_failure(const bagua__agent_t *a, const bagua__worker_t *w,
 }
 
 /* Another member's failure in our round, or NULL. */
-static const bagua__agent_done_t *peer_failure(const bagua__agent_t *a,
-                                               const bagua__agent_snap_t *s) {
+static const bagua__rdzv_done_t *peer_failure(const bagua__agent_t *a,
+                                              const bagua__agent_snap_t *s) {
   if (!s->has_round || s->round.round != a->cur_round) return NULL;
   for (size_t i = 0; i < s->ndone; i++)
     if (s->done[i].done.state == BAGUA__DONE_FAILED && strcmp(s->done[i].node, a->cfg->node_id))
@@ -194,7 +202,7 @@ static const bagua__agent_done_t *peer_failure(const bagua__agent_t *a,
 static int put_report(bagua__agent_t *a) {
   char key[BAGUA_RDZV_KEY_MAX];
   bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_DONE, a->cur_round, a->cfg->node_id);
-  char *v = bagua__agent_done_encode(&a->report);
+  char *v = bagua__rdzv_done_encode(&a->report);
   int ok = v && bagua__etcd_put(a->etcd, key, v, strlen(v), 0, NULL, NULL) == BAGUA_OK;
   free(v);
   return ok;
@@ -203,7 +211,7 @@ static int put_report(bagua__agent_t *a) {
 static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   if (!a->have_report) {
     const bagua__worker_t *w = bagua__workers_first_failure(&a->ws);
-    const bagua__agent_done_t *peer = NULL;
+    const bagua__rdzv_done_t *peer = NULL;
     memset(&a->report, 0, sizeof(a->report));
     snprintf(a->report.f.node, sizeof(a->report.f.node), "%s", a->cfg->node_id);
     a->report.f.time_ms = bagua__wall_ms();

@@ -16,10 +16,10 @@
 #include "common/time.h"
 
 static int write_status(bagua__agent_t *a, const bagua__agent_snap_t *s,
-                        const bagua__agent_status_t *st) {
+                        const bagua__rdzv_status_t *st) {
   char key[BAGUA_RDZV_KEY_MAX];
   bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_STATUS, 0, NULL);
-  char *v = bagua__agent_status_encode(st);
+  char *v = bagua__rdzv_status_encode(st);
   int swapped = 0;
   if (v) bagua__etcd_cas(a->etcd, key, s->status_mod_rev, v, strlen(v), 0, &swapped, NULL, NULL);
   free(v);
@@ -36,11 +36,10 @@ static void clean_rounds(bagua__agent_t *a, const bagua__agent_snap_t *s, int64_
   }
 }
 
-static void publish(bagua__agent_t *a, const bagua__agent_snap_t *s,
-                    const bagua__agent_round_t *r) {
+static void publish(bagua__agent_t *a, const bagua__agent_snap_t *s, const bagua__rdzv_round_t *r) {
   char key[BAGUA_RDZV_KEY_MAX];
   bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_ROUND, 0, NULL);
-  char *v = bagua__agent_round_encode(r);
+  char *v = bagua__rdzv_round_encode(r);
   int swapped = 0;
   if (v) bagua__etcd_cas(a->etcd, key, s->round_mod_rev, v, strlen(v), 0, &swapped, NULL, NULL);
   free(v);
@@ -53,7 +52,7 @@ static void publish(bagua__agent_t *a, const bagua__agent_snap_t *s,
   BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: published round %lld (%s, restart %d): [%s] world %d",
              (long long)r->round, r->reason, r->restart_count, members, r->world_size);
   if (!s->has_status) {
-    bagua__agent_status_t st;
+    bagua__rdzv_status_t st;
     memset(&st, 0, sizeof(st));
     st.state = BAGUA__JOB_RUNNING;
     st.time_ms = r->time_ms;
@@ -78,7 +77,7 @@ static int repair(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   if (s->round_bad || (!s->has_round && a->seen.round > 0)) {
     bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_ROUND, 0, NULL);
     if (a->seen.round > 0) {
-      char *v = bagua__agent_round_encode(&a->seen);
+      char *v = bagua__rdzv_round_encode(&a->seen);
       if (v) bagua__etcd_cas(a->etcd, key, s->round_mod_rev, v, strlen(v), 0, &swapped, NULL, NULL);
       free(v);
       if (swapped)
@@ -87,7 +86,7 @@ static int repair(bagua__agent_t *a, const bagua__agent_snap_t *s) {
                          (long long)a->seen.round);
       return 1;
     }
-    bagua__agent_status_t st;
+    bagua__rdzv_status_t st;
     memset(&st, 0, sizeof(st));
     st.state = BAGUA__JOB_FAILED;
     st.time_ms = bagua__wall_ms();
@@ -101,7 +100,7 @@ static int repair(bagua__agent_t *a, const bagua__agent_snap_t *s) {
     return 1;
   }
   if (s->status_bad) {
-    bagua__agent_status_t st;
+    bagua__rdzv_status_t st;
     memset(&st, 0, sizeof(st));
     st.state = BAGUA__JOB_RUNNING;
     st.time_ms = bagua__wall_ms();
@@ -134,7 +133,7 @@ void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   bagua__lead_decision_t d;
   bagua__leader_decide(&p, &a->lead, s, bagua__now_ms(), bagua__wall_ms(), &d);
   a->wake_at = d.wake_at;
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   memset(&st, 0, sizeof(st));
   st.time_ms = bagua__wall_ms();
   st.round = s->has_round ? s->round.round : 0;
@@ -167,5 +166,5 @@ void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
       write_status(a, s, &st);
       break;
   }
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
 }

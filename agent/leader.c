@@ -21,12 +21,12 @@
 
 /* Nodes chosen for a round, as pointers into the snapshot. */
 typedef struct {
-  const bagua__agent_node_t **v;
+  const bagua__rdzv_node_t **v;
   int n;
 } pick_t;
 
-static int in_round(const bagua__agent_round_t *r, const char *id) {
-  return r && bagua__agent_round_find(r, id) >= 0;
+static int in_round(const bagua__rdzv_round_t *r, const char *id) {
+  return r && bagua__rdzv_round_find(r, id) >= 0;
 }
 
 /*
@@ -34,7 +34,7 @@ static int in_round(const bagua__agent_round_t *r, const char *id) {
  * `admit` is set) the other registered nodes, oldest first, up to MAX.
  */
 static int desired_members(const bagua__leader_params_t *p, const bagua__agent_snap_t *s,
-                           const bagua__agent_round_t *prev, int admit, pick_t *out) {
+                           const bagua__rdzv_round_t *prev, int admit, pick_t *out) {
   out->n = 0;
   out->v = calloc(s->nnodes ? s->nnodes : 1, sizeof(*out->v));
   if (!out->v) return -1;
@@ -43,7 +43,7 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__agent_s
   int64_t world = 0;
   if (prev) {
     for (int i = 0; i < prev->nmembers && out->n < p->nnodes_max; i++) {
-      const bagua__agent_node_t *node = bagua__agent_snap_node(s, prev->members[i].id);
+      const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, prev->members[i].id);
       if (node && world + node->nproc <= BAGUA_RDZV_WORLD_MAX) {
         out->v[out->n++] = node;
         world += node->nproc;
@@ -62,7 +62,7 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__agent_s
 
 static int build_round(const bagua__leader_params_t *p, const pick_t *pk, int64_t number,
                        int restart_count, const char *reason, int64_t wall_ms,
-                       bagua__agent_round_t *r) {
+                       bagua__rdzv_round_t *r) {
   memset(r, 0, sizeof(*r));
   r->members = calloc((size_t)pk->n, sizeof(*r->members));
   if (!r->members) return -1;
@@ -132,10 +132,10 @@ static int decide_initial(const bagua__leader_params_t *p, bagua__leader_state_t
 }
 
 /* The earliest reported failure of the round (lowest rank on a tie). */
-static const bagua__agent_failure_t *root_cause(const bagua__agent_snap_t *s) {
-  const bagua__agent_failure_t *best = NULL;
+static const bagua__rdzv_failure_t *root_cause(const bagua__agent_snap_t *s) {
+  const bagua__rdzv_failure_t *best = NULL;
   for (size_t i = 0; i < s->ndone; i++) {
-    const bagua__agent_done_t *dn = &s->done[i].done;
+    const bagua__rdzv_done_t *dn = &s->done[i].done;
     if (dn->state != BAGUA__DONE_FAILED) continue;
     if (!best || dn->f.time_ms < best->time_ms ||
         (dn->f.time_ms == best->time_ms && dn->f.rank < best->rank))
@@ -149,7 +149,7 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
                          bagua__lead_decision_t *d) {
   memset(d, 0, sizeof(*d));
   if (s->has_status && s->status.state != BAGUA__JOB_RUNNING) return 0;
-  const bagua__agent_round_t *R = s->has_round ? &s->round : NULL;
+  const bagua__rdzv_round_t *R = s->has_round ? &s->round : NULL;
   int64_t number = R ? R->round : 0;
   if (st->round_seen != number) {
     /* A new round settles every change seen so far: restart the windows. */
@@ -166,9 +166,9 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
   int all_succeeded = 1, all_reported = 1, any_succeeded = 0, departed = 0;
   int kept_succeeded = 0, kept_failed = 0;
   for (int i = 0; i < R->nmembers; i++) {
-    const bagua__agent_member_t *m = &R->members[i];
-    const bagua__agent_done_t *dn = bagua__agent_snap_done(s, m->id);
-    const bagua__agent_node_t *node = bagua__agent_snap_node(s, m->id);
+    const bagua__rdzv_member_t *m = &R->members[i];
+    const bagua__rdzv_done_t *dn = bagua__agent_snap_done(s, m->id);
+    const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, m->id);
     if (!dn) all_reported = 0;
     if (!dn || dn->state != BAGUA__DONE_SUCCEEDED) all_succeeded = 0;
     if (dn && dn->kept) kept_succeeded |= dn->state == BAGUA__DONE_SUCCEEDED;
@@ -211,7 +211,7 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
     if (!in_round(R, pk.v[i]->id)) joiners++;
   int rc = 0;
 
-  const bagua__agent_failure_t *root = root_cause(s);
+  const bagua__rdzv_failure_t *root = root_cause(s);
   if (root && !departed) {
     if (!st->failure_seen) st->failure_seen = now;
     /* A member that neither reported nor left may be dead with its lease still running:
@@ -221,7 +221,9 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
       d->wake_at = deadline;
       goto out;
     }
-    if (R->restart_count >= p->max_restarts) {
+    /* A program that cannot be executed fails the same way in every round: restarting it
+     * would only spend the restarts and the user's time. */
+    if (R->restart_count >= p->max_restarts || root->permanent) {
       d->action = BAGUA__LEAD_FAILED;
       d->root = *root;
       goto out;

@@ -40,8 +40,8 @@ typedef enum {
 
 typedef struct {
   bagua__lead_action_t action;
-  bagua__agent_round_t round; /* PUBLISH: the new round; free with bagua__agent_round_clear */
-  bagua__agent_failure_t root;
+  bagua__rdzv_round_t round; /* PUBLISH: the new round; free with bagua__agent_round_clear */
+  bagua__rdzv_failure_t root;
   char message[512];
   int64_t wake_at; /* monotonic ms to decide again even without news (0: no timer) */
 } bagua__lead_decision_t;

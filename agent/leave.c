@@ -42,7 +42,7 @@ static int no_round_coming(bagua__agent_t *a, char *buf, size_t len) {
   for (size_t i = 0; i < s.nnodes; i++) others += strcmp(s.nodes[i].id, a->cfg->node_id) != 0;
   if (s.has_status && s.status.state != BAGUA__JOB_RUNNING) {
     snprintf(buf, len, "job %s has ended (%s)", a->cfg->job_id,
-             bagua__agent_job_state_name(s.status.state));
+             bagua__rdzv_job_state_name(s.status.state));
     rc = 1;
   } else if (others < (size_t)a->cfg->nnodes_min) {
     snprintf(buf, len,

@@ -582,7 +582,7 @@ static peer_t *find_peer(bagua__liveness_t *l, const char *id) {
 }
 
 /* Points the entry at a (new) registration, dropping any connection to an older one. */
-static void peer_reset(peer_t *p, const bagua__agent_node_t *n) {
+static void peer_reset(peer_t *p, const bagua__rdzv_node_t *n) {
   peer_close(p);
   snprintf(p->id, sizeof(p->id), "%s", n->id);
   snprintf(p->addr, sizeof(p->addr), "%s", n->addr);
@@ -597,7 +597,7 @@ void bagua__liveness_update(bagua__liveness_t *l, const bagua__agent_snap_t *s, 
   expire_incoming(l, now_ms);
   for (size_t i = 0; i < l->npeers; i++) l->peers[i].seen = 0;
   for (size_t i = 0; i < s->nnodes; i++) {
-    const bagua__agent_node_t *n = &s->nodes[i];
+    const bagua__rdzv_node_t *n = &s->nodes[i];
     if (n->live_port <= 0 || strcmp(n->id, l->self) == 0) continue;
     peer_t *p = find_peer(l, n->id);
     if (!p) {

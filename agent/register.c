@@ -66,7 +66,7 @@ void bagua__agent_detect_addr(bagua__agent_t *a) {
 }
 
 static char *node_record(const bagua__agent_t *a) {
-  bagua__agent_node_t n;
+  bagua__rdzv_node_t n;
   memset(&n, 0, sizeof(n));
   snprintf(n.host, sizeof(n.host), "%s", a->host);
   snprintf(n.addr, sizeof(n.addr), "%s", a->cfg->node_addr);
@@ -77,7 +77,7 @@ static char *node_record(const bagua__agent_t *a) {
   n.master_port = a->master_port;
   n.live_port = a->live ? bagua__liveness_port(a->live) : 0;
   n.join_ms = a->join_ms;
-  return bagua__agent_node_encode(&n);
+  return bagua__rdzv_node_encode(&n);
 }
 
 int bagua__agent_register(bagua__agent_t *a) {
@@ -111,9 +111,9 @@ int bagua__agent_register(bagua__agent_t *a) {
       rc = 0;
       break;
     }
-    bagua__agent_node_t other;
+    bagua__rdzv_node_t other;
     memset(&other, 0, sizeof(other));
-    bagua__agent_node_decode(cur.value, &other);
+    bagua__rdzv_node_decode(cur.value, &other, NULL, 0);
     bagua__etcd_kv_clear(&cur);
     if (bagua__now_ms() > deadline) {
       bagua__agent_say(
@@ -175,7 +175,7 @@ void bagua__agent_revoke_dead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   size_t n = 0;
   const bagua__liveness_death_t *d = bagua__liveness_deaths(a->live, &n);
   for (size_t i = 0; i < n; i++) {
-    const bagua__agent_node_t *x = bagua__agent_snap_node(s, d[i].id);
+    const bagua__rdzv_node_t *x = bagua__agent_snap_node(s, d[i].id);
     /* Gone already (it left normally, or another agent was quicker), or registered again
      * under a new lease by a live agent: nothing to do. */
     if (!x || x->lease != d[i].lease || strcmp(d[i].id, a->cfg->node_id) == 0) continue;
@@ -192,7 +192,7 @@ void bagua__agent_revoke_dead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
 }
 
 int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t *s) {
-  const bagua__agent_node_t *me = bagua__agent_snap_node(s, a->cfg->node_id);
+  const bagua__rdzv_node_t *me = bagua__agent_snap_node(s, a->cfg->node_id);
   int lost = a->keeper == NULL || bagua__etcd_keeper_lost(a->keeper);
   if (lost && a->keeper) {
     /* The keeper also says "lost" during an outage longer than a TTL; etcd is answering
@@ -242,7 +242,7 @@ static int leader_genuine(const bagua__agent_snap_t *s, char *why, size_t len) {
     snprintf(why, len, "it holds no valid node id");
     return 0;
   }
-  const bagua__agent_node_t *n = bagua__agent_snap_node(s, s->leader);
+  const bagua__rdzv_node_t *n = bagua__agent_snap_node(s, s->leader);
   if (!n) {
     snprintf(why, len, "it names \"%s\", which is not a registered node", s->leader);
     return 0;

@@ -10,9 +10,11 @@
 
 _Static_assert(BAGUA_AGENT_ID_MAX == BAGUA_RDZV_ID_MAX, "agent ids are the schema's ids");
 
-void bagua__agent_failure_describe(const bagua__agent_failure_t *f, char *out, size_t len) {
-  char tail[96];
-  if (f->signal) {
+void bagua__agent_failure_describe(const bagua__rdzv_failure_t *f, char *out, size_t len) {
+  char tail[300];
+  if (f->reason[0]) {
+    snprintf(tail, sizeof(tail), "never started: %s", f->reason);
+  } else if (f->signal) {
     const char *name = sigabbrev_np(f->signal);
     snprintf(tail, sizeof(tail), "was killed by signal %d (SIG%s)", f->signal, name ? name : "?");
   } else {
@@ -22,7 +24,7 @@ void bagua__agent_failure_describe(const bagua__agent_failure_t *f, char *out, s
            f->node, f->host[0] ? f->host : "?", f->local_rank, f->pid, (long long)f->round, tail);
 }
 
-int bagua__agent_failure_exit_code(const bagua__agent_failure_t *f) {
+int bagua__agent_failure_exit_code(const bagua__rdzv_failure_t *f) {
   if (f->signal) return 128 + (f->signal & 127);
   return f->exit_code ? (f->exit_code & 255) : 1;
 }

@@ -1,7 +1,6 @@
 /*
- * The agent's view of the rendezvous schema: the records of common/rdzv/rdzv.h under the
- * agent's names, how a failure reads, and the snapshot of a job's whole key space that the
- * agent's loop decides from.
+ * The agent's view of the rendezvous schema (common/rdzv/rdzv.h): how a failure reads, and the
+ * snapshot of a job's whole key space that the agent's loop decides from.
  *
  * Every key lives under /bagua/<job_id>/ (docs/agent.md, "etcd schema"). The snapshot takes
  * only what the schema accepts: a refused value is reported (key and field) and left out, and
@@ -18,66 +17,11 @@
 #include "common/etcd/etcd.h"
 #include "common/rdzv/rdzv.h"
 
-/* The records are common/rdzv's; the agent keeps its historical names for them. */
-typedef bagua__rdzv_node_t bagua__agent_node_t;
-typedef bagua__rdzv_member_t bagua__agent_member_t;
-typedef bagua__rdzv_round_t bagua__agent_round_t;
-typedef bagua__rdzv_failure_t bagua__agent_failure_t;
-typedef bagua__rdzv_done_t bagua__agent_done_t;
-typedef bagua__rdzv_status_t bagua__agent_status_t;
-typedef bagua__rdzv_jobcfg_t bagua__agent_jobcfg_t;
-
-/* The codec without the reason of a refusal (unit tests, fuzz targets); the agent's own reads
- * go through the snapshot, which reports refusals with the key and the field. */
-static inline char *bagua__agent_node_encode(const bagua__agent_node_t *n) {
-  return bagua__rdzv_node_encode(n);
-}
-static inline int bagua__agent_node_decode(const char *json, bagua__agent_node_t *n) {
-  return bagua__rdzv_node_decode(json, n, NULL, 0);
-}
-static inline char *bagua__agent_round_encode(const bagua__agent_round_t *r) {
-  return bagua__rdzv_round_encode(r);
-}
-static inline int bagua__agent_round_decode(const char *json, bagua__agent_round_t *r) {
-  return bagua__rdzv_round_decode(json, r, NULL, 0);
-}
-static inline void bagua__agent_round_clear(bagua__agent_round_t *r) {
-  bagua__rdzv_round_clear(r);
-}
-static inline int bagua__agent_round_copy(bagua__agent_round_t *dst,
-                                          const bagua__agent_round_t *src) {
-  return bagua__rdzv_round_copy(dst, src);
-}
-static inline int bagua__agent_round_find(const bagua__agent_round_t *r, const char *node) {
-  return bagua__rdzv_round_find(r, node);
-}
-static inline char *bagua__agent_done_encode(const bagua__agent_done_t *d) {
-  return bagua__rdzv_done_encode(d);
-}
-static inline int bagua__agent_done_decode(const char *json, bagua__agent_done_t *d) {
-  return bagua__rdzv_done_decode(json, d, NULL, 0);
-}
-static inline char *bagua__agent_status_encode(const bagua__agent_status_t *s) {
-  return bagua__rdzv_status_encode(s);
-}
-static inline int bagua__agent_status_decode(const char *json, bagua__agent_status_t *s) {
-  return bagua__rdzv_status_decode(json, s, NULL, 0);
-}
-static inline const char *bagua__agent_job_state_name(bagua__job_state_t st) {
-  return bagua__rdzv_job_state_name(st);
-}
-static inline char *bagua__agent_jobcfg_encode(const bagua__agent_jobcfg_t *c) {
-  return bagua__rdzv_jobcfg_encode(c);
-}
-static inline int bagua__agent_jobcfg_decode(const char *json, bagua__agent_jobcfg_t *c) {
-  return bagua__rdzv_jobcfg_decode(json, c, NULL, 0);
-}
-
 /* One line describing a failure, e.g. "rank 3 (node n2, host h, local rank 1, pid 77) exited
  * with code 7" or "... was killed by signal 9 (Killed)". */
-void bagua__agent_failure_describe(const bagua__agent_failure_t *f, char *out, size_t len);
+void bagua__agent_failure_describe(const bagua__rdzv_failure_t *f, char *out, size_t len);
 /* The exit status an agent reports for a failure: its code, or 128 + signal. */
-int bagua__agent_failure_exit_code(const bagua__agent_failure_t *f);
+int bagua__agent_failure_exit_code(const bagua__rdzv_failure_t *f);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Snapshot of /bagua/<job>/ read at one revision                                            */
@@ -85,12 +29,12 @@ int bagua__agent_failure_exit_code(const bagua__agent_failure_t *f);
 
 typedef struct {
   char node[BAGUA_AGENT_ID_MAX];
-  bagua__agent_done_t done;
+  bagua__rdzv_done_t done;
 } bagua__agent_done_entry_t;
 
 typedef struct {
   int64_t revision;
-  bagua__agent_node_t *nodes; /* live registrations, oldest (lowest create_rev) first */
+  bagua__rdzv_node_t *nodes; /* live registrations, oldest (lowest create_rev) first */
   size_t nnodes;
 
   /* The leader key exists (has_leader) and names a valid id (leader_valid; whether that
@@ -103,17 +47,17 @@ typedef struct {
   /* has_X: the key holds a valid record; X_bad: it exists but was refused (X_why says why).
    * X_mod_rev is the key's mod_revision either way (0: absent), for compare-and-swaps. */
   int has_round, round_bad;
-  bagua__agent_round_t round;
+  bagua__rdzv_round_t round;
   int64_t round_mod_rev;
   char round_why[160];
 
   int has_status, status_bad;
-  bagua__agent_status_t status;
+  bagua__rdzv_status_t status;
   int64_t status_mod_rev;
   char status_why[160];
 
   int has_jobcfg;
-  bagua__agent_jobcfg_t jobcfg;
+  bagua__rdzv_jobcfg_t jobcfg;
 
   /* secret: the job's secret (hex, NUL-terminated) when has_secret; secret_mod_rev is the
    * key's mod_revision, valid value or not (0: absent). */
@@ -145,8 +89,8 @@ int bagua__agent_snap_parse(const char *prefix, const bagua__etcd_kv_t *kvs, siz
                             bagua__agent_snap_t *s);
 void bagua__agent_snap_clear(bagua__agent_snap_t *s);
 /* The live node record with this id, or NULL. */
-const bagua__agent_node_t *bagua__agent_snap_node(const bagua__agent_snap_t *s, const char *id);
+const bagua__rdzv_node_t *bagua__agent_snap_node(const bagua__agent_snap_t *s, const char *id);
 /* The done record of `node` in the current round, or NULL. */
-const bagua__agent_done_t *bagua__agent_snap_done(const bagua__agent_snap_t *s, const char *node);
+const bagua__rdzv_done_t *bagua__agent_snap_done(const bagua__agent_snap_t *s, const char *node);
 
 #endif

@@ -15,26 +15,26 @@
 void bagua__agent_snap_clear(bagua__agent_snap_t *s) {
   if (!s) return;
   free(s->nodes);
-  bagua__agent_round_clear(&s->round);
+  bagua__rdzv_round_clear(&s->round);
   free(s->done);
   free(s->old_rounds);
   memset(s, 0, sizeof(*s));
 }
 
-const bagua__agent_node_t *bagua__agent_snap_node(const bagua__agent_snap_t *s, const char *id) {
+const bagua__rdzv_node_t *bagua__agent_snap_node(const bagua__agent_snap_t *s, const char *id) {
   for (size_t i = 0; i < s->nnodes; i++)
     if (strcmp(s->nodes[i].id, id) == 0) return &s->nodes[i];
   return NULL;
 }
 
-const bagua__agent_done_t *bagua__agent_snap_done(const bagua__agent_snap_t *s, const char *node) {
+const bagua__rdzv_done_t *bagua__agent_snap_done(const bagua__agent_snap_t *s, const char *node) {
   for (size_t i = 0; i < s->ndone; i++)
     if (strcmp(s->done[i].node, node) == 0) return &s->done[i].done;
   return NULL;
 }
 
 static int cmp_node(const void *a, const void *b) {
-  const bagua__agent_node_t *x = a, *y = b;
+  const bagua__rdzv_node_t *x = a, *y = b;
   return (x->create_rev > y->create_rev) - (x->create_rev < y->create_rev);
 }
 
@@ -55,7 +55,7 @@ static void note_round(bagua__agent_snap_t *s, int64_t n, size_t *cap) {
  * agent's (every agent registers on its lease, so its record vanishes with it): admitting it
  * would make a round wait for workers that never come. */
 static void parse_node(bagua__agent_snap_t *s, const bagua__etcd_kv_t *kv, const char *id) {
-  bagua__agent_node_t *node = &s->nodes[s->nnodes];
+  bagua__rdzv_node_t *node = &s->nodes[s->nnodes];
   char why[160];
   memset(node, 0, sizeof(*node));
   if (strlen(id) >= sizeof(node->id) || !bagua__rdzv_id_valid(id)) {

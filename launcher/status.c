@@ -44,6 +44,7 @@ int bagua__launch_parse_status(const char *json, size_t len, bagua__launch_statu
     out->round = st.root.round;
     out->signal = st.root.signal;
     out->exit_code = st.root.signal > 0 ? -1 : st.root.exit_code;
+    snprintf(out->reason, sizeof(out->reason), "%s", st.root.reason);
   }
   return 0;
 }

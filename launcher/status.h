@@ -13,7 +13,7 @@
 
 /*
  * /bagua/<job>/status: {state, exit_code, message, root_cause: {time_ms, node, host, rank,
- * exit_code | signal, round}}. Only `state` is required; the rest is used when present.
+ * exit_code | signal, round, reason}}. Only `state` is required; the rest is used when present.
  */
 typedef struct {
   int found;
@@ -29,6 +29,7 @@ typedef struct {
   int64_t exit_code; /* -1 when the worker was killed by a signal */
   int64_t signal;    /* 0 when it exited */
   int64_t round;     /* -1 when not recorded */
+  char reason[256];  /* why the worker never started (its exec error); "" otherwise */
 } bagua__launch_status_t;
 
 /* /bagua/<job>/round: {round, members: [...], world_size, ...}. */

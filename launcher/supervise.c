@@ -287,12 +287,14 @@ static int outcome(sup_t *s) {
     bagua__say(LAUNCH_TOOL, "job %s succeeded (%d agent(s) failed along the way)", job, failed);
     return 0;
   }
-  char when[40], what[64];
+  char when[40], what[280];
   if (st.has_root_cause) {
     int rc = bagua__launch_status_code(&st);
     const char *host = st.host[0] ? st.host : host_of(r, st.node);
     bagua__launch_format_time(st.time_ms, when, sizeof(when));
-    if (st.signal > 0)
+    if (st.reason[0])
+      snprintf(what, sizeof(what), "never started: %.240s", st.reason);
+    else if (st.signal > 0)
       bagua__launch_format_code((int)st.signal, 1, what, sizeof(what));
     else
       bagua__launch_format_code(rc, 0, what, sizeof(what));

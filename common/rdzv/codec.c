@@ -284,6 +284,16 @@ fail:
 /* Failures, done records, status                                                            */
 /* ---------------------------------------------------------------------------------------- */
 
+/* An optional boolean: absent is 0; anything but true/false is refused. */
+static int get_bool(const cJSON *o, const char *name, int *dst, why_t *w) {
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+  *dst = 0;
+  if (!f) return 0;
+  if (!cJSON_IsBool(f)) return fail(w, "field \"%s\" is not a boolean", name);
+  *dst = cJSON_IsTrue(f);
+  return 0;
+}
+
 static int add_failure(cJSON *o, const bagua__rdzv_failure_t *f) {
   int ok = cJSON_AddStringToObject(o, "node", f->node) &&
            cJSON_AddStringToObject(o, "host", f->host) &&
@@ -293,6 +303,8 @@ static int add_failure(cJSON *o, const bagua__rdzv_failure_t *f) {
            cJSON_AddNumberToObject(o, "local_rank", f->local_rank) &&
            cJSON_AddNumberToObject(o, "pid", f->pid);
   if (!ok) return 0;
+  if (f->reason[0] && !cJSON_AddStringToObject(o, "reason", f->reason)) return 0;
+  if (f->permanent && !cJSON_AddTrueToObject(o, "permanent")) return 0;
   if (f->signal) return cJSON_AddNumberToObject(o, "signal", f->signal) != NULL;
   return cJSON_AddNumberToObject(o, "exit_code", f->exit_code) != NULL;
 }
@@ -307,7 +319,9 @@ static int get_failure(const cJSON *o, bagua__rdzv_failure_t *f, why_t *w) {
                  get_int(o, "local_rank", 0, 0, BAGUA_RDZV_NPROC_MAX, &f->local_rank, w) ||
                  get_int(o, "pid", 0, 0, INT_MAX_, &f->pid, w) ||
                  get_int(o, "signal", 0, 0, 127, &f->signal, w) ||
-                 get_int(o, "exit_code", 0, 0, 255, &f->exit_code, w)
+                 get_int(o, "exit_code", 0, 0, 255, &f->exit_code, w) ||
+                 get_str(o, "reason", 0, 0, f->reason, sizeof(f->reason), w) ||
+                 get_bool(o, "permanent", &f->permanent, w)
              ? -1
              : 0;
 }
@@ -343,9 +357,7 @@ int bagua__rdzv_done_decode(const char *json, bagua__rdzv_done_t *d, char *why, 
         rc = get_failure(o, &d->f, &w);
       }
   }
-  const cJSON *kept = cJSON_GetObjectItemCaseSensitive(o, "kept");
-  if (rc == 0 && kept && !cJSON_IsBool(kept)) rc = fail(&w, "field \"kept\" is not a boolean");
-  d->kept = cJSON_IsTrue(kept);
+  if (rc == 0) rc = get_bool(o, "kept", &d->kept, &w);
   cJSON_Delete(o);
   return rc;
 }

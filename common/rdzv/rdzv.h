@@ -142,6 +142,12 @@ typedef struct {
   int rank, local_rank, pid;
   int exit_code; /* valid when signal == 0 */
   int signal;    /* terminating signal, 0 for a normal exit */
+  /* Why the worker failed when the agent knows better than an exit code, e.g. the exec error
+   * of a program that never started ("" when none; JSON "reason", omitted when empty). */
+  char reason[256];
+  /* 1: running the program again cannot help (it cannot be executed), so the leader fails the
+   * job instead of spending restarts on it (JSON "permanent": true). */
+  int permanent;
 } bagua__rdzv_failure_t;
 
 typedef struct {

@@ -262,18 +262,18 @@ static int get_value(harness_t *h, const char *name, char **out) {
   return *out ? 0 : -1;
 }
 
-int h_status(harness_t *h, bagua__agent_status_t *st) {
+int h_status(harness_t *h, bagua__rdzv_status_t *st) {
   char *v = NULL;
   if (get_value(h, "status", &v) != 0) return -1;
-  int rc = bagua__agent_status_decode(v, st);
+  int rc = bagua__rdzv_status_decode(v, st, NULL, 0);
   free(v);
   return rc;
 }
 
-int h_round(harness_t *h, bagua__agent_round_t *r) {
+int h_round(harness_t *h, bagua__rdzv_round_t *r) {
   char *v = NULL;
   if (get_value(h, "round", &v) != 0) return -1;
-  int rc = bagua__agent_round_decode(v, r);
+  int rc = bagua__rdzv_round_decode(v, r, NULL, 0);
   free(v);
   return rc;
 }

@@ -68,8 +68,8 @@ const char *h_env(harness_t *h, int round, const char *node, int local_rank, con
 int h_env_int(harness_t *h, int round, const char *node, int local_rank, const char *key);
 
 /* Reads and decodes the job's status / round; returns 0 if found. */
-int h_status(harness_t *h, bagua__agent_status_t *st);
-int h_round(harness_t *h, bagua__agent_round_t *r);
+int h_status(harness_t *h, bagua__rdzv_status_t *st);
+int h_round(harness_t *h, bagua__rdzv_round_t *r);
 
 /* Membership settings shared by most scenarios: short windows, a short lease (2 s). */
 #define FAST "--last-call-ms", "200", "--settle-ms", "300", "--lease-ttl", "2", "--grace-ms", "2000"

@@ -31,13 +31,13 @@ static void test_ranks(void) {
   for (int i = 0; i < 3; i++) ASSERT_EQ(h_wait_exit(&ap[i], 20000), 0);
   printf("3 agents, 5 workers: done in %lld ms\n", etcd_fixture_now_ms() - t0);
 
-  bagua__agent_round_t r;
+  bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&h, &r), 0);
   ASSERT_EQ(r.round, 1);
   ASSERT_EQ(r.world_size, 5);
   char port[16];
   snprintf(port, sizeof(port), "%d", r.master_port);
-  bagua__agent_round_clear(&r);
+  bagua__rdzv_round_clear(&r);
   struct {
     const char *node;
     int lr, rank, group;
@@ -70,7 +70,7 @@ static void test_ranks(void) {
   snprintf(log, sizeof(log), "%s/n3/rank4.log", logs);
   ASSERT_TRUE(h_file_contains(log, "hello from rank 4 of 5\n"));
   ASSERT_TRUE(h_file_contains(log, "stderr line of rank 4\n"));
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_SUCCEEDED);
   ASSERT_EQ(st.exit_code, 0);
@@ -91,7 +91,7 @@ static void test_exitcode(void) {
   h_spawn_in_order(&h, ap, 2, nodes, args, w);
   ASSERT_EQ(h_wait_exit(&ap[1], 20000), 7);
   ASSERT_EQ(h_wait_exit(&ap[0], 20000), 7);
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_FAILED);
   ASSERT_EQ(st.exit_code, 7);
@@ -121,7 +121,7 @@ static void test_signal(void) {
   h_spawn_in_order(&h, ap, 2, nodes, args, w);
   ASSERT_EQ(h_wait_exit(&ap[0], 20000), 128 + SIGKILL);
   ASSERT_EQ(h_wait_exit(&ap[1], 20000), 128 + SIGKILL);
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_FAILED);
   ASSERT_EQ(st.root.signal, SIGKILL);
@@ -145,12 +145,12 @@ static void test_restarts(void) {
   ASSERT_EQ(h_wait_exit(&ap[0], 30000), 0);
   ASSERT_EQ(h_wait_exit(&ap[1], 30000), 0);
   printf("two restarts then success: %lld ms\n", etcd_fixture_now_ms() - t0);
-  bagua__agent_round_t r;
+  bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&h, &r), 0);
   ASSERT_EQ(r.round, 3);
   ASSERT_EQ(r.restart_count, 2);
   ASSERT_STREQ(r.reason, "failure");
-  bagua__agent_round_clear(&r);
+  bagua__rdzv_round_clear(&r);
   h_expect_env(&h, 3, "n2", 0, "BAGUA_RESTART_COUNT", "2");
   h_expect_env(&h, 3, "n1", 0, "TORCHELASTIC_RESTART_COUNT", "2");
   /* n1's workers of rounds 1 and 2 may be stopped before they write anything. */
@@ -169,8 +169,8 @@ static void test_restarts(void) {
   ASSERT_EQ(h_round(&h, &r), 0);
   ASSERT_EQ(r.round, 2);
   ASSERT_EQ(r.restart_count, 1);
-  bagua__agent_round_clear(&r);
-  bagua__agent_status_t st;
+  bagua__rdzv_round_clear(&r);
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_FAILED);
   ASSERT_EQ(st.root.exit_code, 5);
@@ -226,12 +226,12 @@ static void sigkill_one(const char *job, int victim) {
       ASSERT_EQ(h_env_int(&h, 2, left[g], lr, "GROUP_RANK"), g);
       ASSERT_EQ(h_env_int(&h, 2, left[g], lr, "BAGUA_RESTART_COUNT"), 0);
     }
-  bagua__agent_round_t r;
+  bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&h, &r), 0);
   ASSERT_STREQ(r.reason, "membership");
   /* A survivor published it (after the leader's death, whichever won the election). */
   ASSERT_TRUE(strcmp(r.leader, nodes[victim]) != 0);
-  bagua__agent_round_clear(&r);
+  bagua__rdzv_round_clear(&r);
   h_touch(&h, "release", release, sizeof(release));
   for (int i = 0; i < 3; i++)
     if (i != victim) ASSERT_EQ(h_wait_exit(&ap[i], 15000), 0);
@@ -275,10 +275,10 @@ static void test_fast_death(void) {
   ASSERT_EQ(h_wait_exit(&ap[victim], 5000), 128 + SIGKILL);
   long long reform = -1;
   while (etcd_fixture_now_ms() - t0 < 5000) {
-    bagua__agent_round_t r;
+    bagua__rdzv_round_t r;
     if (h_round(&h, &r) == 0) {
-      int done = r.round == 2 && r.nmembers == 2 && bagua__agent_round_find(&r, "n2") < 0;
-      bagua__agent_round_clear(&r);
+      int done = r.round == 2 && r.nmembers == 2 && bagua__rdzv_round_find(&r, "n2") < 0;
+      bagua__rdzv_round_clear(&r);
       if (done) {
         reform = etcd_fixture_now_ms() - t0;
         break;
@@ -335,7 +335,7 @@ static void test_sigint(void) {
   ASSERT_EQ(h_env_int(&h, 2, "n2", 0, "GROUP_RANK"), 0);
   ASSERT_EQ(h_env_int(&h, 2, "n3", 0, "RANK"), 1);
   ASSERT_EQ(h_env_int(&h, 2, "n3", 0, "WORLD_SIZE"), 2);
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_RUNNING);
   h_touch(&h, "release", release, sizeof(release));
@@ -359,7 +359,7 @@ static void test_belowmin(void) {
   ASSERT_GE(took, 2000);
   ASSERT_LT(took, 5000);
   h_expect_stderr(&ap, "rendezvous timed out: 1 node(s) registered, fewer than the 2 needed");
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_FAILED);
   ASSERT_EQ(st.exit_code, 3);
@@ -501,10 +501,10 @@ static void test_etcd_restart(void) {
   ASSERT_EQ(h_wait_exit(&ap[0], 20000), 0);
   ASSERT_EQ(h_wait_exit(&ap[1], 20000), 0);
   h_expect_stderr(&ap[0], "answers again after");
-  bagua__agent_round_t r;
+  bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&h, &r), 0);
   ASSERT_EQ(r.round, 1);
-  bagua__agent_round_clear(&r);
+  bagua__rdzv_round_clear(&r);
   ASSERT_EQ(h_count_round_files(&h, 2), 0);
   h_fini(&h);
 }
@@ -536,20 +536,20 @@ static void test_lease_lost(void) {
    * last round has both nodes again, n2 with a new registration. */
   long long d = etcd_fixture_now_ms() + 10000;
   for (;;) {
-    bagua__agent_round_t r;
+    bagua__rdzv_round_t r;
     int both = h_round(&h, &r) == 0 && r.nmembers == 2 && r.round >= 2 &&
-               bagua__agent_round_find(&r, "n2") == 1 && r.members[1].rev > rev;
+               bagua__rdzv_round_find(&r, "n2") == 1 && r.members[1].rev > rev;
     int64_t number = r.round;
-    bagua__agent_round_clear(&r);
+    bagua__rdzv_round_clear(&r);
     if (both && h_count_round_files(&h, (int)number) == 2) break;
     if (etcd_fixture_now_ms() > d) TEST_FAIL("n2 did not rejoin within 10 s");
     usleep(10000);
   }
-  bagua__agent_round_t r;
+  bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&h, &r), 0);
   ASSERT_EQ(r.restart_count, 0);
   printf("lease lost: n2 back in round %lld\n", (long long)r.round);
-  bagua__agent_round_clear(&r);
+  bagua__rdzv_round_clear(&r);
   h_touch(&h, "release", release, sizeof(release));
   ASSERT_EQ(h_wait_exit(&ap[0], 15000), 0);
   ASSERT_EQ(h_wait_exit(&ap[1], 15000), 0);

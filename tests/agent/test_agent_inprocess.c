@@ -52,11 +52,11 @@ static void start_three(harness_t *h, const char *const *a, agent_proc_t *ap) {
   }
   long long deadline = etcd_fixture_now_ms() + 20000;
   for (;;) {
-    bagua__agent_round_t r;
+    bagua__rdzv_round_t r;
     int three = 0;
     if (h_round(h, &r) == 0) {
       three = r.nmembers == 3;
-      bagua__agent_round_clear(&r);
+      bagua__rdzv_round_clear(&r);
     }
     if (three && h_file_value_after(ap[2].out_path, "first_step_ms=") >= 0) break;
     if (etcd_fixture_now_ms() > deadline) {
@@ -262,7 +262,7 @@ static void test_inprocess_shrink(void) {
   if (!(value[0] > 2LL * INPROC_STEPS && value[0] < 3LL * INPROC_STEPS))
     TEST_FAIL("final value %lld outside (%d, %d)", value[0], 2 * INPROC_STEPS, 3 * INPROC_STEPS);
   printf("in-process shrink: final value %lld on both survivors\n", value[0]);
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ((int)st.state, (int)BAGUA__JOB_SUCCEEDED);
   h_fini(&h);
@@ -345,14 +345,14 @@ static void graceful_leave(const char *job, int leader, const char *mode) {
   if (!(value[0] > 2LL * INPROC_STEPS && value[0] < 3LL * INPROC_STEPS))
     TEST_FAIL("final value %lld outside (%d, %d)", value[0], 2 * INPROC_STEPS, 3 * INPROC_STEPS);
   printf("graceful leave: final value %lld on both remaining workers\n", value[0]);
-  bagua__agent_round_t r;
+  bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&h, &r), 0);
   ASSERT_STREQ(r.reason, "membership");
   ASSERT_EQ(r.nmembers, 2);
   ASSERT_EQ(r.restart_count, 0);
   if (leader) ASSERT_TRUE(strcmp(r.leader, nodes[victim]) != 0);
-  bagua__agent_round_clear(&r);
-  bagua__agent_status_t st;
+  bagua__rdzv_round_clear(&r);
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ((int)st.state, (int)BAGUA__JOB_SUCCEEDED);
   if (!mode) expect_marks_removed(ap, 3);

@@ -23,7 +23,7 @@ static bagua__leader_params_t P = {.nnodes_min = 2,
 /* Snapshot builder: nodes are given in any order with their create revision. */
 static void add_node(bagua__agent_snap_t *s, const char *id, int64_t rev, int nproc) {
   s->nodes = realloc(s->nodes, (s->nnodes + 1) * sizeof(*s->nodes));
-  bagua__agent_node_t *n = &s->nodes[s->nnodes++];
+  bagua__rdzv_node_t *n = &s->nodes[s->nnodes++];
   memset(n, 0, sizeof(*n));
   snprintf(n->id, sizeof(n->id), "%s", id);
   snprintf(n->addr, sizeof(n->addr), "10.0.0.%d", (int)rev);
@@ -33,7 +33,7 @@ static void add_node(bagua__agent_snap_t *s, const char *id, int64_t rev, int np
   /* Keep the snapshot's invariant: oldest first. */
   for (size_t i = s->nnodes - 1; i > 0 && s->nodes[i].create_rev < s->nodes[i - 1].create_rev;
        i--) {
-    bagua__agent_node_t t = s->nodes[i];
+    bagua__rdzv_node_t t = s->nodes[i];
     s->nodes[i] = s->nodes[i - 1];
     s->nodes[i - 1] = t;
   }
@@ -50,7 +50,7 @@ static void drop_node(bagua__agent_snap_t *s, const char *id) {
 
 /* Installs a round with members "x,y,z" (revisions taken from the live nodes). */
 static void set_round(bagua__agent_snap_t *s, int64_t number, const char *csv, int restarts) {
-  bagua__agent_round_clear(&s->round);
+  bagua__rdzv_round_clear(&s->round);
   s->has_round = 1;
   s->round.round = number;
   s->round.restart_count = restarts;
@@ -58,7 +58,7 @@ static void set_round(bagua__agent_snap_t *s, int64_t number, const char *csv, i
   char buf[128];
   snprintf(buf, sizeof(buf), "%s", csv);
   for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-    bagua__agent_member_t *m = &s->round.members[s->round.nmembers++];
+    bagua__rdzv_member_t *m = &s->round.members[s->round.nmembers++];
     snprintf(m->id, sizeof(m->id), "%s", tok);
     m->nproc = 1;
     for (size_t i = 0; i < s->nnodes; i++)
@@ -87,7 +87,7 @@ static bagua__lead_decision_t decide(bagua__leader_state_t *st, const bagua__age
   return d;
 }
 
-static void expect_members(const bagua__agent_round_t *r, const char *csv) {
+static void expect_members(const bagua__rdzv_round_t *r, const char *csv) {
   char got[256] = "";
   for (int i = 0; i < r->nmembers; i++) {
     if (i) strcat(got, ",");
@@ -123,7 +123,7 @@ static void test_initial(void) {
   ASSERT_EQ(d.round.restart_count, 0);
   ASSERT_STREQ(d.round.reason, "initial");
   ASSERT_EQ(d.round.members[1].rev, 20);
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
 
   /* Last call expires with MIN < n < MAX. */
   bagua__agent_snap_t s2;
@@ -135,7 +135,7 @@ static void test_initial(void) {
   d = decide(&st2, &s2, 1000);
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   expect_members(&d.round, "x,y");
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
 
   /* Below MIN for the whole timeout. */
   bagua__agent_snap_t s3;
@@ -174,7 +174,7 @@ static void test_membership(void) {
   ASSERT_EQ(d.round.restart_count, 1);
   ASSERT_STREQ(d.round.reason, "membership");
   ASSERT_STREQ(d.round.master_addr, "10.0.0.30");
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
 
   /* A member registered again (new revision: its lease was lost) is a membership change. */
   set_round(&s, 5, "c,b,e", 1);
@@ -187,7 +187,7 @@ static void test_membership(void) {
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   expect_members(&d.round, "c,b,e");
   ASSERT_EQ(d.round.members[1].rev, 50);
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
 
   /* Below MIN after a departure: wait up to the rendezvous timeout, then fail. */
   set_round(&s, 6, "c,b,e", 1);
@@ -202,7 +202,7 @@ static void test_membership(void) {
   d = decide(&st, &s, 5500);
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   expect_members(&d.round, "c,f");
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
   drop_node(&s, "f");
   decide(&st, &s, 6000);
   d = decide(&st, &s, 16000);
@@ -231,7 +231,7 @@ static void test_failures(void) {
   ASSERT_EQ(d.round.restart_count, 1);
   ASSERT_STREQ(d.round.reason, "failure");
   expect_members(&d.round, "a,b,c");
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
 
   /* Restarts used up: the earliest failure is the root cause. */
   set_round(&s, 2, "a,b,c", 1);
@@ -256,7 +256,7 @@ static void test_failures(void) {
   ASSERT_EQ(d.round.restart_count, 1);
   ASSERT_STREQ(d.round.reason, "membership");
   expect_members(&d.round, "a,b");
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
   bagua__agent_snap_clear(&s);
 }
 
@@ -313,7 +313,7 @@ static void test_kept_success(void) {
   bagua__leader_state_t st3 = {.round_seen = -1};
   d = decide(&st3, &s, 1000);
   ASSERT_TRUE(d.action != BAGUA__LEAD_SUCCEEDED);
-  bagua__agent_round_clear(&d.round); /* a failure round may have been formed */
+  bagua__rdzv_round_clear(&d.round); /* a failure round may have been formed */
   bagua__agent_snap_clear(&s);
   /* Workers started in this round (restart mode): no early success. */
   memset(&s, 0, sizeof(s));
@@ -347,7 +347,7 @@ static void test_stall(void) {
   ASSERT_EQ(d.round.round, 4);
   ASSERT_EQ(d.round.restart_count, 1);
   ASSERT_STREQ(d.round.reason, "stall");
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
   /* A worker failure reported in the same round is handled as a failure. */
   bagua__leader_state_t st2 = {.round_seen = -1};
   add_done(&s, "a", BAGUA__DONE_FAILED, 5, 1);
@@ -377,7 +377,7 @@ static void test_world_bound(void) {
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   ASSERT_EQ(d.round.nmembers, BAGUA_RDZV_WORLD_MAX / 4096);
   ASSERT_EQ(d.round.world_size, BAGUA_RDZV_WORLD_MAX);
-  bagua__agent_round_clear(&d.round);
+  bagua__rdzv_round_clear(&d.round);
   bagua__agent_snap_clear(&s);
 }
 

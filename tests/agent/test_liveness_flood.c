@@ -63,7 +63,7 @@ static int drive(bagua__liveness_t *a, const bagua__agent_snap_t *sa, bagua__liv
   return deaths;
 }
 
-static void snap_of(bagua__agent_snap_t *s, bagua__agent_node_t *n, const char *id, int port,
+static void snap_of(bagua__agent_snap_t *s, bagua__rdzv_node_t *n, const char *id, int port,
                     int64_t lease) {
   memset(s, 0, sizeof(*s));
   memset(n, 0, sizeof(*n));
@@ -85,7 +85,7 @@ static int watched_death(const char *secret_a, const char *secret_b) {
   ASSERT_EQ(bagua__liveness_set_secret(b, secret_b), 0);
   bagua__liveness_set_lease(b, 77);
   bagua__agent_snap_t s;
-  bagua__agent_node_t n;
+  bagua__rdzv_node_t n;
   snap_of(&s, &n, "node-b", bagua__liveness_port(b), 77);
   /* Wait for the hello to be confirmed (bounded); mismatched secrets never get there. */
   int64_t end = bagua__now_ms() + (match ? 10000 : 1000);

@@ -204,7 +204,7 @@ static void sc_init(sc_t *s, const char *job, const char *algorithm, const char 
 
 /* Records the job's round key when it changed since the last look. */
 static void sc_poll(sc_t *s) {
-  bagua__agent_round_t r;
+  bagua__rdzv_round_t r;
   if (h_round(&s->h, &r) != 0) return;
   if (s->nrounds == 0 || s->rounds[s->nrounds - 1].round != r.round) {
     if (s->nrounds < 64) {
@@ -217,7 +217,7 @@ static void sc_poll(sc_t *s) {
       x->seen_ms = etcd_fixture_now_ms();
     }
   }
-  bagua__agent_round_clear(&r);
+  bagua__rdzv_round_clear(&r);
 }
 
 static const seen_round_t *sc_last_round(sc_t *s) {
@@ -708,7 +708,7 @@ static void sigkill(const char *scenario, const char *alg, victim_t v, int same_
   if (v == V_RANK0 && strcmp(last->leader, lead) != 0)
     sc_fail(s, "leadership moved although the leader survived");
   report_kill_recovery(s, scenario, "SIGKILL", t_kill, round);
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&s->h, &st), 0);
   ASSERT_EQ((int)st.state, (int)BAGUA__JOB_SUCCEEDED);
   h_fini(&s->h);
@@ -788,7 +788,7 @@ static void test_sigstop_node(void) {
          rejoined ? "rejoined with a fresh worker and finished with the others"
                   : "did not rejoin (the job had ended) and exited 0");
   report_kill_recovery(s, "sigstop_node", "SIGSTOP", t_stop, round);
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&s->h, &st), 0);
   ASSERT_EQ((int)st.state, (int)BAGUA__JOB_SUCCEEDED);
   h_fini(&s->h);
@@ -825,7 +825,7 @@ static void test_belowmin(void) {
     sc_fail(s, "the survivor's agent did not say \"rendezvous timed out\"");
   results_t *res = sc_parse(s);
   ASSERT_EQ(res->nfin, 0);
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&s->h, &st), 0);
   ASSERT_EQ((int)st.state, (int)BAGUA__JOB_FAILED);
   ASSERT_EQ(st.exit_code, 3);

@@ -76,7 +76,7 @@ static void test_resume(void) {
   }
   /* Both ranks restored the last commit and agree on the state. */
   ASSERT_EQ(value[0], value[1]);
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_SUCCEEDED);
   h_fini(&h);

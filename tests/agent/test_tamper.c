@@ -53,13 +53,13 @@ static void join_third(job_t *j) {
   h_spawn(&j->h, &j->ap[2], "n3", NULL, args, wargs);
   j->n = 3;
   h_wait_round_files(&j->h, 2, 3, 15000);
-  bagua__agent_round_t r;
+  bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&j->h, &r), 0);
   ASSERT_EQ(r.round, 2);
   ASSERT_EQ(r.nmembers, 3);
   ASSERT_EQ(r.world_size, 3);
   for (int i = 0; i < 3; i++) ASSERT_TRUE(r.members[i].id[0] == 'n' && r.members[i].nproc == 1);
-  bagua__agent_round_clear(&r);
+  bagua__rdzv_round_clear(&r);
 }
 
 /* Puts `value` under /bagua/<job>/<name> (lease 0: none). */
@@ -95,7 +95,7 @@ static void finish_ok(job_t *j) {
     ASSERT_EQ(code, 0);
   }
   printf("job ended %lld ms after the gate opened\n", etcd_fixture_now_ms() - t0);
-  bagua__agent_status_t st;
+  bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&j->h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_SUCCEEDED);
   ASSERT_EQ(st.round, last);
@@ -128,11 +128,11 @@ static void test_round_garbage(void) {
   start(&j, "tamper_round", "2", NULL, NULL);
   put(&j, "round", "{\"garbage\":", 0);
   wait_either(&j, "restored round 1 from the leader's copy", 5000);
-  bagua__agent_round_t r;
+  bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&j.h, &r), 0);
   ASSERT_EQ(r.round, 1);
   ASSERT_EQ(r.world_size, 2);
-  bagua__agent_round_clear(&r);
+  bagua__rdzv_round_clear(&r);
   finish_ok(&j);
 }
 

@@ -1,5 +1,5 @@
 /*
- * The rendezvous record codecs (agent/schema.c, agent/snapshot.c): every value read from
+ * The rendezvous record codecs (common/rdzv, agent/snapshot.c): every value read from
  * etcd goes through one of these decoders, and anyone who can write to etcd chooses its
  * bytes. A decoder accepts a value or refuses it; it never crashes, and a value it accepts
  * survives encode -> decode -> encode unchanged (so what the agent writes back is what it
@@ -24,7 +24,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     FUZZ_ASSERT(a != NULL);                                        \
     type again;                                                    \
     memset(&again, 0, sizeof(again));                              \
-    FUZZ_ASSERT(dec(a, &again) == 0);                              \
+    FUZZ_ASSERT(dec(a, &again, NULL, 0) == 0);                     \
     char *b = enc(&again);                                         \
     FUZZ_ASSERT(b != NULL);                                        \
     if (strcmp(a, b) != 0) {                                       \
@@ -39,51 +39,51 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static void one_record(int which, const char *json) {
   switch (which) {
     case 0: {
-      bagua__agent_node_t n;
+      bagua__rdzv_node_t n;
       memset(&n, 0, sizeof(n));
-      if (bagua__agent_node_decode(json, &n) == 0)
-        ROUND_TRIP(bagua__agent_node_t, bagua__agent_node_encode, bagua__agent_node_decode, (void)0,
+      if (bagua__rdzv_node_decode(json, &n, NULL, 0) == 0)
+        ROUND_TRIP(bagua__rdzv_node_t, bagua__rdzv_node_encode, bagua__rdzv_node_decode, (void)0,
                    &n);
       break;
     }
     case 1: {
-      bagua__agent_round_t r;
+      bagua__rdzv_round_t r;
       memset(&r, 0, sizeof(r));
-      if (bagua__agent_round_decode(json, &r) == 0) {
+      if (bagua__rdzv_round_decode(json, &r, NULL, 0) == 0) {
         FUZZ_ASSERT(r.nmembers >= 0 && (r.nmembers == 0 || r.members));
-        ROUND_TRIP(bagua__agent_round_t, bagua__agent_round_encode, bagua__agent_round_decode,
-                   bagua__agent_round_clear(&again), &r);
+        ROUND_TRIP(bagua__rdzv_round_t, bagua__rdzv_round_encode, bagua__rdzv_round_decode,
+                   bagua__rdzv_round_clear(&again), &r);
       }
-      bagua__agent_round_clear(&r);
+      bagua__rdzv_round_clear(&r);
       break;
     }
     case 2: {
-      bagua__agent_done_t d;
+      bagua__rdzv_done_t d;
       memset(&d, 0, sizeof(d));
-      if (bagua__agent_done_decode(json, &d) == 0) {
+      if (bagua__rdzv_done_decode(json, &d, NULL, 0) == 0) {
         char line[1024];
         bagua__agent_failure_describe(&d.f, line, sizeof(line));
         (void)bagua__agent_failure_exit_code(&d.f);
-        ROUND_TRIP(bagua__agent_done_t, bagua__agent_done_encode, bagua__agent_done_decode, (void)0,
+        ROUND_TRIP(bagua__rdzv_done_t, bagua__rdzv_done_encode, bagua__rdzv_done_decode, (void)0,
                    &d);
       }
       break;
     }
     case 3: {
-      bagua__agent_status_t s;
+      bagua__rdzv_status_t s;
       memset(&s, 0, sizeof(s));
-      if (bagua__agent_status_decode(json, &s) == 0) {
-        FUZZ_ASSERT(bagua__agent_job_state_name(s.state) != NULL);
-        ROUND_TRIP(bagua__agent_status_t, bagua__agent_status_encode, bagua__agent_status_decode,
+      if (bagua__rdzv_status_decode(json, &s, NULL, 0) == 0) {
+        FUZZ_ASSERT(bagua__rdzv_job_state_name(s.state) != NULL);
+        ROUND_TRIP(bagua__rdzv_status_t, bagua__rdzv_status_encode, bagua__rdzv_status_decode,
                    (void)0, &s);
       }
       break;
     }
     case 4: {
-      bagua__agent_jobcfg_t c;
+      bagua__rdzv_jobcfg_t c;
       memset(&c, 0, sizeof(c));
-      if (bagua__agent_jobcfg_decode(json, &c) == 0)
-        ROUND_TRIP(bagua__agent_jobcfg_t, bagua__agent_jobcfg_encode, bagua__agent_jobcfg_decode,
+      if (bagua__rdzv_jobcfg_decode(json, &c, NULL, 0) == 0)
+        ROUND_TRIP(bagua__rdzv_jobcfg_t, bagua__rdzv_jobcfg_encode, bagua__rdzv_jobcfg_decode,
                    (void)0, &c);
       break;
     }
