@@ -3,6 +3,8 @@
  * build), split, failure (poison and abort), destruction and the accessors. The TCP mesh is
  * set up in comm_mesh.c and the configuration resolved in comm_config.c.
  */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -131,6 +133,37 @@ bagua_status_t bagua_comm_create(const bagua_comm_config_t *cfg, bagua_comm_t **
   return bagua__comm_build(&b, out);
 }
 
+/*
+ * The address this rank's peers will connect to, decided before the listener exists so that
+ * the listener binds exactly it: BAGUA_NODE_ADDR when set (bagua__endpoint_init has resolved
+ * it), else the source address of the route to the rendezvous (etcd, or the TCP bootstrap's
+ * root), which is the address the bootstrap would otherwise have recorded for this rank. The
+ * TCP root advertises the master address itself, as its bootstrap listener does.
+ */
+static bagua_status_t advertised_addr(const bagua__comm_build_t *b, uint32_t *addr) {
+  char text[INET_ADDRSTRLEN];
+  if (*addr) return BAGUA_OK;
+  if (b->boot_fn == bagua__bootstrap_etcd) {
+    const bagua__boot_etcd_t *e = b->boot_arg;
+    if (bagua__route_addr(e->endpoint, addr) == BAGUA_OK) return BAGUA_OK;
+    BAGUA_WARN("cannot determine this node's address towards etcd at %s; set BAGUA_NODE_ADDR",
+               e->endpoint);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  if (b->boot_fn != bagua__bootstrap_tcp) return BAGUA_OK; /* a test's own bootstrap */
+  const bagua__boot_tcp_t *t = b->boot_arg;
+  if (b->s.rank == 0 || bagua__route_addr_ipv4(t->master_addr, t->master_port, addr) == BAGUA_OK) {
+    if (b->s.rank == 0) *addr = t->master_addr;
+    return BAGUA_OK;
+  }
+  bagua__ipv4_str(t->master_addr, text, sizeof(text));
+  BAGUA_WARN(
+      "cannot determine this node's address towards the bootstrap at %s:%u (%s); set "
+      "BAGUA_NODE_ADDR",
+      text, (unsigned)t->master_port, strerror(errno));
+  return BAGUA_ERR_INVALID_ARG;
+}
+
 bagua_status_t bagua__comm_build(const bagua__comm_build_t *b, bagua_comm_t **out) {
   bagua_status_t st;
   bagua_comm_t *c = NULL;
@@ -144,13 +177,15 @@ bagua_status_t bagua__comm_build(const bagua__comm_build_t *b, bagua_comm_t **ou
   c->timeout_ms = b->s.timeout_ms;
   c->connect_timeout_ms = b->s.connect_timeout_ms;
   if (b->on_alloc) b->on_alloc(c, b->hook_arg);
-  uint16_t port = 0;
-  BAGUA_CHECK_GOTO(bagua__listen(0 /* INADDR_ANY */, 0, &lfd, &port), st, fail);
   bagua__endpoint_t mine;
+  BAGUA_CHECK_GOTO(bagua__endpoint_init(&mine, b->s.node_id, 0, b->s.rank), st, fail);
+  BAGUA_CHECK_GOTO(advertised_addr(b, &mine.addr), st, fail);
+  /* The data streams listen on the address peers are told, not on every interface: a port
+   * on an interface nobody was told about only serves strangers (docs/security.md). */
+  BAGUA_CHECK_GOTO(bagua__listen(mine.addr, 0, &lfd, &mine.port), st, fail);
   bagua__boot_ctx_t ctx = {
       b->s.rank,     b->s.size, c->job_hash, c->comm_id, bagua__now_ms() + c->connect_timeout_ms,
       &c->abort_flag};
-  BAGUA_CHECK_GOTO(bagua__endpoint_init(&mine, b->s.node_id, port, b->s.rank), st, fail);
   BAGUA_CHECK_GOTO(b->boot_fn(b->boot_arg, &ctx, &mine, c->eps), st, fail);
   st = bagua__comm_connect(c, lfd); /* closes lfd in every case */
   lfd = -1;
@@ -178,7 +213,8 @@ bagua_status_t bagua_comm_split(bagua_comm_t *c, int color, int key, bagua_comm_
   if (!c || !out) return BAGUA_ERR_INVALID_ARG;
   *out = NULL;
   uint16_t port = 0;
-  BAGUA_CHECK(bagua__listen(0, 0, &lfd, &port));
+  /* The sub-communicator's streams listen where this rank's world streams do. */
+  BAGUA_CHECK(bagua__listen(c->eps[c->rank].addr, 0, &lfd, &port));
   bagua__endpoint_t mine = c->eps[c->rank];
   mine.port = port;
   mine.color = color < 0 ? -1 : color;

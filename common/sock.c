@@ -40,34 +40,40 @@ bagua_status_t bagua__resolve_ipv4(const char *host, uint32_t *addr) {
   return BAGUA_OK;
 }
 
+bagua_status_t bagua__route_addr_ipv4(uint32_t remote, uint16_t port, uint32_t *addr) {
+  uint32_t local = 0;
+  *addr = 0;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return BAGUA_ERR_SYSTEM;
+  struct sockaddr_in sa = {
+      .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = remote};
+  /* A UDP connect sends nothing: it only asks the kernel for the route and its source. */
+  errno = 0;
+  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) local = bagua__sock_local_addr(fd);
+  int e = errno;
+  close(fd);
+  if (local == 0) {
+    errno = e ? e : EADDRNOTAVAIL;
+    return BAGUA_ERR_SYSTEM;
+  }
+  *addr = local;
+  return BAGUA_OK;
+}
+
 bagua_status_t bagua__route_addr(const char *endpoint, uint32_t *addr) {
   char host[256], err[512];
   uint16_t port = 0;
-  uint32_t remote = 0, local = 0;
+  uint32_t remote = 0;
   *addr = 0;
   if (bagua__endpoint_first(endpoint, host, sizeof(host), &port, err, sizeof(err)) != BAGUA_OK) {
     BAGUA_WARN("cannot find the route to etcd: %s", err);
     return BAGUA_ERR_INVALID_ARG;
   }
   BAGUA_CHECK(bagua__resolve_ipv4(host, &remote));
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    BAGUA_WARN("cannot find the route to etcd at %s: socket() failed: %s", endpoint,
-               strerror(errno));
-    return BAGUA_ERR_SYSTEM;
-  }
-  struct sockaddr_in sa = {
-      .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = remote};
-  errno = 0;
-  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) local = bagua__sock_local_addr(fd);
-  int e = errno;
-  close(fd);
-  if (local == 0) {
-    BAGUA_WARN("cannot find the route to etcd at %s: %s", endpoint,
-               e ? strerror(e) : "no local address");
+  if (bagua__route_addr_ipv4(remote, port, addr) != BAGUA_OK) {
+    BAGUA_WARN("cannot find the route to etcd at %s: %s", endpoint, strerror(errno));
     return BAGUA_ERR_INVALID_ARG;
   }
-  *addr = local;
   return BAGUA_OK;
 }
 

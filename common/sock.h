@@ -45,6 +45,9 @@ void bagua__sock_tune(int fd);
 int bagua__sock_set_nonblock(int fd, int on);
 /* Local address of a connected socket (network order). */
 uint32_t bagua__sock_local_addr(int fd);
+/* The source address the kernel would use towards remote:port (network order); sets errno and
+ * returns BAGUA_ERR_SYSTEM without logging when there is no route. */
+bagua_status_t bagua__route_addr_ipv4(uint32_t remote, uint16_t port, uint32_t *addr);
 /*
  * The local address of the route to the first entry of an etcd endpoint list
  * ("[http://]HOST[:PORT][,...]"): the source address the kernel would use towards it, which is

@@ -10,13 +10,18 @@
  *             is accepted and the rank's reply proof checks out
  *   mismatch  ranks with different secrets, or a secret on one side only, fail with a message
  *             naming BAGUA_JOB_SECRET; equal secrets form a working communicator
+ *   bind      the bootstrap root and the data streams listen on the address the rank
+ *             advertises (the master address, or the route towards it), never on 0.0.0.0
  */
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../test.h"
@@ -371,6 +376,94 @@ static int mismatch_test(void) {
   return 0;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * The listening TCP sockets of process `pid`: their local IPv4 addresses (network order) into
+ * out[0..cap), read from /proc/net/tcp and matched by socket inode against /proc/PID/fd.
+ */
+static int listeners_of(pid_t pid, uint32_t *out, int cap) {
+  unsigned long inodes[256];
+  int ninodes = 0, n = 0;
+  char path[64], link[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL && ninodes < 256;) {
+    char fdpath[320];
+    snprintf(fdpath, sizeof(fdpath), "%s/%s", path, e->d_name);
+    ssize_t len = readlink(fdpath, link, sizeof(link) - 1);
+    if (len <= 0) continue;
+    link[len] = '\0';
+    unsigned long ino;
+    if (sscanf(link, "socket:[%lu]", &ino) == 1) inodes[ninodes++] = ino;
+  }
+  closedir(d);
+  FILE *f = fopen("/proc/net/tcp", "r");
+  if (!f) return 0;
+  char line[512];
+  while (fgets(line, sizeof(line), f) && n < cap) {
+    unsigned addr, port, st;
+    unsigned long ino;
+    if (sscanf(line, " %*d: %x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", &addr, &port, &st,
+               &ino) != 4 ||
+        st != 0x0A)
+      continue;
+    for (int i = 0; i < ninodes; i++)
+      if (inodes[i] == ino) out[n++] = (uint32_t)addr; /* the raw (network order) word */
+  }
+  fclose(f);
+  return n;
+}
+
+/* Starts a lone rank of a 2-rank communicator bootstrapping at 127.0.0.2:port, waits until it
+ * has `want` listeners and checks each one's address against `addr` (0: any but 0.0.0.0). */
+static void check_bind(int rank, int want, const char *addr) {
+  int port = mp_free_port();
+  pid_t p = fork();
+  if (p == 0) {
+    mp_opts_t o = {.nranks = 2, .transport = BAGUA_TRANSPORT_TCP};
+    bagua_comm_config_t cfg;
+    mp_config(&o, port, rank, &cfg);
+    static char boot[64];
+    snprintf(boot, sizeof(boot), "tcp://127.0.0.2:%d", port);
+    cfg.bootstrap = boot;
+    cfg.connect_timeout_ms = 20000;
+    bagua_comm_t *c = NULL;
+    bagua_comm_create(&cfg, &c); /* the other rank never comes: killed while it waits */
+    _exit(0);
+  }
+  uint32_t got[8], expect = 0;
+  if (addr) bagua__resolve_ipv4(addr, &expect);
+  int n = 0;
+  for (int64_t end = bagua__now_ms() + 10000; bagua__now_ms() < end;) {
+    n = listeners_of(p, got, 8);
+    if (n >= want) break;
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  kill(p, SIGKILL);
+  wait_ok(p);
+  if (n < want) TEST_FAIL("rank %d: %d listening sockets seen, expected %d", rank, n, want);
+  for (int i = 0; i < n; i++) {
+    char text[32];
+    uint32_t be = got[i];
+    bagua__ipv4_str(be, text, sizeof(text));
+    printf("bind: rank %d listens on %s\n", rank, text);
+    if (be == 0) TEST_FAIL("rank %d listens on 0.0.0.0", rank);
+    if (addr && be != expect) TEST_FAIL("rank %d listens on %s, expected %s", rank, text, addr);
+  }
+}
+
+static int bind_test(void) {
+  set_secret(NULL);
+  /* The root: its bootstrap listener and its data listener, both on the master address. */
+  check_bind(0, 2, "127.0.0.2");
+  /* Another rank: its data listener on the source address of the route to the root. */
+  check_bind(1, 1, NULL);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "vectors";
   alarm(120);
@@ -379,6 +472,7 @@ int main(int argc, char **argv) {
   if (strcmp(which, "silent") == 0) return silent_test();
   if (strcmp(which, "streams") == 0) return streams_test();
   if (strcmp(which, "mismatch") == 0) return mismatch_test();
+  if (strcmp(which, "bind") == 0) return bind_test();
   fprintf(stderr, "unknown case %s\n", which);
   return 2;
 }
