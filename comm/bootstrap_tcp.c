@@ -320,8 +320,10 @@ bagua_status_t bagua__hs_serve(int lfd, const bagua__hs_server_t *srv) {
     if (listening) pfd[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
     for (int i = 0; i < S->n; i++)
       pfd[np++] = (struct pollfd){.fd = S->conns[i].fd, .events = POLLIN};
-    /* Slices of at most 50 ms keep the abort flag and the deadlines honoured. */
-    int rc = poll(pfd, (nfds_t)np, 50);
+    /* Slices of at most 50 ms keep the abort flag and the deadlines honoured; the last one
+     * ends at the deadline, not up to 50 ms after it. */
+    int64_t left = srv->deadline_ms - now;
+    int rc = poll(pfd, (nfds_t)np, left < 50 ? (int)left : 50);
     if (rc < 0 && errno != EINTR) {
       BAGUA_WARN("%s: poll failed: %s", srv->what, strerror(errno));
       st = BAGUA_ERR_SYSTEM;
