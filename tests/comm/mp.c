@@ -108,3 +108,37 @@ int mp_run(const mp_opts_t *o, mp_body_fn body, void *arg) {
   }
   return failed;
 }
+
+void mp_thread_sched(pid_t tid, char *state, unsigned long *ticks) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the command name may contain blanks */
+  unsigned long ut = 0, st = 0;
+  if (!p ||
+      sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", state, &ut, &st) != 3) {
+    fprintf(stderr, "FAIL: cannot read the scheduling state of thread %d from %s\n", (int)tid,
+            path);
+    exit(1);
+  }
+  *ticks = ut + st;
+}
+
+void mp_wait_blocked(pid_t tid) {
+  char state;
+  unsigned long t0, t;
+  mp_thread_sched(tid, &state, &t0);
+  double until = mp_now() + 20;
+  for (;;) {
+    mp_thread_sched(tid, &state, &t);
+    if (state == 'S' || state == 'D' || t >= t0 + 2) return;
+    if (mp_now() >= until) {
+      fprintf(stderr, "FAIL: thread %d did not block within 20 s (state %c)\n", (int)tid, state);
+      exit(1);
+    }
+    usleep(200);
+  }
+}

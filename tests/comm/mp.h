@@ -6,6 +6,8 @@
 #ifndef BAGUA_TEST_MP_H
 #define BAGUA_TEST_MP_H
 
+#include <sys/types.h>
+
 #include "bagua/bagua.h"
 
 typedef struct {
@@ -28,5 +30,17 @@ int mp_free_port(void);
 void mp_config(const mp_opts_t *o, int port, int rank, bagua_comm_config_t *cfg);
 void mp_apply_env(const char *list);
 double mp_now(void);
+
+/* The scheduling state of thread `tid` of this process: its state letter and the CPU clock
+ * ticks it has used (fields 3, 14 and 15 of /proc/self/task/<tid>/stat). Exits the process
+ * with a message when the file cannot be read. */
+void mp_thread_sched(pid_t tid, char *state, unsigned long *ticks);
+/*
+ * Waits until thread `tid`, which has announced that it is entering a call that cannot
+ * complete, is waiting inside it: asleep in the kernel (a condition variable or poll), or
+ * busy-waiting (two clock ticks of CPU since the announcement; shared memory spins). Exits the
+ * process with a message after 20 s.
+ */
+void mp_wait_blocked(pid_t tid);
 
 #endif

@@ -194,41 +194,6 @@ typedef struct {
 
 static shared_t *g_sh;
 
-/* The scheduling state of thread `tid` of this process: its state letter and the CPU clock
- * ticks it has used (fields 3, 14 and 15 of /proc/<pid>/task/<tid>/stat). */
-static void thread_sched(pid_t tid, char *state, unsigned long *ticks) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
-  FILE *f = fopen(path, "r");
-  ASSERT_TRUE(f != NULL);
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* the command name may contain blanks */
-  unsigned long ut = 0, st = 0;
-  ASSERT_TRUE(p && sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", state, &ut,
-                          &st) == 3);
-  *ticks = ut + st;
-}
-
-/*
- * Waits until thread `tid`, which has announced that it is entering a call that cannot
- * complete, is waiting inside it: asleep in the kernel (a condition variable or poll), or
- * busy-waiting (two clock ticks of CPU since the announcement; shared memory spins).
- */
-static void wait_blocked(pid_t tid) {
-  char state;
-  unsigned long t0, t;
-  thread_sched(tid, &state, &t0);
-  double until = mp_now() + 20;
-  for (;;) {
-    thread_sched(tid, &state, &t);
-    if (state == 'S' || state == 'D' || t >= t0 + 2) return;
-    ASSERT_TRUE(mp_now() < until);
-    usleep(200);
-  }
-}
-
 typedef struct {
   bagua_ddp_t *ddp;
   pid_t tid;           /* the training thread */
@@ -239,7 +204,7 @@ typedef struct {
 static void *aborter(void *arg) {
   aborter_t *a = arg;
   while (!atomic_load(&a->entering)) usleep(100);
-  wait_blocked(a->tid);
+  mp_wait_blocked(a->tid);
   a->abort_time = mp_now();
   bagua_ddp_abort(a->ddp);
   return NULL;

@@ -119,17 +119,12 @@ static int list_threads(pid_t *out, int max) {
  * communication thread waits for work on a condition variable, or in a timed sleep, where
  * a sanitizer's background thread spends its life. An exchange sleeps in poll(2) instead. */
 static int idle(pid_t tid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
-  FILE *f = fopen(path, "r");
-  ASSERT_TRUE(f != NULL);
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')');
-  if (!p || p[1] != ' ' || p[2] != 'S') return 0;
+  char path[64], state;
+  unsigned long ticks;
+  mp_thread_sched(tid, &state, &ticks);
+  if (state != 'S') return 0;
   snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
-  f = fopen(path, "r");
+  FILE *f = fopen(path, "r");
   ASSERT_TRUE(f != NULL);
   long nr = -1;
   if (fscanf(f, "%ld", &nr) != 1) nr = -1; /* "running" */
