@@ -7,7 +7,11 @@
  *
  *   netplugin-bench [--plugin PATH] [--api 8|9|10|11] [--mode MODE] [--nstreams N]
  *                   [--max-bytes N] [--total-bytes N] [--window N] [--expect-init-error CODE]
+ *                   [--netns NS0,NS1]
  *
+ * --netns runs rank 0 in network namespace NS0 and rank 1 in NS1 (names under /var/run/netns,
+ * as `ip netns` makes them; bench/netsim/netsim.sh builds shaped ones), so the plugin's
+ * connections cross an emulated link instead of loopback. Needs root.
  * MODE: check (default), throughput, latency, kill-send, kill-recv, close-early, errors, init.
  * Exit status: 0 pass, 1 fail, 77 skipped.
  */
@@ -16,7 +20,9 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,7 +313,7 @@ static void usage(void) {
           "usage: netplugin-bench [--plugin PATH] [--api 8|9|10|11] [--mode "
           "check|throughput|latency|kill-send|kill-recv|close-early|errors|init] [--nstreams N] "
           "[--max-bytes N] "
-          "[--total-bytes N] [--window N] [--expect-init-error CODE]\n");
+          "[--total-bytes N] [--window N] [--expect-init-error CODE] [--netns NS0,NS1]\n");
 }
 
 static size_t parse_bytes(const char *s) {
@@ -319,7 +325,24 @@ static size_t parse_bytes(const char *s) {
   return (size_t)v;
 }
 
+/* Moves this process into network namespace `name` (NULL: stays). 0 on success. */
+static int enter_netns(const char *name, int rank) {
+  if (!name) return 0;
+  char path[300];
+  snprintf(path, sizeof(path), "/var/run/netns/%s", name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+    fprintf(stderr, "rank %d: cannot enter network namespace %s (%s): %s\n", rank, name, path,
+            strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  return 0;
+}
+
 static int run_rank(np_peer_t *p, const np_opts_t *o) {
+  if (enter_netns(o->netns[p->rank], p->rank) != 0) return 1;
   int fds0 = np_count_fds(), thr0 = np_count_threads();
   if (load(&p->api, o->plugin, o->api_version) != 0) return 1;
   ncclResult_t rc = np_init(&p->api);
@@ -400,7 +423,18 @@ int main(int argc, char **argv) {
       o.window = atoi(v);
     else if (strcmp(a, "--expect-init-error") == 0)
       expect_init = atoi(v);
-    else {
+    else if (strcmp(a, "--netns") == 0) {
+      static char names[256];
+      char *comma;
+      snprintf(names, sizeof(names), "%s", v);
+      if (!(comma = strchr(names, ',')) || comma == names || !comma[1] || strchr(comma + 1, ',')) {
+        fprintf(stderr, "--netns \"%s\": accepted two namespace names, NS0,NS1\n", v);
+        return 2;
+      }
+      *comma = '\0';
+      o.netns[0] = names;
+      o.netns[1] = comma + 1;
+    } else {
       usage();
       return 2;
     }

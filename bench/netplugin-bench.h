@@ -47,6 +47,7 @@ typedef struct {
   size_t total_bytes;
   int window;
   int quiet;
+  const char *netns[2]; /* network namespace of rank 0 and rank 1; NULL: this one */
 } np_opts_t;
 
 /* API wrappers (netplugin-bench.c): every size is size_t here and converted per version. */
