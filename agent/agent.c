@@ -46,7 +46,13 @@ static void reap(bagua__agent_t *a) {
   int status;
   pid_t pid;
   /* Helpers a worker forked and left behind are reaped here too, and ignored. */
-  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) bagua__workers_on_exit(&a->ws, pid, status);
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    if (!bagua__workers_on_exit(&a->ws, pid, status)) continue;
+    /* Counted for the metrics endpoint: stopped by the agent, succeeded, or failed. */
+    int stopped = a->ws.stopping;
+    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    a->exits[stopped ? 2 : ok ? 0 : 1]++;
+  }
 }
 
 /* The poll array: the signalfd, the eventfd, then the liveness channel's descriptors. Returns
@@ -475,6 +481,8 @@ static int on_watch(void *arg, const bagua__etcd_event_t *ev) {
   /* Workers' bootstrap records (one per rank and round) concern no agent decision: waking
    * every agent for each of them would cost a range request per rank per agent. */
   if (ev->key && strstr(ev->key, "/bootstrap/")) return 0;
+  /* Nor do the agents' progress reports (one per node about every second). */
+  if (ev->key && strstr(ev->key, "/progress/")) return 0;
   uint64_t one = 1;
   ssize_t w = write(a->wake_fd, &one, sizeof(one));
   (void)w;
@@ -490,6 +498,18 @@ static int finish(bagua__agent_t *a, const bagua__rdzv_status_t *st) {
   describe_end(a, st, "");
   bagua__agent_stop_workers(a, SIGTERM);
   return job_exit_code(st);
+}
+
+/* Hands the metrics endpoint the current state (at most four times a second: rendering is
+ * proportional to the node's workers). */
+static void publish_metrics(bagua__agent_t *a) {
+  int64_t now = bagua__now_ms();
+  if (!a->metrics || (a->metrics_at && now - a->metrics_at < 250)) return;
+  a->metrics_at = now;
+  size_t len = 0;
+  char *text = bagua__agent_metrics_render(a, &len);
+  if (text) bagua__metrics_publish(a->metrics, text, len);
+  free(text);
 }
 
 /* One pass over a snapshot; returns an exit status, or -1 to keep going. */
@@ -577,6 +597,9 @@ static int loop(bagua__agent_t *a) {
     bagua__agent_snap_clear(&s);
     if (rc >= 0) return rc;
     int timeout = 1000;
+    int next_progress = bagua__agent_progress_tick(a, bagua__now_ms());
+    if (next_progress >= 0 && next_progress < timeout) timeout = next_progress;
+    publish_metrics(a);
     if (a->wake_at) {
       int64_t left = a->wake_at - bagua__now_ms();
       if (left < timeout) timeout = left < 0 ? 0 : (int)left;
@@ -605,15 +628,33 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
   int rc = BAGUA_AGENT_EXIT_RDZV;
   bagua__agent_snap_t s;
   memset(&s, 0, sizeof(s));
-  /* Auto mode learns from marks in a private directory which workers run the elastic API;
-   * without one it can only restart them. */
-  if (cfg->elastic_mode == BAGUA__ELASTIC_AUTO &&
+  a.prog.recovery_ms = -1;
+  /* The metrics port is checked first: a port in use is a usage error, and the node must not
+   * join the job only to leave it again. */
+  if (cfg->metrics_port > 0) {
+    char err[512];
+    if (bagua__metrics_start(cfg->metrics_addr, cfg->metrics_port, &a.metrics, err, sizeof(err)) !=
+        0) {
+      bagua__agent_say("%s", err);
+      rc = BAGUA_AGENT_EXIT_USAGE;
+      goto out;
+    }
+    BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: metrics at http://%s:%d/metrics", cfg->metrics_addr,
+               bagua__metrics_port(a.metrics));
+  }
+  /* Auto mode learns from marks in a private directory which workers run the elastic API, and
+   * the workers' progress files live there too; without one auto mode can only restart the
+   * workers, and they report no progress. */
+  if ((cfg->elastic_mode == BAGUA__ELASTIC_AUTO || cfg->progress_interval_ms > 0) &&
       bagua__marks_create(cfg->node_id, a.mark_dir, sizeof(a.mark_dir)) != 0) {
     int e = errno;
     bagua__agent_say(
-        "cannot create a directory for the workers' elastic marks under %s: %s; "
-        "--elastic-mode auto restarts the workers on every new round",
-        bagua__marks_parent(), strerror(e));
+        "cannot create the agent's private directory under %s: %s; the workers report no "
+        "progress%s",
+        bagua__marks_parent(), strerror(e),
+        cfg->elastic_mode == BAGUA__ELASTIC_AUTO
+            ? ", and --elastic-mode auto restarts them on every new round"
+            : "");
   }
   a.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (a.wake_fd < 0) {
@@ -668,6 +709,8 @@ out:
   }
   bagua__workers_clear(&a.ws);
   bagua__marks_remove(a.mark_dir);
+  bagua__metrics_stop(a.metrics);
+  bagua__agent_progress_free(&a.prog);
   bagua__etcd_destroy(a.etcd);
   if (a.wake_fd >= 0) close(a.wake_fd);
   free(a.pfd);

@@ -49,7 +49,7 @@ typedef struct {
   char node_id[BAGUA_AGENT_ID_MAX];
   char node_addr[256]; /* "" until resolved: the local address towards etcd */
   const char *tag;     /* free-form label recorded in the node record, or "" */
-  const char *log_dir; /* per-rank log files under DIR/<node>/, or NULL */
+  const char *log_dir; /* log files DIR/<node>.<local rank>.log, or NULL */
   /* --secret-file: a file (mode 0600 or stricter) holding the job's secret, for agents started
    * outside bagua-launch; NULL or "": the secret comes from etcd (the first agent makes it). */
   const char *secret_file;
@@ -63,6 +63,11 @@ typedef struct {
   int grace_ms;
   int etcd_timeout_ms;
   bagua__elastic_mode_t elastic_mode; /* --elastic-mode */
+  int metrics_port;                   /* --metrics-port: Prometheus endpoint (metrics.h); 0: off */
+  const char *metrics_addr;           /* --metrics-addr: the address it binds (default 127.0.0.1) */
+  /* BAGUA_PROGRESS_INTERVAL_MS: how often the workers' progress is read and published; 0:
+   * off (progress.c). */
+  int progress_interval_ms;
   char **argv; /* the worker program and its arguments, NULL-terminated (from main's argv) */
   int argc;
 } bagua__agent_config_t;

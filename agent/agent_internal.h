@@ -16,18 +16,22 @@
 #include "common/etcd/etcd.h"
 #include "leader.h"
 #include "liveness.h"
+#include "metrics.h"
 #include "output.h"
+#include "progress.h"
 #include "schema.h"
 #include "workers.h"
 
-typedef struct {
+typedef struct bagua__agent_s {
   bagua__agent_config_t *cfg;
   int sigfd;                       /* signalfd: SIGCHLD and the signals the agent handles */
   int wake_fd;                     /* eventfd written by the watch callback */
   char prefix[BAGUA_RDZV_KEY_MAX]; /* "/bagua/<job>/" */
   char host[256];
   char bootstrap[1024]; /* "etcd://HOST:PORT[,...]" for workers, "" to leave the env's */
-  char mark_dir[512];   /* auto mode: the private directory of elastic marks (marks.h), or "" */
+  /* The agent's private directory (marks.h): the workers' elastic marks (auto mode) and
+   * progress files (progress.h); "" when neither is used or it could not be made. */
+  char mark_dir[512];
 
   bagua__etcd_t *etcd;
   bagua__etcd_keeper_t *keeper;
@@ -71,6 +75,14 @@ typedef struct {
    * about once: a record whose lease etcd does not know is never admitted. */
   int64_t *leases_ok;
   size_t nleases_ok, leases_cap;
+
+  /* Observability: the workers' progress (progress.h), the metrics endpoint (metrics.h, NULL
+   * when off) and the counters only the agent knows. */
+  bagua__agent_progress_t prog;
+  bagua__metrics_t *metrics;
+  int64_t metrics_at; /* monotonic ms of the last text handed to the endpoint */
+  uint64_t exits[3];  /* worker exits: succeeded, failed, stopped by the agent */
+  uint64_t rounds_seen;
 
   int term_sig;    /* first SIGINT/SIGTERM/SIGHUP/SIGQUIT received, 0 if none */
   int term_again;  /* another one since: skip the grace period */

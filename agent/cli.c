@@ -70,11 +70,15 @@ static const char usage_fmt[] =
     "  --last-call-ms MS   wait for more nodes after MIN joined (BAGUA_RDZV_LAST_CALL_MS)\n"
     "  --settle-ms MS      batch membership changes (BAGUA_RDZV_SETTLE_MS)\n"
     "  --grace-ms MS       SIGTERM-to-SIGKILL grace for workers (BAGUA_STOP_GRACE_MS)\n"
-    "  --log-dir DIR       also write DIR/<node>/rank<R>.log (BAGUA_LOG_DIR)\n"
+    "  --log-dir DIR       also write DIR/<node>.<local rank>.log (BAGUA_LOG_DIR)\n"
     "  --elastic-mode M    auto (default): a membership change keeps the running workers\n"
     "                      when all of them use libbagua's elastic API, else restarts them;\n"
     "                      restart: every new round restarts the workers; in-process: a\n"
     "                      membership change always keeps them (BAGUA_ELASTIC_MODE)\n"
+    "  --metrics-port P    serve Prometheus metrics at http://ADDR:P/metrics; 0: off\n"
+    "                      (BAGUA_METRICS_PORT)\n"
+    "  --metrics-addr ADDR IPv4 address the metrics endpoint binds (BAGUA_METRICS_ADDR,\n"
+    "                      default 127.0.0.1)\n"
     "  --tag NAME          label recorded in this node's etcd record\n"
     "  --secret-file PATH  the job secret (64 hex digits) in a file only its owner can read\n"
     "                      (chmod 600); default: BAGUA_JOB_SECRET, else the job's in etcd,\n"
@@ -137,6 +141,8 @@ static const arg_desc_t k_args[] = {
     {"--tag", AK_STR, NO_PARAM, 0, CFG(tag), ""},
     {"--secret-file", AK_STR, NO_PARAM, 0, CFG(secret_file), ""},
     {"--elastic-mode", AK_CHOICE, BAGUA_P_ELASTIC_MODE, 1, CFG(elastic_mode), ""},
+    {"--metrics-port", AK_INT, BAGUA_P_METRICS_PORT, 1, CFG(metrics_port), ""},
+    {"--metrics-addr", AK_STR, BAGUA_P_METRICS_ADDR, 1, CFG(metrics_addr), ""},
     {"--env-stdin", AK_SWITCH, NO_PARAM, 0, 0, ""}, /* read by read_env_stdin() first */
     {"--help", AK_HELP, NO_PARAM, 0, 0, ""},
     {"--version", AK_VERSION, NO_PARAM, 0, 0, ""},
@@ -272,6 +278,7 @@ static void set_defaults(bagua__agent_config_t *cfg) {
   cfg->endpoints = "";
   /* Not a flag: the launcher passes it to every agent in the environment. */
   cfg->etcd_timeout_ms = (int)bagua__param_int(BAGUA_P_ETCD_TIMEOUT_MS);
+  cfg->progress_interval_ms = (int)bagua__param_int(BAGUA_P_PROGRESS_INTERVAL_MS);
 }
 
 /* Largest environment block --env-stdin accepts (a pipe's largest capacity). */

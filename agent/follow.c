@@ -72,13 +72,13 @@ static int adopt_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
     snprintf(how, sizeof(how), ": all %d workers use the elastic API", a->ws.n);
   /* The rank rule is the schema's (common/rdzv), the one libbagua applies too. */
   int base = bagua__rdzv_rank_base(R, idx);
-  for (int i = 0; i < a->ws.n; i++) a->ws.w[i].rank = base + a->ws.w[i].local_rank;
+  /* The console prefix and the log header follow the workers' new ranks. */
+  bagua__workers_renumber(&a->ws, cfg, a->out, R->round, R->restart_count, base);
   bagua__agent_say(
       "round %lld (%s, in-process%s): node %d of %d, ranks %d..%d of %d; workers keep "
       "running and rebuild",
       (long long)R->round, R->reason, how, idx, R->nmembers, base, base + cfg->nproc - 1,
       R->world_size);
-  a->ws.round = R->round;
   a->cur_round = R->round;
   a->have_report = 0;
   a->reported = 0;
@@ -89,6 +89,7 @@ static int adopt_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
 static void start_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
                         const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
+  a->rounds_seen++;
   if (adopt_round(a, R, s)) return;
   if (a->ws.nrunning > 0) {
     BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: round %lld replaces round %lld: stopping workers",
@@ -131,10 +132,12 @@ static void start_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
       .master_addr = R->master_addr,
       .master_port = R->master_port,
       .bootstrap = a->bootstrap[0] ? a->bootstrap : NULL,
-      .mark_dir = a->mark_dir[0] ? a->mark_dir : NULL,
+      .mark_dir = a->mark_dir[0] && cfg->elastic_mode == BAGUA__ELASTIC_AUTO ? a->mark_dir : NULL,
+      .progress_dir = a->mark_dir[0] && cfg->progress_interval_ms > 0 ? a->mark_dir : NULL,
       .secret = a->secret[0] ? a->secret : NULL,
   };
-  /* Marks of the workers just stopped must not speak for the ones started now. */
+  /* Marks (and progress files) of the workers just stopped must not speak for the ones
+   * started now. */
   bagua__marks_clear(a->mark_dir);
   bagua__agent_say("round %lld (%s, restart %d): node %d of %d, ranks %d..%d of %d, master %s:%d",
                    (long long)R->round, R->reason[0] ? R->reason : "?", R->restart_count, idx,

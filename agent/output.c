@@ -27,8 +27,14 @@
 typedef struct {
   bagua__outpump_t *owner;
   int fd, dest, log_fd;
+  int64_t tag; /* the worker's pid */
   char prefix[PREFIX_MAX];
   size_t prefix_len;
+  /* A retag waiting for the output thread (under the pump's mutex): the new prefix, and the
+   * line to append to the log file first (malloc'ed; NULL for none). */
+  int retag;
+  char next_prefix[PREFIX_MAX];
+  char *next_line;
   char buf[LINE_MAX_BYTES];
   size_t len;
 } stream_t;
@@ -120,7 +126,24 @@ static int pump(stream_t *s) {
 static void close_stream(stream_t *s) {
   close(s->fd);
   if (s->log_fd >= 0) close(s->log_fd);
+  free(s->next_line);
   free(s);
+}
+
+/* Output thread, under the pump's mutex: applies a pending retag to `s`. The lines read so far
+ * were emitted already (only a partial line may wait in the buffer), so the new prefix and the
+ * log line head exactly what the worker writes from now on, give or take that partial line. */
+static void apply_retag(stream_t *s) {
+  if (!s->retag) return;
+  s->retag = 0;
+  snprintf(s->prefix, sizeof(s->prefix), "%s", s->next_prefix);
+  s->prefix_len = strlen(s->prefix);
+  if (s->next_line && s->log_fd >= 0) {
+    int err = write_all(s->log_fd, s->next_line, strlen(s->next_line));
+    if (err) log_failed(s, err);
+  }
+  free(s->next_line);
+  s->next_line = NULL;
 }
 
 static void *thread_main(void *arg) {
@@ -143,6 +166,7 @@ static void *thread_main(void *arg) {
     if (n + 1 > cap) n = cap ? cap - 1 : 0; /* out of memory: serve the first ones for now */
     for (size_t i = 0; i < n; i++) {
       snap[i] = p->streams[i];
+      apply_retag(snap[i]);
       pfd[i + 1] = (struct pollfd){.fd = snap[i]->fd, .events = POLLIN};
     }
     pthread_mutex_unlock(&p->mu);
@@ -162,6 +186,11 @@ static void *thread_main(void *arg) {
     }
     for (size_t i = 0; i < n; i++) {
       if (!pfd[i + 1].revents) continue;
+      /* A retag made before the worker wrote these bytes must apply to them, also when it
+       * came after this pass's snapshot (poll reports the wake-up and the data together). */
+      pthread_mutex_lock(&p->mu);
+      apply_retag(snap[i]);
+      pthread_mutex_unlock(&p->mu);
       if (!pump(snap[i])) continue;
       pthread_mutex_lock(&p->mu);
       for (size_t j = 0; j < p->n; j++)
@@ -209,10 +238,11 @@ static void wake(bagua__outpump_t *p) {
 }
 
 bagua_status_t bagua__outpump_add(bagua__outpump_t *p, int fd, int dest, const char *prefix,
-                                  int log_fd) {
+                                  int log_fd, int64_t tag) {
   stream_t *s = calloc(1, sizeof(*s));
   if (!s) goto nomem;
   s->owner = p;
+  s->tag = tag;
   s->fd = fd;
   s->dest = dest;
   s->log_fd = log_fd;
@@ -241,6 +271,26 @@ nomem:
   return BAGUA_ERR_NO_MEMORY;
 }
 
+void bagua__outpump_retag(bagua__outpump_t *p, int64_t tag, const char *prefix,
+                          const char *log_line) {
+  int line_done = log_line == NULL;
+  pthread_mutex_lock(&p->mu);
+  for (size_t i = 0; i < p->n; i++) {
+    stream_t *s = p->streams[i];
+    if (s->tag != tag) continue;
+    s->retag = 1;
+    snprintf(s->next_prefix, sizeof(s->next_prefix), "%s", prefix);
+    /* stdout and stderr share one log file: the line goes to it once. Out of memory loses the
+     * line, never the output. */
+    if (!line_done && s->log_fd >= 0 && !s->next_line) {
+      s->next_line = strdup(log_line);
+      line_done = 1;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  wake(p);
+}
+
 void bagua__outpump_drain(bagua__outpump_t *p, int timeout_ms) {
   int64_t deadline = bagua__deadline_in(timeout_ms);
   pthread_mutex_lock(&p->mu);
@@ -257,6 +307,7 @@ void bagua__outpump_stop(bagua__outpump_t *p) {
   wake(p);
   pthread_join(p->thread, NULL);
   for (size_t i = 0; i < p->n; i++) {
+    apply_retag(p->streams[i]);
     flush_lines(p->streams[i], 1);
     close_stream(p->streams[i]);
   }

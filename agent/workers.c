@@ -25,6 +25,7 @@
 #include "common/params.h"
 #include "common/sock.h"
 #include "marks.h"
+#include "progress.h"
 #include "common/time.h"
 
 extern char **environ;
@@ -49,6 +50,7 @@ static const char *const owned_vars[] = {"RANK",
                                          "BAGUA_NODE_ADDR",
                                          "BAGUA_ELASTIC_MODE",
                                          "BAGUA_ELASTIC_MARK",
+                                         "BAGUA_PROGRESS_FILE",
                                          "BAGUA_JOB_SECRET",
                                          "BAGUA_RDZV_TIMEOUT_MS",
                                          "TORCHELASTIC_RESTART_COUNT",
@@ -121,6 +123,11 @@ static int build_env(const bagua__agent_config_t *cfg, const bagua__worker_assig
     if (bagua__marks_path(a->mark_dir, local_rank, a->round, mark, sizeof(mark)) != 0) return -1;
     rc |= vec_add(sv, "BAGUA_ELASTIC_MARK=%s", mark);
   }
+  if (a->progress_dir) {
+    char path[4200];
+    if (bagua__agent_progress_path(a->progress_dir, local_rank, path, sizeof(path)) != 0) return -1;
+    rc |= vec_add(sv, "BAGUA_PROGRESS_FILE=%s", path);
+  }
   rc |= vec_add(sv, "TORCHELASTIC_RESTART_COUNT=%d", a->restart_count);
   rc |= vec_add(sv, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->max_restarts);
   rc |= vec_add(sv, "TORCHELASTIC_RUN_ID=%s", cfg->job_id);
@@ -133,7 +140,7 @@ static int build_env(const bagua__agent_config_t *cfg, const bagua__worker_assig
   return rc ? -1 : 0;
 }
 
-/* mkdir -p for DIR/<node>; returns 0 or -1 with errno. */
+/* mkdir -p DIR; returns 0 or -1 with errno. */
 static int make_dirs(const char *path) {
   char tmp[4096];
   if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp)) {
@@ -150,27 +157,44 @@ static int make_dirs(const char *path) {
   return 0;
 }
 
-static int open_log(const bagua__agent_config_t *cfg, const bagua__worker_assign_t *a, int rank) {
+int bagua__workers_log_path(const char *log_dir, const char *node, int local_rank, char *buf,
+                            size_t len) {
+  int n = snprintf(buf, len, "%s/%s.%d.log", log_dir, node, local_rank);
+  return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+void bagua__workers_log_header(const char *job, int64_t round, int restart_count, int rank,
+                               const char *how, char *buf, size_t len) {
+  snprintf(buf, len, "=== bagua-agent: job %s round %lld restart %d rank %d%s ===\n", job,
+           (long long)round, restart_count, rank, how ? how : "");
+}
+
+/* The log file of a worker is named by its node and local rank, which a worker keeps for its
+ * whole life and its successors inherit, so one slot's output stays in one file across rounds
+ * (a rank changes when the membership does). Each round's output is headed by a line naming
+ * the round and the rank it had in it. */
+static int open_log(const bagua__agent_config_t *cfg, const bagua__worker_assign_t *a, int lr,
+                    int rank) {
   if (!cfg->log_dir) return -1;
-  char dir[4096], path[4200];
-  snprintf(dir, sizeof(dir), "%s/%s", cfg->log_dir, cfg->node_id);
-  if (make_dirs(dir) != 0) {
-    BAGUA_WARN("agent: cannot create log directory %s: %s (console output only)", dir,
+  char path[4200];
+  if (make_dirs(cfg->log_dir) != 0) {
+    BAGUA_WARN("agent: cannot create log directory %s: %s (console output only)", cfg->log_dir,
                strerror(errno));
     return -1;
   }
-  snprintf(path, sizeof(path), "%s/rank%d.log", dir, rank);
+  if (bagua__workers_log_path(cfg->log_dir, cfg->node_id, lr, path, sizeof(path)) != 0) {
+    BAGUA_WARN("agent: the log file name under %s is too long (console output only)", cfg->log_dir);
+    return -1;
+  }
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     BAGUA_WARN("agent: cannot open log file %s: %s (console output only)", path, strerror(errno));
     return -1;
   }
-  /* Ranks change between rounds, so each round's output is headed by its round and rank. */
-  char head[256];
-  int n =
-      snprintf(head, sizeof(head), "=== bagua-agent: job %s round %lld restart %d rank %d ===\n",
-               cfg->job_id, (long long)a->round, a->restart_count, rank);
-  ssize_t w = write(fd, head, (size_t)n);
+  char head[512];
+  bagua__workers_log_header(cfg->job_id, a->round, a->restart_count, rank, NULL, head,
+                            sizeof(head));
+  ssize_t w = write(fd, head, strlen(head));
   (void)w;
   return fd;
 }
@@ -249,7 +273,7 @@ static bagua_status_t start_one(bagua__workers_t *ws, const bagua__agent_config_
     st = BAGUA_ERR_SYSTEM;
     goto fail;
   }
-  int log_fd = open_log(cfg, a, rank);
+  int log_fd = open_log(cfg, a, lr, rank);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
@@ -293,8 +317,8 @@ static bagua_status_t start_one(bagua__workers_t *ws, const bagua__agent_config_
   bagua__sock_set_nonblock(pout[0], 1);
   bagua__sock_set_nonblock(perr[0], 1);
   int log2 = log_fd >= 0 ? fcntl(log_fd, F_DUPFD_CLOEXEC, 0) : -1;
-  bagua__outpump_add(out, pout[0], STDOUT_FILENO, prefix, log_fd);
-  bagua__outpump_add(out, perr[0], STDERR_FILENO, prefix, log2);
+  bagua__outpump_add(out, pout[0], STDOUT_FILENO, prefix, log_fd, pid);
+  bagua__outpump_add(out, perr[0], STDERR_FILENO, prefix, log2, pid);
   vec_free(&env);
   return BAGUA_OK;
 fail:
@@ -318,6 +342,22 @@ bagua_status_t bagua__workers_start(bagua__workers_t *ws, const bagua__agent_con
     if (st != BAGUA_OK) return st; /* the caller stops the ones already running */
   }
   return BAGUA_OK;
+}
+
+void bagua__workers_renumber(bagua__workers_t *ws, const bagua__agent_config_t *cfg,
+                             bagua__outpump_t *out, int64_t round, int restart_count,
+                             int rank_base) {
+  ws->round = round;
+  for (int i = 0; i < ws->n; i++) {
+    bagua__worker_t *w = &ws->w[i];
+    w->rank = rank_base + w->local_rank;
+    if (!out) continue;
+    char prefix[192], head[512];
+    snprintf(prefix, sizeof(prefix), "[%s/%d] ", cfg->node_id, w->rank);
+    bagua__workers_log_header(cfg->job_id, round, restart_count, w->rank, " (in-process)", head,
+                              sizeof(head));
+    bagua__outpump_retag(out, w->pid, prefix, head);
+  }
 }
 
 int bagua__workers_on_exit(bagua__workers_t *ws, pid_t pid, int wait_status) {

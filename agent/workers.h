@@ -8,6 +8,7 @@
 #ifndef BAGUA_AGENT_WORKERS_H
 #define BAGUA_AGENT_WORKERS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -26,6 +27,8 @@ typedef struct {
   const char *bootstrap; /* BAGUA_BOOTSTRAP value, or NULL to leave the environment's */
   const char *mark_dir;  /* auto mode: BAGUA_ELASTIC_MARK goes under it (marks.h); or NULL */
   const char *secret;    /* BAGUA_JOB_SECRET for the workers (64 hex digits), or NULL */
+  /* BAGUA_PROGRESS_FILE goes under it (progress.h); NULL: progress reports are off. */
+  const char *progress_dir;
 } bagua__worker_assign_t;
 
 typedef struct {
@@ -49,6 +52,24 @@ typedef struct {
 /* Starts cfg->nproc workers for `a`. On failure, the ones already started are killed. */
 bagua_status_t bagua__workers_start(bagua__workers_t *ws, const bagua__agent_config_t *cfg,
                                     const bagua__worker_assign_t *a, bagua__outpump_t *out);
+
+/*
+ * The round changed while the workers keep running (in-process elasticity): each worker's
+ * rank becomes rank_base + its local rank, its console prefix shows the new rank, and its log
+ * file gets a header line for the round. `out` may be NULL (no output to retag).
+ */
+void bagua__workers_renumber(bagua__workers_t *ws, const bagua__agent_config_t *cfg,
+                             bagua__outpump_t *out, int64_t round, int restart_count,
+                             int rank_base);
+
+/* The log file of the worker with `local_rank` on `node`: "<log_dir>/<node>.<local_rank>.log",
+ * the same file in every round. Returns 0, or -1 when it does not fit. */
+int bagua__workers_log_path(const char *log_dir, const char *node, int local_rank, char *buf,
+                            size_t len);
+/* The line that heads each round's output in a log file:
+ * "=== bagua-agent: job J round N restart K rank R<how> ===\n". */
+void bagua__workers_log_header(const char *job, int64_t round, int restart_count, int rank,
+                               const char *how, char *buf, size_t len);
 
 /* Records that `pid` ended with `wait_status`. Returns 1 if it was one of ours. */
 int bagua__workers_on_exit(bagua__workers_t *ws, pid_t pid, int wait_status);

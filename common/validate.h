@@ -19,10 +19,10 @@
 
 /*
  * Longest job or node id. An id becomes an etcd key segment (/bagua/<job>/nodes/<node>),
- * part of file names (<log_dir>/<node>/rank<R>.log, $TMPDIR/bagua-agent.<node>.XXXXXX) and
- * of paths that may have to fit a unix socket address (108 bytes with the directory), so it
- * is kept short. 64 is also HOST_NAME_MAX on Linux: the agent's default node id, the host
- * name, always fits.
+ * part of file names (<log_dir>/<node>.<local_rank>.log, $TMPDIR/bagua-agent.<node>.<pid>.XXXXXX)
+ * and of paths that may have to fit a unix socket address (108 bytes with the directory), so it is
+ * kept short. 64 is also HOST_NAME_MAX on Linux: the agent's default node id, the host name, always
+ * fits.
  */
 #define BAGUA_ID_MAX_LEN 64
 #define BAGUA_ID_ACCEPTED "1 to 64 characters from A-Z a-z 0-9 . _ -"

@@ -242,7 +242,10 @@ bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
   if (sticky(d)) return sticky(d);
   if (d->ntensors == 0) return usage("bagua_ddp_ready", "no tensor was registered");
   d->bytes_start = bagua__ddp_bytes_sent(d);
-  return bagua__ddp_build(d, NULL, NULL);
+  bagua_status_t st = bagua__ddp_build(d, NULL, NULL);
+  /* Progress reports start with the first ready context: its step count is the program's. */
+  if (st == BAGUA_OK) bagua__ddp_progress_open(d);
+  return st;
 }
 
 /* Rank 0's step count and learning rate, so that a rank joining a running job (elastic)
@@ -450,6 +453,7 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   d->steps++;
   d->st.steps = d->steps;
   update_stats(d, d->t_entry, d->t_waited);
+  bagua__ddp_progress_update(d);
   reset_step(d);
   d->waited = 0;
   if (a->next_step) BAGUA_CHECK_GOTO(a->next_step(d), st, fail);
@@ -536,6 +540,7 @@ void bagua__ddp_unbuild(bagua_ddp_t *d) {
 
 void bagua_ddp_destroy(bagua_ddp_t *d) {
   if (!d) return;
+  bagua__ddp_progress_close(d);
   bagua__ddp_elastic_detach(d);
   bagua__ddp_unbuild(d);
   bagua__ddp_comms_close(d);

@@ -170,8 +170,19 @@ struct bagua_ddp_s {
   uint64_t bytes_mark, bytes_start;
   bagua_ddp_stats_t st;
   _Atomic uint64_t async_rounds;
+  /* Progress reports (progress.c): the mapped BAGUA_PROGRESS_FILE record (NULL: off), the
+   * program's stated total steps (0: unknown) and the samples it counted. */
+  struct bagua__progress_file_s *progress;
+  int64_t total_steps, samples;
   bagua__ddp_elastic_t el;
 };
+
+/* ---- progress reports (progress.c); training thread only ---- */
+/* Maps BAGUA_PROGRESS_FILE when it is set (once; a failure is reported and leaves it off). */
+void bagua__ddp_progress_open(bagua_ddp_t *d);
+/* Records the step just completed: a few stores into the mapping, no system call. */
+void bagua__ddp_progress_update(bagua_ddp_t *d);
+void bagua__ddp_progress_close(bagua_ddp_t *d);
 
 /* ---- helpers (ddp.c) ---- */
 /* Records `st` as the context's error if it is the first; returns `st`. */

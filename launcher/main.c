@@ -2,6 +2,10 @@
  * bagua-launch: the command a person runs.
  *
  *   bagua-launch [options] PROGRAM [ARGS...]
+ *   bagua-launch status|list ...     (query.h: read a job's state from etcd)
+ *
+ * A subcommand is recognised only as the first argument: `bagua-launch -- status` (or any
+ * option before it) runs a program named "status".
  *
  * Order of work, chosen so that a mistake costs nothing: the whole configuration is parsed
  * and validated first (exit 2, nothing started); then the rendezvous is made ready (a private
@@ -30,6 +34,7 @@
 #include "common/sock.h"
 #include "etcd_local.h"
 #include "launch.h"
+#include "query.h"
 #include "status.h"
 #include "supervise.h"
 
@@ -132,6 +137,7 @@ int main(int argc, char **argv) {
   bagua__etcd_t *etcd = NULL;
   bagua__launch_agent_t *agents = NULL;
   int nagents = 0, sigfd = -1, have_priv = 0;
+  if (bagua__launch_is_query(argc, argv)) return bagua__launch_query_main(argc, argv, stdout);
   int rc = bagua__launch_configure(argc, argv, &cfg, err, sizeof(err));
   if (rc != 0) {
     bagua__say(NULL, "%s", err);

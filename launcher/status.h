@@ -10,6 +10,7 @@
 
 #include "bagua/error.h"
 #include "common/etcd/etcd.h"
+#include "common/rdzv/rdzv.h"
 
 /*
  * /bagua/<job>/status: {state, exit_code, message, root_cause: {time_ms, node, host, rank,
@@ -50,6 +51,56 @@ bagua_status_t bagua__launch_read_status(bagua__etcd_t *c, const char *job,
                                          bagua__launch_status_t *out);
 bagua_status_t bagua__launch_read_round(bagua__etcd_t *c, const char *job,
                                         bagua__launch_round_t *out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* A whole job, for bagua-launch status / list and the progress line                         */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One node: registered (nodes/<id>), a member of the round, or both. */
+typedef struct {
+  char id[BAGUA_RDZV_ID_MAX];
+  int registered; /* nodes/<id> holds a valid record: `rec` */
+  bagua__rdzv_node_t rec;
+  int member;    /* index in the round's members, -1 when not a member */
+  int rank_base; /* its first rank in the round (member only) */
+  int nproc;     /* the round's nproc for a member, else the record's */
+  int has_progress;
+  bagua__rdzv_progress_t prog; /* progress/<id> (owns prog.w) */
+} bagua__launch_node_view_t;
+
+typedef struct {
+  char job[BAGUA_RDZV_ID_MAX];
+  size_t nkeys; /* keys under the job's prefix; 0: no such job */
+  int has_status;
+  bagua__rdzv_status_t status;
+  int has_round;
+  bagua__rdzv_round_t round; /* owns its members */
+  int has_cfg;
+  bagua__rdzv_jobcfg_t cfg;
+  char leader[BAGUA_RDZV_ID_MAX]; /* "" when none */
+  /* Members in round order first, then the other registered nodes (spares). */
+  bagua__launch_node_view_t *nodes;
+  size_t nnodes;
+  /* The job's progress, summed over the current round's workers that reported. */
+  int nreporting;      /* workers with a progress report of the current round */
+  int64_t min_step;    /* the slowest one's step (a data-parallel job moves together) */
+  int64_t total_steps; /* the largest stated total, 0: unknown */
+  double rate;         /* mean steps per second of the reporting workers */
+} bagua__launch_job_t;
+
+/*
+ * Builds the view of job `job` from the keys under its prefix (kvs as a range read returns
+ * them; other keys are skipped). Every value goes through common/rdzv's decoders: a refused
+ * one counts as absent. Returns 0, or -1 when out of memory. Free with bagua__launch_job_clear.
+ */
+int bagua__launch_job_parse(const char *job, const bagua__etcd_kv_t *kvs, size_t n,
+                            bagua__launch_job_t *out);
+/* Reads /bagua/<job>/ in one range request (bounded by the client's timeout) and parses it. */
+bagua_status_t bagua__launch_read_job(bagua__etcd_t *c, const char *job, bagua__launch_job_t *out);
+void bagua__launch_job_clear(bagua__launch_job_t *j);
+/* "running", "succeeded", "failed", "closed" from the status; without one, "running" once a
+ * round exists, "waiting" while nodes are registered, else "unknown". */
+const char *bagua__launch_job_state(const bagua__launch_job_t *j);
 
 /* Exit status a root cause maps to: the exit code, or 128+N for signal N. */
 int bagua__launch_status_code(const bagua__launch_status_t *st);

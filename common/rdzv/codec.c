@@ -448,6 +448,129 @@ int bagua__rdzv_rebuild_decode(const char *json, bagua__rdzv_rebuild_t *r, char 
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* progress/<node> and the workers' progress files                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+void bagua__rdzv_progress_clear(bagua__rdzv_progress_t *p) {
+  free(p->w);
+  p->w = NULL;
+  p->nworkers = 0;
+}
+
+char *bagua__rdzv_progress_encode(const bagua__rdzv_progress_t *p) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  cJSON *arr = NULL;
+  int ok = cJSON_AddNumberToObject(o, "round", (double)p->round) &&
+           cJSON_AddNumberToObject(o, "restart_count", p->restart_count) &&
+           cJSON_AddNumberToObject(o, "time_ms", (double)p->time_ms) &&
+           (arr = cJSON_AddArrayToObject(o, "workers")) != NULL;
+  for (int i = 0; ok && i < p->nworkers; i++) {
+    const bagua__rdzv_wprogress_t *w = &p->w[i];
+    cJSON *e = cJSON_CreateObject();
+    ok = e && cJSON_AddItemToArray(arr, e);
+    if (!ok) {
+      cJSON_Delete(e);
+      break;
+    }
+    ok = cJSON_AddNumberToObject(e, "local_rank", w->local_rank) &&
+         cJSON_AddNumberToObject(e, "rank", w->rank) && cJSON_AddNumberToObject(e, "pid", w->pid) &&
+         cJSON_AddNumberToObject(e, "step", (double)w->step) &&
+         cJSON_AddNumberToObject(e, "total_steps", (double)w->total_steps) &&
+         cJSON_AddNumberToObject(e, "samples", (double)w->samples) &&
+         cJSON_AddNumberToObject(e, "bytes_sent", (double)w->bytes_sent) &&
+         cJSON_AddNumberToObject(e, "comm_ms", (double)w->comm_ms) &&
+         cJSON_AddNumberToObject(e, "rate_milli", (double)w->rate_milli) &&
+         cJSON_AddNumberToObject(e, "update_ms", (double)w->update_ms);
+  }
+  return finish(o, ok);
+}
+
+int bagua__rdzv_progress_decode(const char *json, bagua__rdzv_progress_t *p, char *why,
+                                size_t len) {
+  why_t w = {why, len};
+  char node[BAGUA_RDZV_ID_MAX];
+  memcpy(node, p->node, sizeof(node)); /* the node comes from the key, not the value */
+  memset(p, 0, sizeof(*p));
+  memcpy(p->node, node, sizeof(node));
+  cJSON *o = parse_object(json, &w);
+  if (!o) return -1;
+  int rc = get_i64(o, "round", 1, 1, I53, &p->round, &w) ||
+           get_int(o, "restart_count", 0, 0, INT_MAX_, &p->restart_count, &w) ||
+           get_i64(o, "time_ms", 0, 0, I53, &p->time_ms, &w);
+  const cJSON *arr = rc ? NULL : cJSON_GetObjectItemCaseSensitive(o, "workers");
+  if (!rc && !cJSON_IsArray(arr)) rc = fail(&w, "field \"workers\" is missing or not an array");
+  int n = rc ? 0 : cJSON_GetArraySize(arr);
+  if (!rc && n > BAGUA_RDZV_NPROC_MAX)
+    rc = fail(&w, "field \"workers\": %d entries, more than %d", n, BAGUA_RDZV_NPROC_MAX);
+  if (!rc && n > 0 && !(p->w = calloc((size_t)n, sizeof(*p->w)))) rc = fail(&w, "out of memory");
+  for (int i = 0; !rc && i < n; i++) {
+    const cJSON *e = cJSON_GetArrayItem(arr, i);
+    bagua__rdzv_wprogress_t *x = &p->w[i];
+    if (!cJSON_IsObject(e)) {
+      rc = fail(&w, "field \"workers\"[%d] is not an object", i);
+      break;
+    }
+    char inner[160] = "";
+    why_t wi = {inner, sizeof(inner)};
+    rc = get_int(e, "local_rank", 1, 0, BAGUA_RDZV_NPROC_MAX - 1, &x->local_rank, &wi) ||
+         get_int(e, "rank", 1, 0, BAGUA_RDZV_WORLD_MAX - 1, &x->rank, &wi) ||
+         get_int(e, "pid", 0, 0, INT_MAX_, &x->pid, &wi) ||
+         get_i64(e, "step", 1, 0, I53, &x->step, &wi) ||
+         get_i64(e, "total_steps", 0, 0, I53, &x->total_steps, &wi) ||
+         get_i64(e, "samples", 0, 0, I53, &x->samples, &wi) ||
+         get_i64(e, "bytes_sent", 0, 0, I53, &x->bytes_sent, &wi) ||
+         get_i64(e, "comm_ms", 0, 0, I53, &x->comm_ms, &wi) ||
+         get_i64(e, "rate_milli", 0, 0, I53, &x->rate_milli, &wi) ||
+         get_i64(e, "update_ms", 0, 0, I53, &x->update_ms, &wi);
+    if (rc) {
+      fail(&w, "field \"workers\"[%d]: %s", i, inner);
+      break;
+    }
+    for (int j = 0; j < i; j++)
+      if (p->w[j].local_rank == x->local_rank) {
+        rc = fail(&w, "field \"workers\"[%d]: local_rank %d appears twice", i, x->local_rank);
+        break;
+      }
+    p->nworkers = i + 1;
+  }
+  cJSON_Delete(o);
+  if (rc) bagua__rdzv_progress_clear(p);
+  return rc ? -1 : 0;
+}
+
+int bagua__progress_file_decode(const void *buf, size_t len, bagua__progress_file_t *out, char *why,
+                                size_t whylen) {
+  why_t w = {why, whylen};
+  memset(out, 0, sizeof(*out));
+  if (len != sizeof(*out))
+    return fail(&w, "%zu bytes, expected %zu (a progress file of another version?)", len,
+                sizeof(*out));
+  memcpy(out, buf, sizeof(*out));
+  if (out->magic != BAGUA_PROGRESS_FILE_MAGIC) return fail(&w, "bad magic");
+  if (out->version != BAGUA_PROGRESS_FILE_VERSION || out->size != sizeof(*out))
+    return fail(&w, "version %u size %u, expected version %d size %zu", out->version, out->size,
+                BAGUA_PROGRESS_FILE_VERSION, sizeof(*out));
+  if (out->seq & 1) return fail(&w, "the writer is inside an update (odd sequence count)");
+  const struct {
+    const char *name;
+    int64_t v;
+  } f[] = {{"pid", out->pid},
+           {"step", out->step},
+           {"total_steps", out->total_steps},
+           {"samples", out->samples},
+           {"bytes_sent", out->bytes_sent},
+           {"comm_us", out->comm_us},
+           {"start_ms", out->start_ms},
+           {"update_ms", out->update_ms}};
+  for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+    if (f[i].v < 0 || f[i].v > I53)
+      return fail(&w, "field \"%s\": %lld is not in 0..%lld", f[i].name, (long long)f[i].v,
+                  (long long)I53);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* config, leader, secret                                                                    */
 /* ---------------------------------------------------------------------------------------- */
 

@@ -53,6 +53,9 @@ int bagua__rdzv_key(char *buf, size_t len, const char *job, bagua__rdzv_key_kind
     case BAGUA__RDZV_KEY_REBUILD:
       n = snprintf(buf, len, "/bagua/%s/rounds/%lld/rebuild/%lld", job, r, (long long)index);
       break;
+    case BAGUA__RDZV_KEY_PROGRESS:
+      n = snprintf(buf, len, "/bagua/%s/progress/%s", job, name);
+      break;
     case BAGUA__RDZV_KEY_OTHER:
       break;
   }
@@ -102,6 +105,13 @@ int bagua__rdzv_key_parse(const char *prefix, const char *key, bagua__rdzv_key_i
     if (segment(k + 6)) {
       out->kind = BAGUA__RDZV_KEY_NODE;
       out->name = k + 6;
+    }
+    return 0;
+  }
+  if (strncmp(k, "progress/", 9) == 0) {
+    if (segment(k + 9)) {
+      out->kind = BAGUA__RDZV_KEY_PROGRESS;
+      out->name = k + 9;
     }
     return 0;
   }

@@ -56,6 +56,7 @@ typedef enum {
   BAGUA__RDZV_KEY_BOOTSTRAP_DIR, /* rounds/<round>/bootstrap/ */
   BAGUA__RDZV_KEY_BOOTSTRAP,     /* rounds/<round>/bootstrap/<rank> (rank in `index`) */
   BAGUA__RDZV_KEY_REBUILD,       /* rounds/<round>/rebuild/<rank> (rank in `index`) */
+  BAGUA__RDZV_KEY_PROGRESS,      /* progress/<name>: a node's workers' progress */
   BAGUA__RDZV_KEY_OTHER          /* under the prefix, but none of the above */
 } bagua__rdzv_key_kind_t;
 
@@ -231,6 +232,73 @@ bagua_status_t bagua__rdzv_secret_generate(char *out);
 /* leader: the leader's node id as plain text. Checks the id (not whether the node lives). */
 int bagua__rdzv_leader_decode(const char *value, char *out, size_t outlen, char *why,
                               size_t whylen);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Progress (docs/observability.md)                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One worker's progress as its agent last read it from the worker's progress file. */
+typedef struct {
+  int local_rank; /* 0..BAGUA_RDZV_NPROC_MAX-1, unique within the record */
+  int rank;       /* in the record's round */
+  int pid;
+  int64_t step;        /* training steps completed (bagua_ddp_step calls) */
+  int64_t total_steps; /* the program's stated total (BAGUA_TOTAL_STEPS), 0: unknown */
+  int64_t samples;     /* samples the program reported, 0: unknown */
+  int64_t bytes_sent;  /* bytes this worker's DDP context sent */
+  int64_t comm_ms;     /* time its communication thread worked */
+  /* Steps per second times 1000 over the agent's last sampling interval (an integer, so the
+   * record holds no floating point); 0 when not known yet or idle. */
+  int64_t rate_milli;
+  int64_t update_ms; /* wall clock of the worker's last step; 0: none yet */
+} bagua__rdzv_wprogress_t;
+
+/* progress/<node>: written by each agent on its lease (it vanishes with the node) about every
+ * BAGUA_PROGRESS_INTERVAL_MS while its workers report. */
+typedef struct {
+  char node[BAGUA_RDZV_ID_MAX]; /* from the key, not the value */
+  int64_t round;                /* the round the workers run in */
+  int restart_count;
+  int64_t time_ms; /* when the agent wrote it */
+  int nworkers;    /* 0..BAGUA_RDZV_NPROC_MAX */
+  bagua__rdzv_wprogress_t *w;
+} bagua__rdzv_progress_t;
+
+char *bagua__rdzv_progress_encode(const bagua__rdzv_progress_t *p);
+/* Keeps p->node; owns p->w afterwards (bagua__rdzv_progress_clear), also after a failure. */
+int bagua__rdzv_progress_decode(const char *json, bagua__rdzv_progress_t *p, char *why, size_t len);
+void bagua__rdzv_progress_clear(bagua__rdzv_progress_t *p);
+
+/*
+ * The progress file a worker's DDP layer keeps up to date (BAGUA_PROGRESS_FILE, a path in its
+ * agent's private directory) and its agent reads. A fixed 128-byte record in host byte order
+ * (writer and reader run on one host), updated in place through a shared mapping under a
+ * sequence count: `seq` is odd while the writer is inside an update, and a reader that copied
+ * the record keeps the copy only when `seq` was even and unchanged across two copies.
+ */
+#define BAGUA_PROGRESS_FILE_MAGIC 0x3147525047474142ULL /* "BAGGPRG1" little-endian */
+#define BAGUA_PROGRESS_FILE_VERSION 1
+typedef struct bagua__progress_file_s {
+  uint64_t magic;   /* BAGUA_PROGRESS_FILE_MAGIC */
+  uint32_t version; /* BAGUA_PROGRESS_FILE_VERSION */
+  uint32_t size;    /* sizeof(bagua__progress_file_t) */
+  uint64_t seq;     /* sequence count (see above) */
+  int64_t pid;
+  int64_t step;
+  int64_t total_steps; /* 0: unknown */
+  int64_t samples;     /* 0: unknown */
+  int64_t bytes_sent;
+  int64_t comm_us;
+  int64_t start_ms;  /* wall clock when the DDP context became ready */
+  int64_t update_ms; /* wall clock of the last completed step */
+  int64_t reserved[5];
+} bagua__progress_file_t;
+_Static_assert(sizeof(bagua__progress_file_t) == 128, "the progress file is 128 bytes");
+
+/* Checks `len` bytes read from a progress file: size, magic, version, an even sequence count
+ * and every counter within 0..2^53. Returns 0 and fills `out`, or -1 with the reason. */
+int bagua__progress_file_decode(const void *buf, size_t len, bagua__progress_file_t *out, char *why,
+                                size_t whylen);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Rank rule                                                                                 */

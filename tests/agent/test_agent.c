@@ -67,9 +67,10 @@ static void test_ranks(void) {
   h_expect_stderr(&ap[1], "[n2/2] stderr line of rank 2\n");
   h_expect_stdout(&ap[2], "[n3/4] hello from rank 4 of 5\n");
   char log[600];
-  snprintf(log, sizeof(log), "%s/n3/rank4.log", logs);
+  snprintf(log, sizeof(log), "%s/n3.1.log", logs); /* node n3, local rank 1: rank 4 */
   ASSERT_TRUE(h_file_contains(log, "hello from rank 4 of 5\n"));
   ASSERT_TRUE(h_file_contains(log, "stderr line of rank 4\n"));
+  ASSERT_TRUE(h_file_contains(log, "=== bagua-agent: job ranks round 1 restart 0 rank 4 ===\n"));
   bagua__rdzv_status_t st;
   ASSERT_EQ(h_status(&h, &st), 0);
   ASSERT_EQ(st.state, BAGUA__JOB_SUCCEEDED);

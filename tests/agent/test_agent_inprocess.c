@@ -372,6 +372,75 @@ static void test_graceful_leave_auto(void) {
   graceful_leave("graceful_leave_auto", 0, NULL);
 }
 
+/*
+ * Log files stay one per worker slot across an in-process round change: n1, n2 and n3 run an
+ * elastic worker with --log-dir, n1 leaves gracefully, and n2's worker moves from rank 1 to
+ * rank 0 without a restart. Its output stays in <log-dir>/n2.0.log (no file is named by rank),
+ * where a header line for the new round names rank 0 before the worker's last lines, and the
+ * console prefix shows rank 0 from then on.
+ */
+static void test_log_inprocess(void) {
+  harness_t h;
+  h_init(&h, "log_inprocess", 1);
+  char logs[400];
+  h_path(&h, "logs", logs, sizeof(logs));
+  const char *a[] = {"--nnodes",
+                     "2:3",
+                     "--nproc-per-node",
+                     "1",
+                     "--max-restarts",
+                     "0",
+                     "--elastic-mode",
+                     "in-process",
+                     "--log-dir",
+                     logs,
+                     FAST,
+                     NULL};
+  agent_proc_t ap[3];
+  start_three(&h, a, ap);
+  h_wait_value_after(ap[1].out_path, "started pid=", 10000);
+  h_kill(&ap[0], SIGTERM);
+  ASSERT_EQ(h_wait_exit(&ap[0], 10000), 128 + SIGTERM);
+  for (int i = 1; i < 3; i++) {
+    int code = h_wait_exit(&ap[i], 40000);
+    if (code != 0) {
+      h_dump(ap, 3);
+      TEST_FAIL("agent %s exited %d", ap[i].node, code);
+    }
+  }
+  struct {
+    int node, first_rank, last_rank;
+  } want[] = {{1, 1, 0}, {2, 2, 1}};
+  for (int k = 0; k < 2; k++) {
+    const char *node = ap[want[k].node].node;
+    char path[600], other[600], head[96], fin[64];
+    snprintf(path, sizeof(path), "%s/%s.0.log", logs, node);
+    snprintf(other, sizeof(other), "%s/%s.1.log", logs, node);
+    ASSERT_TRUE(access(other, F_OK) != 0);
+    char *text = h_slurp(path);
+    snprintf(head, sizeof(head), "restart 0 rank %d ===\n", want[k].first_rank);
+    if (!strstr(text, head)) TEST_FAIL("%s lacks the first round's header: %s", path, text);
+    snprintf(head, sizeof(head), "restart 0 rank %d (in-process) ===\n", want[k].last_rank);
+    const char *last_head = NULL;
+    for (const char *p = text; (p = strstr(p, head)) != NULL; p++) last_head = p;
+    snprintf(fin, sizeof(fin), "final rank=%d step=", want[k].last_rank);
+    const char *final_line = strstr(text, fin);
+    if (!last_head || !final_line || final_line < last_head)
+      TEST_FAIL("%s: \"%s\" does not follow a header \"%s\": %s", path, fin, head, text);
+    if (h_count_in(text, "started pid=") != 1)
+      TEST_FAIL("%s: expected one worker start, got: %s", path, text);
+    free(text);
+    char line[96];
+    snprintf(line, sizeof(line), "[%s/%d] final rank=%d", node, want[k].last_rank,
+             want[k].last_rank);
+    h_expect_stdout(&ap[want[k].node], line);
+    snprintf(line, sizeof(line), "[%s/%d] started pid=", node, want[k].first_rank);
+    h_expect_stdout(&ap[want[k].node], line);
+  }
+  printf("log_inprocess: n2.0.log and n3.0.log carry the rank change; prefixes follow it\n");
+  h_fini(&h);
+}
+
 #ifdef FM_BIN
 /* The 8 hex digits after "params_crc=" in the file into buf ("" when missing). */
 static const char *file_crc(const char *path, char *buf, size_t len) {
@@ -456,6 +525,7 @@ int main(int argc, char **argv) {
                {"graceful_leave_leader", test_graceful_leave_leader},
                {"graceful_leave_auto", test_graceful_leave_auto},
                {"inprocess_shrink", test_inprocess_shrink},
+               {"log_inprocess", test_log_inprocess},
                {"fm_elastic", test_fm_elastic}};
   setvbuf(stdout, NULL, _IOLBF, 0);
   for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {

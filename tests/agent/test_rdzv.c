@@ -412,7 +412,93 @@ static void test_snapshot_order(void) {
   bagua__agent_snap_clear(&s);
 }
 
+/* progress/<node> records and the workers' progress files (docs/observability.md). */
+static void expect_progress_refused(const char *json, const char *what) {
+  bagua__rdzv_progress_t p;
+  memset(&p, 0, sizeof(p));
+  char why[256] = "";
+  ASSERT_EQ(bagua__rdzv_progress_decode(json, &p, why, sizeof(why)), -1);
+  ASSERT_TRUE(p.w == NULL && p.nworkers == 0);
+  if (!strstr(why, what)) TEST_FAIL("refusal of %s says \"%s\", expected \"%s\"", json, why, what);
+}
+
+static void test_progress(void) {
+  char key[BAGUA_RDZV_KEY_MAX];
+  ASSERT_EQ(bagua__rdzv_key(key, sizeof(key), "j", BAGUA__RDZV_KEY_PROGRESS, 0, "n1", 0), 0);
+  ASSERT_STREQ(key, "/bagua/j/progress/n1");
+  bagua__rdzv_key_info_t ki;
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", key, &ki), 0);
+  ASSERT_EQ((int)ki.kind, (int)BAGUA__RDZV_KEY_PROGRESS);
+  ASSERT_STREQ(ki.name, "n1");
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/progress/a/b", &ki), 0);
+  ASSERT_EQ((int)ki.kind, (int)BAGUA__RDZV_KEY_OTHER);
+
+  bagua__rdzv_wprogress_t w[2] = {{.local_rank = 0,
+                                   .rank = 2,
+                                   .pid = 7,
+                                   .step = 10,
+                                   .total_steps = 100,
+                                   .bytes_sent = 4096,
+                                   .comm_ms = 3,
+                                   .rate_milli = 12500,
+                                   .update_ms = 1700000000000},
+                                  {.local_rank = 1, .rank = 3, .step = 11}};
+  bagua__rdzv_progress_t p = {.round = 4, .restart_count = 1, .time_ms = 5, .nworkers = 2, .w = w};
+  char *json = bagua__rdzv_progress_encode(&p);
+  ASSERT_TRUE(json != NULL);
+  bagua__rdzv_progress_t q;
+  memset(&q, 0, sizeof(q));
+  snprintf(q.node, sizeof(q.node), "n1");
+  ASSERT_EQ(bagua__rdzv_progress_decode(json, &q, NULL, 0), 0);
+  ASSERT_STREQ(q.node, "n1");
+  ASSERT_EQ(q.round, 4);
+  ASSERT_EQ(q.nworkers, 2);
+  ASSERT_EQ(q.w[0].rate_milli, 12500);
+  ASSERT_EQ(q.w[1].rank, 3);
+  char *again = bagua__rdzv_progress_encode(&q);
+  ASSERT_STREQ(again, json);
+  free(again);
+  free(json);
+  bagua__rdzv_progress_clear(&q);
+
+  expect_progress_refused("[]", "not a JSON object");
+  expect_progress_refused("{\"round\":0,\"workers\":[]}", "field \"round\"");
+  expect_progress_refused("{\"round\":1}", "field \"workers\" is missing");
+  expect_progress_refused("{\"round\":1,\"workers\":[1]}", "[0] is not an object");
+  expect_progress_refused("{\"round\":1,\"workers\":[{\"local_rank\":0,\"rank\":0,\"step\":-1}]}",
+                          "field \"step\"");
+  expect_progress_refused(
+      "{\"round\":1,\"workers\":[{\"local_rank\":0,\"rank\":0,\"step\":1},"
+      "{\"local_rank\":0,\"rank\":1,\"step\":1}]}",
+      "local_rank 0 appears twice");
+  expect_progress_refused("{\"round\":1,\"workers\":[{\"local_rank\":0,\"rank\":0,\"step\":1.5}]}",
+                          "is not an integer");
+
+  bagua__progress_file_t f, out;
+  memset(&f, 0, sizeof(f));
+  f.magic = BAGUA_PROGRESS_FILE_MAGIC;
+  f.version = BAGUA_PROGRESS_FILE_VERSION;
+  f.size = sizeof(f);
+  f.pid = 9;
+  f.step = 3;
+  char why[160];
+  ASSERT_EQ(bagua__progress_file_decode(&f, sizeof(f), &out, why, sizeof(why)), 0);
+  ASSERT_EQ(out.step, 3);
+  ASSERT_EQ(bagua__progress_file_decode(&f, sizeof(f) - 1, &out, why, sizeof(why)), -1);
+  f.seq = 3;
+  ASSERT_EQ(bagua__progress_file_decode(&f, sizeof(f), &out, why, sizeof(why)), -1);
+  ASSERT_TRUE(strstr(why, "odd sequence count") != NULL);
+  f.seq = 4;
+  f.step = -2;
+  ASSERT_EQ(bagua__progress_file_decode(&f, sizeof(f), &out, why, sizeof(why)), -1);
+  ASSERT_TRUE(strstr(why, "field \"step\"") != NULL);
+  f.step = 1;
+  f.magic = 1;
+  ASSERT_EQ(bagua__progress_file_decode(&f, sizeof(f), &out, why, sizeof(why)), -1);
+}
+
 int main(void) {
+  test_progress();
   test_keys();
   test_node();
   test_round();

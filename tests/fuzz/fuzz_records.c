@@ -7,7 +7,8 @@
  *
  * Input: one selector byte, then the JSON text. Selector 5 parses a whole key space
  * instead: lines alternate key (relative to /bagua/j/) and value, as a snapshot read would
- * deliver them.
+ * deliver them. Selector 6 is a progress/<node> record; selector 7 feeds the raw bytes to the
+ * decoder of a worker's progress file (what an agent reads from its workers).
  */
 #include "fuzz.h"
 #include "schema.h"
@@ -87,6 +88,19 @@ static void one_record(int which, const char *json) {
                    (void)0, &c);
       break;
     }
+    case 6: {
+      bagua__rdzv_progress_t p;
+      memset(&p, 0, sizeof(p));
+      snprintf(p.node, sizeof(p.node), "n1");
+      if (bagua__rdzv_progress_decode(json, &p, NULL, 0) == 0) {
+        FUZZ_ASSERT(p.nworkers >= 0 && p.nworkers <= BAGUA_RDZV_NPROC_MAX);
+        FUZZ_ASSERT(p.nworkers == 0 || p.w);
+        ROUND_TRIP(bagua__rdzv_progress_t, bagua__rdzv_progress_encode, bagua__rdzv_progress_decode,
+                   bagua__rdzv_progress_clear(&again), &p);
+      }
+      bagua__rdzv_progress_clear(&p);
+      break;
+    }
   }
 }
 
@@ -127,8 +141,16 @@ static void key_space(char *text) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0) return 0;
+  int which = data[0] % 8;
+  if (which == 7) {
+    bagua__progress_file_t f;
+    if (bagua__progress_file_decode(data + 1, size - 1, &f, NULL, 0) == 0) {
+      FUZZ_ASSERT(f.step >= 0 && f.total_steps >= 0 && !(f.seq & 1));
+      FUZZ_ASSERT(f.magic == BAGUA_PROGRESS_FILE_MAGIC);
+    }
+    return 0;
+  }
   char *text = fuzz_strndup(data + 1, size - 1);
-  int which = data[0] % 6;
   if (which == 5)
     key_space(text);
   else
