@@ -1,10 +1,14 @@
 /*
  * Validation of bagua_ddp_config_t: every name is looked up in a fixed table, every number is
- * range-checked, and every "unset" value is replaced by the default the header documents. A
- * bad field is reported by name together with what it accepts, and nothing is created.
+ * range-checked, and every "unset" value is replaced by the BAGUA_* variable of the registry's
+ * algorithm group when the environment sets it (bagua-launch exports its [algorithm] section
+ * that way), else by the default the header documents. A field the program set wins over the
+ * environment: it plays the part of a command-line flag in flag > env > INI > default. A bad
+ * field or variable is reported by name together with what it accepts, and nothing is created.
  */
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/check.h"
 #include "common/log.h"
@@ -38,6 +42,54 @@ static bagua_status_t bad_str(const char *field, const char *v, const char *acce
 
 static int is_decentralized(const bagua__ddp_algo_t *a) {
   return a == &bagua__ddp_decentralized || a == &bagua__ddp_low_precision_decentralized;
+}
+
+/*
+ * The environment's value of an integer option of the algorithm group for a field the program
+ * left unset, or `dflt`. An option that does not apply to the algorithm (`applies` 0) is
+ * ignored rather than refused: one launcher configuration serves programs that pick their own
+ * algorithm, and BAGUA_COMMUNICATION_INTERVAL must not break a program that runs bytegrad.
+ * Values were validated against the registry's bounds, which are the field's own.
+ */
+static int env_int(bagua__param_id_t id, int applies, int dflt, const char *field) {
+  if (!bagua__param_is_set(id)) return dflt;
+  const char *env = bagua__param_env_name(id);
+  if (!applies) {
+    BAGUA_INFO(BAGUA_SUBSYS_ENV,
+               "bagua_ddp_create: %s=%lld ignored (config.%s does not apply to this algorithm)",
+               env, (long long)bagua__param_int(id), field);
+    return dflt;
+  }
+  int v = (int)bagua__param_int(id);
+  BAGUA_INFO(BAGUA_SUBSYS_ENV, "bagua_ddp_create: config.%s = %d from %s", field, v, env);
+  return v;
+}
+
+/* The algorithm: the program's, else BAGUA_ALGORITHM, else gradient_allreduce. The registry
+ * accepts the environment's words in any case, so they are matched without case. */
+static bagua_status_t pick_algorithm(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
+  const size_t nalgos = sizeof(algos) / sizeof(algos[0]);
+  if (c->algorithm) {
+    for (size_t i = 0; i < nalgos; i++)
+      if (strcmp(c->algorithm, algos[i]->name) == 0) s->algo = algos[i];
+    if (!s->algo)
+      return bad_str("algorithm", c->algorithm,
+                     ALGO_NAMES " (NULL: BAGUA_ALGORITHM, else gradient_allreduce)");
+    return BAGUA_OK;
+  }
+  const char *name = bagua__param_str(BAGUA_P_ALGORITHM);
+  for (size_t i = 0; i < nalgos; i++)
+    if (strcasecmp(name, algos[i]->name) == 0) s->algo = algos[i];
+  if (!s->algo) {
+    /* Unreachable while the registry's choices and the table agree; say which is wrong. */
+    BAGUA_WARN("bagua_ddp_create: BAGUA_ALGORITHM=\"%.80s\" is invalid; accepted: " ALGO_NAMES,
+               name);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  if (bagua__param_is_set(BAGUA_P_ALGORITHM))
+    BAGUA_INFO(BAGUA_SUBSYS_ENV, "bagua_ddp_create: config.algorithm = %s from BAGUA_ALGORITHM",
+               s->algo->name);
+  return BAGUA_OK;
 }
 
 static bagua_status_t check_device(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
@@ -125,10 +177,13 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
         c->struct_size, sizeof(bagua_ddp_config_t));
     return BAGUA_ERR_INVALID_ARG;
   }
-  const char *name = c->algorithm ? c->algorithm : "gradient_allreduce";
-  for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++)
-    if (strcmp(name, algos[i]->name) == 0) s->algo = algos[i];
-  if (!s->algo) return bad_str("algorithm", name, ALGO_NAMES " (NULL: gradient_allreduce)");
+  /* A BAGUA_* variable with a bad value refuses the context, as it refuses a communicator or
+   * a launch: the warning names the variable, its value and what is accepted. */
+  BAGUA_CHECK(bagua__params_check());
+  BAGUA_CHECK(pick_algorithm(c, s));
+  const bagua__ddp_algo_t *a = s->algo;
+  int ef_algo = a == &bagua__ddp_bytegrad || a == &bagua__ddp_qadam;
+  int warmup_algo = a == &bagua__ddp_qadam || a == &bagua__ddp_async;
 
   if (c->bucket_bytes < 0)
     return bad_num("bucket_bytes", (double)c->bucket_bytes,
@@ -137,57 +192,91 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
       c->bucket_bytes > 0 ? (size_t)c->bucket_bytes : (size_t)bagua__param_int(BAGUA_P_BUCKET_SIZE);
 
   if (c->hierarchical < -1 || c->hierarchical > 1)
-    return bad_num("hierarchical", c->hierarchical, "-1 (the algorithm's default), 0 or 1");
-  s->hierarchical = c->hierarchical < 0 ? s->algo->hierarchical_default : c->hierarchical;
-  if (s->algo == &bagua__ddp_async && s->hierarchical)
+    return bad_num("hierarchical", c->hierarchical,
+                   "-1 (BAGUA_HIERARCHICAL, else the algorithm's default), 0 or 1");
+  int hier = c->hierarchical;
+  if (hier < 0) hier = env_int(BAGUA_P_HIERARCHICAL, a != &bagua__ddp_async, -1, "hierarchical");
+  s->hierarchical = hier < 0 ? a->hierarchical_default : hier;
+  if (a == &bagua__ddp_async && s->hierarchical)
     return bad_num("hierarchical", c->hierarchical,
                    "-1 or 0 for async (its averaging runs among all ranks)");
 
+  const char *pm = c->peer_mode;
+  /* The program's words are exact; the environment's, like every registry word, any case. */
+  int (*same)(const char *, const char *) = strcmp;
+  if (!pm && bagua__param_is_set(BAGUA_P_PEER_SELECTION_MODE)) {
+    const char *env = bagua__param_str(BAGUA_P_PEER_SELECTION_MODE);
+    if (a == &bagua__ddp_decentralized) {
+      pm = env;
+      same = strcasecmp;
+      BAGUA_INFO(BAGUA_SUBSYS_ENV,
+                 "bagua_ddp_create: config.peer_mode = %s from BAGUA_PEER_SELECTION_MODE", pm);
+    } else {
+      BAGUA_INFO(BAGUA_SUBSYS_ENV,
+                 "bagua_ddp_create: BAGUA_PEER_SELECTION_MODE=%s ignored (config.peer_mode "
+                 "applies to decentralized only)",
+                 env);
+    }
+  }
   s->peer_mode = BAGUA__PEER_ALL;
-  if (s->algo == &bagua__ddp_decentralized) {
-    const char *pm = c->peer_mode ? c->peer_mode : "all";
-    if (strcmp(pm, "all") == 0)
+  if (a == &bagua__ddp_decentralized) {
+    if (!pm) pm = "all";
+    if (same(pm, "all") == 0)
       s->peer_mode = BAGUA__PEER_ALL;
-    else if (strcmp(pm, "shift_one") == 0)
+    else if (same(pm, "shift_one") == 0)
       s->peer_mode = BAGUA__PEER_SHIFT_ONE;
-    else if (strcmp(pm, "ring") == 0)
+    else if (same(pm, "ring") == 0)
       s->peer_mode = BAGUA__PEER_RING;
     else
       return bad_str("peer_mode", pm, "\"all\" (NULL), \"shift_one\" or \"ring\"");
-  } else if (s->algo == &bagua__ddp_low_precision_decentralized) {
-    if (c->peer_mode && strcmp(c->peer_mode, "ring") != 0)
-      return bad_str("peer_mode", c->peer_mode,
+  } else if (a == &bagua__ddp_low_precision_decentralized) {
+    if (pm && strcmp(pm, "ring") != 0)
+      return bad_str("peer_mode", pm,
                      "\"ring\" or NULL (low_precision_decentralized always uses the ring)");
     s->peer_mode = BAGUA__PEER_RING;
-  } else if (c->peer_mode) {
-    return bad_str("peer_mode", c->peer_mode,
+  } else if (pm) {
+    return bad_str("peer_mode", pm,
                    "NULL (peer_mode applies to the decentralized algorithms only)");
   }
 
-  if (c->comm_interval < 1) return bad_num("comm_interval", c->comm_interval, "an integer >= 1");
-  if (c->comm_interval != 1 && !is_decentralized(s->algo))
+  if (c->comm_interval == 0 || c->comm_interval < -1)
     return bad_num("comm_interval", c->comm_interval,
-                   "1 (comm_interval applies to the decentralized algorithms only)");
-  s->comm_interval = c->comm_interval;
+                   "an integer >= 1, or -1 for BAGUA_COMMUNICATION_INTERVAL (else 1)");
+  int interval = c->comm_interval;
+  if (interval < 0)
+    interval = env_int(BAGUA_P_COMMUNICATION_INTERVAL, is_decentralized(a), 1, "comm_interval");
+  if (interval != 1 && !is_decentralized(a))
+    return bad_num("comm_interval", c->comm_interval,
+                   "1 or -1 (comm_interval applies to the decentralized algorithms only)");
+  s->comm_interval = interval;
 
-  if (c->error_feedback != 0 && c->error_feedback != 1)
-    return bad_num("error_feedback", c->error_feedback, "0 or 1");
-  if (c->error_feedback && s->algo != &bagua__ddp_bytegrad && s->algo != &bagua__ddp_qadam)
+  if (c->error_feedback < -1 || c->error_feedback > 1)
     return bad_num("error_feedback", c->error_feedback,
-                   "0 (error feedback applies to bytegrad and qadam only)");
-  s->error_feedback = c->error_feedback;
+                   "0 or 1, or -1 for BAGUA_ERROR_FEEDBACK (else 0)");
+  int ef = c->error_feedback;
+  if (ef < 0) ef = env_int(BAGUA_P_ERROR_FEEDBACK, ef_algo, 0, "error_feedback");
+  if (ef && !ef_algo)
+    return bad_num("error_feedback", c->error_feedback,
+                   "0 or -1 (error feedback applies to bytegrad and qadam only)");
+  s->error_feedback = ef;
 
   if (c->warmup_steps < -1)
-    return bad_num("warmup_steps", c->warmup_steps, "an integer >= 0, or -1 for the default");
-  if (c->warmup_steps > 0 && s->algo != &bagua__ddp_qadam && s->algo != &bagua__ddp_async)
+    return bad_num("warmup_steps", c->warmup_steps,
+                   "an integer >= 0, or -1 for BAGUA_WARMUP_STEPS (else the default)");
+  int warmup = c->warmup_steps;
+  if (warmup < 0) warmup = env_int(BAGUA_P_WARMUP_STEPS, warmup_algo, -1, "warmup_steps");
+  if (warmup > 0 && !warmup_algo)
     return bad_num("warmup_steps", c->warmup_steps,
                    "-1 or 0 (warm-up applies to qadam and async only)");
-  s->warmup_steps =
-      c->warmup_steps >= 0 ? c->warmup_steps : (s->algo == &bagua__ddp_qadam ? 100 : 0);
+  s->warmup_steps = warmup >= 0 ? warmup : (a == &bagua__ddp_qadam ? 100 : 0);
 
-  if (c->sync_interval_ms < 1 || c->sync_interval_ms > 3600 * 1000)
-    return bad_num("sync_interval_ms", c->sync_interval_ms, "1 .. 3600000 milliseconds");
-  s->sync_interval_ms = c->sync_interval_ms;
+  if (c->sync_interval_ms != -1 && (c->sync_interval_ms < 1 || c->sync_interval_ms > 3600 * 1000))
+    return bad_num("sync_interval_ms", c->sync_interval_ms,
+                   "1 .. 3600000 milliseconds, or -1 for BAGUA_SYNC_INTERVAL_MS (else 500)");
+  s->sync_interval_ms =
+      c->sync_interval_ms > 0
+          ? c->sync_interval_ms
+          : env_int(BAGUA_P_SYNC_INTERVAL_MS, a == &bagua__ddp_async, 500, "sync_interval_ms");
 
   BAGUA_CHECK(check_device(c, s));
   return check_optimizer(c, s);
@@ -196,4 +285,8 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
 void bagua_ddp_config_init(bagua_ddp_config_t *cfg) {
   if (!cfg) return;
   *cfg = (bagua_ddp_config_t)BAGUA_DDP_CONFIG_INIT;
+}
+
+const char *bagua_ddp_algorithm(const bagua_ddp_t *ddp) {
+  return ddp && ddp->s.algo ? ddp->s.algo->name : NULL;
 }

@@ -18,19 +18,64 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/params.h"
 #include "launch.h"
 
 /* Largest configuration file accepted; real ones are a few hundred bytes. */
 #define INI_MAX_FILE_BYTES (1 << 20)
 
 #define SECTIONS_ACCEPTED "[job], [rendezvous], [algorithm], [hosts], [env]"
-#define ALGORITHMS_ACCEPTED \
-  "gradient_allreduce, bytegrad, decentralized, low_precision_decentralized, qadam, async"
 
 static const char *const k_sections[] = {"job", "rendezvous", "algorithm", "hosts", "env"};
-static const char *const k_algorithms[] = {
-    "gradient_allreduce",          "bytegrad", "decentralized",
-    "low_precision_decentralized", "qadam",    "async"};
+
+/*
+ * The keys of [algorithm]: the registry's algorithm group (common/params.def), which
+ * libbagua's DDP layer reads for every setting a program leaves unset, and the bucket size,
+ * which it reads too. The key is the variable's name without BAGUA_, in lower case, except
+ * that BAGUA_ALGORITHM is "name". Anything else is refused: a key nobody reads used to be
+ * exported as BAGUA_<KEY> and silently did nothing.
+ */
+static const bagua__param_id_t k_algo_params[] = {
+    BAGUA_P_ALGORITHM,           BAGUA_P_HIERARCHICAL,
+    BAGUA_P_PEER_SELECTION_MODE, BAGUA_P_COMMUNICATION_INTERVAL,
+    BAGUA_P_WARMUP_STEPS,        BAGUA_P_SYNC_INTERVAL_MS,
+    BAGUA_P_ERROR_FEEDBACK,      BAGUA_P_BUCKET_SIZE};
+#define NALGO_PARAMS (sizeof(k_algo_params) / sizeof(k_algo_params[0]))
+
+/* The [algorithm] key of k_algo_params[i]. */
+static void algo_key(size_t i, char *key, size_t len) {
+  if (k_algo_params[i] == BAGUA_P_ALGORITHM) {
+    snprintf(key, len, "name");
+    return;
+  }
+  const char *env = bagua__param_env_name(k_algo_params[i]) + strlen("BAGUA_");
+  size_t n = 0;
+  for (; env[n] && n + 1 < len; n++) key[n] = (char)tolower((unsigned char)env[n]);
+  key[n] = '\0';
+}
+
+/* The index in k_algo_params of the parameter behind [algorithm] key `key` (or, with `by_env`,
+ * of variable `key`), or -1. */
+static int algo_find(const char *key, int by_env) {
+  char k[64];
+  for (size_t i = 0; i < NALGO_PARAMS; i++) {
+    algo_key(i, k, sizeof(k));
+    if (strcmp(by_env ? bagua__param_env_name(k_algo_params[i]) : k, key) == 0) return (int)i;
+  }
+  return -1;
+}
+
+static void algo_keys(char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < NALGO_PARAMS; i++) {
+    char k[64];
+    algo_key(i, k, sizeof(k));
+    int n = snprintf(buf + o, len - o, "%s%s", o ? ", " : "", k);
+    if (n < 0 || (size_t)n >= len - o) return;
+    o += (size_t)n;
+  }
+}
 
 typedef struct {
   char section[32];
@@ -197,37 +242,54 @@ static void handle_job(ini_ctx_t *c, const char *section, const char *key, const
 }
 
 static void handle_algorithm(ini_ctx_t *c, const char *key, const char *value) {
-  char what[LAUNCH_ERR_LEN], env[96];
-  for (const char *p = key; *p; p++) {
-    if (islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '_') continue;
-    fail(c,
-         "key \"%s\" in [algorithm]: not a lower-case option name; accepted: name, or an option "
-         "such as net_nstreams (exported as BAGUA_NET_NSTREAMS)",
-         key);
-    return;
-  }
-  if (strcmp(key, "name") == 0) {
-    snprintf(env, sizeof(env), "BAGUA_ALGORITHM");
-    /* Until the registry declares BAGUA_ALGORITHM, the launcher knows the names itself. */
-    int ok = 0;
-    for (size_t i = 0; i < sizeof(k_algorithms) / sizeof(k_algorithms[0]); i++)
-      ok |= strcmp(value, k_algorithms[i]) == 0;
-    if (!ok) {
-      fail(c, "key \"name\" in [algorithm]: \"%s\" is not an algorithm; accepted: %s", value,
-           ALGORITHMS_ACCEPTED);
-      return;
-    }
-  } else {
+  char what[LAUNCH_ERR_LEN], keys[256];
+  int i = algo_find(key, 0);
+  if (i < 0) {
+    /* A registry parameter of another kind (net_nstreams) is a variable like any other: say
+     * where it goes instead. */
+    char env[96];
     int n = snprintf(env, sizeof(env), "BAGUA_");
     for (const char *p = key; *p && (size_t)n + 1 < sizeof(env); p++)
       env[n++] = (char)toupper((unsigned char)*p);
     env[n] = '\0';
+    algo_keys(keys, sizeof(keys));
+    int j = algo_find(env, 1);
+    char alias[64];
+    if (j >= 0) algo_key((size_t)j, alias, sizeof(alias));
+    if (j >= 0)
+      fail(c, "key \"%s\" in [algorithm]: unknown key; accepted: %s (%s is key \"%s\")", key, keys,
+           env, alias);
+    else if (bagua__param_find(env) >= 0)
+      fail(c,
+           "key \"%s\" in [algorithm]: %s is not an algorithm option; accepted: %s (set %s in "
+           "[env])",
+           key, env, keys, env);
+    else
+      fail(c, "key \"%s\" in [algorithm]: unknown key; accepted: %s", key, keys);
+    return;
   }
+  const char *env = bagua__param_env_name(k_algo_params[i]);
   if (bagua__launch_check_var(env, value, what, sizeof(what)) != 0) {
     fail(c, "key \"%s\" in [algorithm]: %s", key, what);
     return;
   }
   add_var(c, &c->l->algo, &c->l->nalgo, env, key, value);
+}
+
+/* [env] NAME = VALUE: any variable the workers may get, except an algorithm option, whose one
+ * place is [algorithm] (two places would need a rule for which wins). */
+static void handle_env(ini_ctx_t *c, const char *name, const char *value) {
+  char what[LAUNCH_ERR_LEN], key[64];
+  int i = algo_find(name, 1);
+  if (i >= 0) {
+    algo_key((size_t)i, key, sizeof(key));
+    fail(c, "key \"%s\" in [env]: %s is an algorithm option; accepted: key \"%s\" in [algorithm]",
+         name, name, key);
+  } else if (bagua__launch_check_var(name, value, what, sizeof(what)) != 0) {
+    fail(c, "key \"%s\" in [env]: %s", name, what);
+  } else {
+    add_var(c, &c->l->env, &c->l->nenv, name, name, value);
+  }
 }
 
 static int handler(void *user, const char *section, const char *name, const char *value) {
@@ -262,10 +324,8 @@ static int handler(void *user, const char *section, const char *name, const char
     handle_job(c, section, name, value);
   else if (strcmp(section, "algorithm") == 0)
     handle_algorithm(c, name, value);
-  else if (bagua__launch_check_var(name, value, what, sizeof(what)) != 0)
-    fail(c, "key \"%s\" in [env]: %s", name, what);
   else
-    add_var(c, &c->l->env, &c->l->nenv, name, name, value);
+    handle_env(c, name, value);
   return c->err_line ? 0 : 1;
 }
 

@@ -7,7 +7,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "bagua/params.h"
 #include "dataset.h"
 
 #define PROG "fashion_mnist"
@@ -61,7 +63,7 @@ static const opt_spec_t specs[] = {
      "evaluate on the first N test examples only (0: all)"},
     {"--algorithm", "NAME", V_REQUIRED,
      "gradient_allreduce, bytegrad, decentralized, low_precision_decentralized, qadam, async", 0, 0,
-     "communication algorithm (gradient_allreduce)"},
+     "communication algorithm (BAGUA_ALGORITHM, else gradient_allreduce)"},
     {"--hierarchical", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off",
      ALL_ALGS & ~ALG(FM_ALG_ASYNC), FM_OPT_HIERARCHICAL,
      "communicate within nodes first (on, except for gradient_allreduce)"},
@@ -204,7 +206,8 @@ static int apply(const opt_spec_t *s, const char *v, fm_options_t *o) {
       o->limit_test = l;
   } else if (!strcmp(n, "--algorithm")) {
     for (int a = 0; a < FM_ALG__COUNT; a++) {
-      if (!strcmp(v, alg_names[a])) return o->algorithm = (fm_algorithm_t)a, 0;
+      if (!strcmp(v, alg_names[a]))
+        return o->algorithm = (fm_algorithm_t)a, o->algorithm_given = 1, 0;
     }
     return -1;
   } else if (!strcmp(n, "--hierarchical")) {
@@ -252,6 +255,20 @@ static void set_defaults(fm_options_t *o) {
   o->seed = 1;
   o->data_dir = FM_DEFAULT_DATA_DIR;
   o->algorithm = FM_ALG_GRADIENT_ALLREDUCE;
+}
+
+/*
+ * Without --algorithm the algorithm is the one libbagua will run: BAGUA_ALGORITHM's (what
+ * bagua-launch exports for [algorithm] name), read through the parameter registry, which has
+ * already checked it (any case; NULL when unset or invalid, and libbagua then refuses an
+ * invalid value by name). The example needs to know it for its own choices (the optimizer,
+ * qadam's learning rate and warm-up), but leaves config.algorithm unset, so that libbagua
+ * applies the variable itself and the flag > environment > default rule has one owner.
+ */
+static void algorithm_from_env(fm_options_t *o) {
+  const char *env = bagua_param_get("BAGUA_ALGORITHM");
+  for (int a = 0; env && a < FM_ALG__COUNT; a++)
+    if (!strcasecmp(env, alg_names[a])) o->algorithm = (fm_algorithm_t)a;
 }
 
 /* Bagua's defaults for the options the user left out, which depend on the algorithm. */
@@ -335,6 +352,7 @@ int fm_cli_parse(int argc, char **argv, fm_options_t *o, FILE *out, FILE *err) {
     if (apply(s, value, o) != 0) return bad(err, s, value);
     o->given |= s->bit;
   }
+  if (!o->algorithm_given) algorithm_from_env(o);
   /* Algorithm options are checked once the algorithm is known, wherever it was given. */
   for (size_t k = 0; k < NSPECS; k++) {
     const opt_spec_t *s = &specs[k];

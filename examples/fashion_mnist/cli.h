@@ -33,6 +33,9 @@ typedef struct {
   int batch_size; /* per rank */
   double lr, momentum, weight_decay;
   int lr_given; /* --lr appeared: qadam otherwise takes its own Adam-scale default */
+  /* --algorithm appeared. Without it the algorithm is BAGUA_ALGORITHM's (bagua-launch's
+   * [algorithm] name), else gradient_allreduce, and the library is left to apply it. */
+  int algorithm_given;
   int hidden[FM_MAX_HIDDEN];
   int nhidden;
   uint64_t seed;
@@ -40,7 +43,8 @@ typedef struct {
   long limit_train;     /* 0: all examples */
   long limit_test;      /* 0: all examples */
   /* Algorithm and its options; after parsing, options the user did not give hold the
-   * algorithm's default (Bagua's defaults, see docs/fashion_mnist.md). */
+   * algorithm's default (Bagua's defaults, see docs/fashion_mnist.md). The library is handed
+   * only the options given (`given`), so that BAGUA_* variables fill in the rest. */
   fm_algorithm_t algorithm;
   int hierarchical;
   fm_peer_mode_t peer_mode;

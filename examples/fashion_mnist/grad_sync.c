@@ -5,6 +5,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "bagua/params.h"
 
 struct fm_grad_sync {
   bagua_comm_t *comm;
@@ -30,15 +33,18 @@ static bagua_status_t create(bagua_comm_t *comm, bagua_elastic_t *e, fm_mlp_t *m
 void fm_grad_sync_ddp_config(const fm_options_t *o, long total_steps, bagua_ddp_config_t *cfg) {
   bagua_ddp_config_t init = BAGUA_DDP_CONFIG_INIT;
   *cfg = init;
-  cfg->algorithm = fm_algorithm_name(o->algorithm);
+  /* Only what the command line gave: the fields left unset take bagua-launch's [algorithm]
+   * settings (BAGUA_ALGORITHM, BAGUA_COMMUNICATION_INTERVAL, ...) inside libbagua, else
+   * Bagua's defaults, which are the ones fm_options_t holds for the report. */
+  cfg->algorithm = o->algorithm_given ? fm_algorithm_name(o->algorithm) : NULL;
   cfg->bucket_bytes = (int64_t)(o->bucket_mb * 1024 * 1024);
   cfg->hierarchical = (o->given & FM_OPT_HIERARCHICAL) ? o->hierarchical : -1;
   if (o->given & FM_OPT_PEER_MODE) cfg->peer_mode = fm_peer_mode_name(o->peer_mode);
-  cfg->comm_interval = o->comm_interval;
-  cfg->error_feedback = o->error_feedback;
+  if (o->given & FM_OPT_COMM_INTERVAL) cfg->comm_interval = o->comm_interval;
+  if (o->given & FM_OPT_ERROR_FEEDBACK) cfg->error_feedback = o->error_feedback;
   if (o->given & FM_OPT_WARMUP_STEPS) {
     cfg->warmup_steps = (int)o->warmup_steps;
-  } else if (o->algorithm == FM_ALG_QADAM) {
+  } else if (o->algorithm == FM_ALG_QADAM && !bagua_param_get("BAGUA_WARMUP_STEPS")) {
     /* Bagua's tutorial: warm up for about 20% of training. With its fixed 100 steps the
      * variance frozen at the switch is still tiny for weights of rarely active units, and the
      * compressed momentum's quantization noise divided by it blew this MLP up (loss NaN in the
@@ -46,7 +52,7 @@ void fm_grad_sync_ddp_config(const fm_options_t *o, long total_steps, bagua_ddp_
     long w = total_steps / 5;
     cfg->warmup_steps = (int)(w < 100 ? 100 : w);
   }
-  cfg->sync_interval_ms = o->sync_interval_ms;
+  if (o->given & FM_OPT_SYNC_INTERVAL_MS) cfg->sync_interval_ms = o->sync_interval_ms;
   cfg->optimizer = optimizer_for(o);
   if (o->algorithm == FM_ALG_QADAM) {
     /* QAdam is Adam: the SGD default rate is far too large for it. Bagua's 1e-3 also
@@ -87,6 +93,14 @@ static bagua_status_t create(bagua_comm_t *comm, bagua_elastic_t *e, fm_mlp_t *m
     fm_grad_sync_ddp_config(o, total_steps, &cfg);
     st = bagua_ddp_create(comm, &cfg, &s->ddp);
     if (st != BAGUA_OK) goto fail;
+    /* The optimizer and learning rate above were chosen for o->algorithm: libbagua must run
+     * that one (both read BAGUA_ALGORITHM when --algorithm is absent). */
+    if (strcmp(bagua_ddp_algorithm(s->ddp), fm_algorithm_name(o->algorithm)) != 0) {
+      fprintf(stderr, "fashion_mnist: libbagua runs %s, the example prepared for %s\n",
+              bagua_ddp_algorithm(s->ddp), fm_algorithm_name(o->algorithm));
+      st = BAGUA_ERR_INTERNAL;
+      goto fail;
+    }
     /* Backward order: the last layer's gradient is ready first. Copy mode keeps the model's
      * own arrays: the library copies gradients in and writes weights back after each step. */
     for (int l = model->nlayers - 1; l >= 0; l--) {

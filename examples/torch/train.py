@@ -4,6 +4,7 @@
 Run it under bagua-launch or torchrun (or alone, one rank):
 
     bagua-launch --nproc-per-node 2 examples/torch/train.py --algorithm bytegrad
+    bagua-launch --config job.ini examples/torch/train.py    # [algorithm] name = bytegrad
     torchrun --nproc_per_node 2 examples/torch/train.py --ddp        # plain torch DDP (Gloo)
 
 The data are Debian's dataset-fashion-mnist IDX files (no download). The last line of every
@@ -102,7 +103,9 @@ def evaluate(model, ds):
 
 def parse():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--algorithm", default="gradient_allreduce", choices=ALGORITHMS)
+    ap.add_argument("--algorithm", default=None, choices=ALGORITHMS,
+                    help="default: BAGUA_ALGORITHM (bagua-launch's [algorithm] name, with the "
+                         "option variables of that section), else gradient_allreduce")
     ap.add_argument("--ddp", action="store_true",
                     help="plain torch.nn.parallel.DistributedDataParallel over Gloo instead")
     ap.add_argument("--plain", action="store_true",
@@ -122,11 +125,24 @@ def parse():
     ap.add_argument("--no-flatten", action="store_true", help="with_bagua(do_flatten=False)")
     ap.add_argument("--fuse", action="store_true",
                     help="bagua.contrib.fuse_optimizer(...) and optimizer.fuse_step()")
-    ap.add_argument("--sync-interval-ms", type=int, default=50, help="async algorithm")
+    ap.add_argument("--sync-interval-ms", type=int, default=None,
+                    help="async algorithm (default 50; without --algorithm, "
+                         "BAGUA_SYNC_INTERVAL_MS wins over it)")
     ap.add_argument("--elastic", action="store_true",
                     help="in-process elastic training (bagua.torch_api.elastic) under "
                          "bagua-launch --nnodes MIN:MAX: survives nodes dying and joining")
     args = ap.parse_args()
+    # Without --algorithm the launcher's choice applies (flag > environment > default); the
+    # torch-only modes never load bagua, so they never read it.
+    args.algorithm_from_env = args.algorithm is None and not (args.ddp or args.plain)
+    if args.algorithm is None:
+        args.algorithm = "gradient_allreduce"
+        if args.algorithm_from_env:
+            from bagua.torch_api import algorithms
+            try:
+                args.algorithm = algorithms.name_from_env() or args.algorithm
+            except ValueError as e:
+                ap.error(str(e))
     if args.plain and (args.ddp or args.elastic or args.fuse):
         ap.error("--plain runs without any data parallelism: not with --ddp, --elastic, --fuse")
     if args.elastic and (args.ddp or args.fuse or args.algorithm in ("qadam", "async")):
@@ -152,7 +168,9 @@ def main_elastic(args):
                                               seed=args.seed, drop_last=True)
     model = CNN() if args.model == "cnn" else WideMLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr or 0.05, momentum=0.9)
-    model = model.with_bagua([optimizer], algorithms.from_name(args.algorithm))
+    algorithm = (algorithms.from_env() if args.algorithm_from_env
+                 else algorithms.from_name(args.algorithm))
+    model = model.with_bagua([optimizer], algorithm)
     state = elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, step=0,
                                samples_seen=0, seen=torch.zeros(n, dtype=torch.int16))
 
@@ -250,11 +268,19 @@ def main():
         from bagua.torch_api import algorithms
         if args.fuse:
             optimizer = bagua.contrib.fuse_optimizer(optimizer)
-        if qadam:
+        if args.algorithm_from_env:
+            # The launcher's algorithm and options; a flag still wins, and the script's own
+            # async period (50 ms) gives way to BAGUA_SYNC_INTERVAL_MS.
+            flags = {}
+            if args.sync_interval_ms is not None and args.algorithm == "async":
+                flags["sync_interval_ms"] = args.sync_interval_ms
+            algorithm = algorithms.from_env(optimizer, defaults={"sync_interval_ms": 50},
+                                            **flags)
+        elif qadam:
             algorithm = algorithms.q_adam.QAdamAlgorithm(optimizer)
         elif args.algorithm == "async":
             algorithm = algorithms.AsyncModelAverageAlgorithm(
-                sync_interval_ms=args.sync_interval_ms)
+                sync_interval_ms=args.sync_interval_ms or 50)
         else:
             algorithm = algorithms.from_name(args.algorithm)
         model = model.with_bagua([optimizer], algorithm,
@@ -295,7 +321,8 @@ def main():
     print(f"rank {rank}: {step} steps in {secs:.2f} s, {samples * world / secs:.0f} samples/s, "
           f"fwd+bwd {t_fb / max(step, 1) * 1e3:.2f} ms/step (of which waiting for communication "
           f"{wait_s / max(step, 1) * 1e3:.2f} ms), {sent / max(step, 1):.0f} bytes/step, "
-          f"loop {t_loop / max(step, 1) * 1e3:.3f} ms/step", flush=True)
+          f"loop {t_loop / max(step, 1) * 1e3:.3f} ms/step"
+          + (f", algorithm {algorithm.name}" if use_bagua else ""), flush=True)
     print(f"final rank={rank} step={step} params_crc={params_crc(net):08x} test_acc={acc:.4f}",
           flush=True)
     return 0

@@ -65,33 +65,45 @@ typedef struct bagua_ddp_s bagua_ddp_t;
 
 /*
  * Settings. Initialise with BAGUA_DDP_CONFIG_INIT, then override fields. A field left at its
- * "unset" value takes the default named here. Unknown names and out-of-range values make
- * bagua_ddp_create() return BAGUA_ERR_INVALID_ARG with a warning (bagua_last_error()) that
- * names the field and what it accepts.
+ * "unset" value (the value BAGUA_DDP_CONFIG_INIT gives it) takes the value of the BAGUA_*
+ * variable named here when the environment sets it (bagua-launch exports its INI file's
+ * [algorithm] section as these variables), else the default named here. A field the program
+ * sets wins over the environment: precedence is program > environment > INI > default
+ * (docs/configuration.md). A variable whose option does not apply to the algorithm that runs
+ * (BAGUA_SYNC_INTERVAL_MS with bytegrad) is ignored. Unknown names and out-of-range values
+ * make bagua_ddp_create() return BAGUA_ERR_INVALID_ARG with a warning (bagua_last_error())
+ * that names the field and what it accepts; so does any BAGUA_* variable with a bad value,
+ * named with its value and what it accepts.
  */
 typedef struct {
   size_t struct_size; /* sizeof(bagua_ddp_config_t), for ABI growth */
-  /* "gradient_allreduce" (NULL), "bytegrad", "decentralized", "low_precision_decentralized",
-   * "qadam" or "async". */
+  /* "gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam"
+   * or "async"; NULL: BAGUA_ALGORITHM, else "gradient_allreduce". bagua_ddp_algorithm() tells
+   * which one runs. */
   const char *algorithm;
   /* Bytes per bucket; 0: BAGUA_BUCKET_SIZE (10 MiB). Tensors are fused greedily in
    * registration order and a bucket closes once it holds at least this many bytes. */
   int64_t bucket_bytes;
-  /* -1: the algorithm's default as in Bagua (0 for gradient_allreduce and async, 1 for the
-   * others); 1: reduce within each node, run the algorithm among node leaders, broadcast
-   * within each node; 0: run it among all ranks. */
+  /* -1: BAGUA_HIERARCHICAL, else the algorithm's default as in Bagua (0 for
+   * gradient_allreduce and async, 1 for the others); 1: reduce within each node, run the
+   * algorithm among node leaders, broadcast within each node; 0: run it among all ranks. */
   int hierarchical;
-  /* decentralized: "all" (NULL), "shift_one" (one peer per step, any number of ranks) or
-   * "ring" (both ring neighbours); low_precision_decentralized accepts only "ring" (NULL). */
+  /* decentralized: "all", "shift_one" (one peer per step, any number of ranks) or "ring"
+   * (both ring neighbours); NULL: BAGUA_PEER_SELECTION_MODE, else "all".
+   * low_precision_decentralized accepts only "ring" (NULL). */
   const char *peer_mode;
-  /* decentralized and low_precision_decentralized: communicate every this many steps. */
+  /* decentralized and low_precision_decentralized: communicate every this many steps (>= 1);
+   * -1: BAGUA_COMMUNICATION_INTERVAL, else 1. */
   int comm_interval;
-  /* bytegrad and qadam: 1 carries each quantization's error into the next step. */
+  /* bytegrad and qadam: 1 carries each quantization's error into the next step, 0 does not;
+   * -1: BAGUA_ERROR_FEEDBACK, else 0. */
   int error_feedback;
-  /* qadam: steps of plain allreduce + Adam before compressed momentum (-1: 100);
-   * async: steps of gradient allreduce before background averaging starts (-1: 0). */
+  /* qadam: steps of plain allreduce + Adam before compressed momentum; async: steps of
+   * gradient allreduce before background averaging starts. -1: BAGUA_WARMUP_STEPS, else 100
+   * for qadam and 0 for async. */
   int warmup_steps;
-  /* async: milliseconds between averaging rounds of the background thread. */
+  /* async: milliseconds between averaging rounds of the background thread (1 .. 3600000);
+   * -1: BAGUA_SYNC_INTERVAL_MS, else 500. */
   int sync_interval_ms;
   /* Optimizer run by bagua_ddp_step() over the flat buffers: "sgd" (NULL), "adam", "adamw",
    * "none" (the caller's own, see bagua_ddp_wait());
@@ -133,12 +145,15 @@ typedef struct {
 } bagua_ddp_config_t;
 
 /* The defaults, field by field; a field not named here starts at 0 or NULL. C++ callers (no
- * designated initialisers before C++20) use bagua_ddp_config_init() instead. */
-#define BAGUA_DDP_CONFIG_INIT                                                                    \
-  {                                                                                              \
-    .struct_size = sizeof(bagua_ddp_config_t), .hierarchical = -1, .comm_interval = 1,           \
-    .warmup_steps = -1, .sync_interval_ms = 500, .lr = -1.0, .weight_decay = -1.0, .beta1 = 0.9, \
-    .beta2 = 0.999, .eps = 1e-8, .cuda_device = -1                                               \
+ * designated initialisers before C++20) use bagua_ddp_config_init() instead. The fields
+ * comm_interval, error_feedback and sync_interval_ms start "unset" (-1) so that the
+ * environment can fill them; a program built against an older header, where they started at
+ * 1, 0 and 500, passes those as set by the program and behaves exactly as before. */
+#define BAGUA_DDP_CONFIG_INIT                                                           \
+  {                                                                                     \
+    .struct_size = sizeof(bagua_ddp_config_t), .hierarchical = -1, .comm_interval = -1, \
+    .error_feedback = -1, .warmup_steps = -1, .sync_interval_ms = -1, .lr = -1.0,       \
+    .weight_decay = -1.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .cuda_device = -1  \
   }
 
 /* Fills *cfg with the defaults of BAGUA_DDP_CONFIG_INIT (for callers that cannot use the
@@ -304,8 +319,26 @@ BAGUA_EXTERN BAGUA_DEPRECATED("bagua_ddp_async_pause") bagua_status_t
 struct bagua_elastic_s;
 BAGUA_EXTERN bagua_status_t bagua_ddp_elastic_attach(bagua_ddp_t *ddp, struct bagua_elastic_s *e);
 
+/*
+ * The name of the algorithm the context runs ("gradient_allreduce", ...), after config.algorithm
+ * or BAGUA_ALGORITHM was applied, so that a program that leaves the choice to its launcher can
+ * report what it runs. NULL for a NULL context. The string is static. Does not block.
+ */
+BAGUA_EXTERN const char *bagua_ddp_algorithm(const bagua_ddp_t *ddp);
+
 /* Copies this rank's counters into *out (fields up to out->struct_size). Does not block. */
 BAGUA_EXTERN bagua_status_t bagua_ddp_stats(const bagua_ddp_t *ddp, bagua_ddp_stats_t *out);
+
+/*
+ * Progress reports (docs/observability.md). Under bagua-agent every completed
+ * bagua_ddp_step() is recorded in a small shared file the agent publishes (a few stores, no
+ * system call). These tell it what a step count cannot: the total steps the program will run
+ * (for the launcher's ETA; 0: unknown; overrides BAGUA_TOTAL_STEPS; 0..2^52) and samples
+ * processed (added to a running count). Training thread only; do not block;
+ * BAGUA_ERR_INVALID_ARG for a NULL context or a value out of range.
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_set_total_steps(bagua_ddp_t *ddp, int64_t total_steps);
+BAGUA_EXTERN bagua_status_t bagua_ddp_add_samples(bagua_ddp_t *ddp, int64_t samples);
 
 /*
  * Thread-safe, never blocks: aborts the context's communicators so that communication in

@@ -117,8 +117,8 @@ static int mode_success(int env_wins) {
   snprintf(ini, sizeof(ini), "%s/job.ini", g_dir);
   snprintf(outf, sizeof(outf), "%s/workers.txt", g_dir);
   write_file(ini,
-             "[job]\nnproc_per_node = 3\n[algorithm]\nname = bytegrad\nnet_nstreams = 3\n"
-             "[env]\nFOO = bar baz\n",
+             "[job]\nnproc_per_node = 3\n[algorithm]\nname = bytegrad\n"
+             "[env]\nFOO = bar baz\nBAGUA_NET_NSTREAMS = 3\n",
              0);
   snprintf(script, sizeof(script),
            "echo \"W $RANK/$WORLD_SIZE FOO=$FOO ALG=$BAGUA_ALGORITHM NS=$BAGUA_NET_NSTREAMS\" "
@@ -527,6 +527,10 @@ static int mode_etcd_fails(void) {
 }
 
 int main(int argc, char **argv) {
+  /* Run inside a Slurm allocation (a CI runner may be), the launcher would start agents
+   * through srun: these tests start them locally. */
+  unsetenv("SLURM_JOB_ID");
+  unsetenv("SLURM_JOB_NODELIST");
   if (argc < 4) TEST_FAIL("usage: %s MODE LAUNCHER FAKE_AGENT", argv[0]);
   const char *mode = argv[1];
   g_launcher = argv[2];

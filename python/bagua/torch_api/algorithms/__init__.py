@@ -1,4 +1,10 @@
-"""Bagua's six algorithms for ``model.with_bagua()``, with upstream's class names."""
+"""Bagua's six algorithms for ``model.with_bagua()``, with upstream's class names.
+
+:func:`from_env` builds the algorithm a launcher chose: bagua-launch exports its INI file's
+``[algorithm]`` section as ``BAGUA_ALGORITHM`` and the ``BAGUA_*`` option variables
+(docs/configuration.md), so a script that calls ``from_env()`` runs what the configuration
+says without any code of its own.
+"""
 
 from bagua.torch_api.algorithms import (
     async_model_average, base, bytegrad, decentralized, gradient_allreduce, q_adam)
@@ -9,12 +15,13 @@ from bagua.torch_api.algorithms.decentralized import (
     DecentralizedAlgorithm, LowPrecisionDecentralizedAlgorithm)
 from bagua.torch_api.algorithms.gradient_allreduce import GradientAllReduceAlgorithm
 from bagua.torch_api.algorithms.q_adam import QAdamAlgorithm, QAdamOptimizer
+from bagua.torch_api.algorithms import _env
 
 __all__ = [
     "async_model_average", "base", "bytegrad", "decentralized", "gradient_allreduce", "q_adam",
     "Algorithm", "AsyncModelAverageAlgorithm", "ByteGradAlgorithm", "DecentralizedAlgorithm",
     "LowPrecisionDecentralizedAlgorithm", "GradientAllReduceAlgorithm", "QAdamAlgorithm",
-    "QAdamOptimizer", "from_name",
+    "QAdamOptimizer", "from_name", "from_env", "name_from_env",
 ]
 
 _BY_NAME = {
@@ -32,3 +39,52 @@ def from_name(name, **kwargs):
     except KeyError:
         raise ValueError(f"algorithm {name!r} is unknown; accepted: "
                          f"{', '.join(sorted(_BY_NAME))}, qadam") from None
+
+
+def name_from_env():
+    """The algorithm named by ``BAGUA_ALGORITHM`` (bagua-launch's ``[algorithm] name``), or
+    None when it is not set. Raises ValueError when it is set to something else than one of
+    libbagua's algorithm names."""
+    return _env.algorithm_name()
+
+
+def from_env(optimizer=None, defaults=None, **options):
+    """The algorithm the environment configures, built with its options.
+
+    The algorithm is ``BAGUA_ALGORITHM``, else ``gradient_allreduce``. Its constructor gets,
+    in this order of precedence: ``options`` (the program's own settings, as a command-line
+    flag would give them), then the option variables that apply to it --
+    ``BAGUA_HIERARCHICAL``, ``BAGUA_PEER_SELECTION_MODE`` (decentralized),
+    ``BAGUA_COMMUNICATION_INTERVAL`` (decentralized, low_precision_decentralized),
+    ``BAGUA_WARMUP_STEPS`` (async; for qadam it sets the optimizer's ``warmup_steps``),
+    ``BAGUA_SYNC_INTERVAL_MS`` (async), ``BAGUA_ERROR_FEEDBACK`` (bytegrad) -- then
+    ``defaults`` (the program's own defaults), then upstream's defaults. Variables and
+    ``defaults`` of options the algorithm does not have are ignored, as libbagua does.
+    ``BAGUA_BUCKET_SIZE`` and qadam's ``BAGUA_ERROR_FEEDBACK`` are read by libbagua itself.
+
+    Args:
+        optimizer: the :class:`QAdamOptimizer` of the model when the environment may choose
+            qadam (which brings its own optimizer); ignored by the other algorithms.
+        defaults: a dict of constructor arguments that the environment overrides, e.g.
+            ``{"sync_interval_ms": 50}``; entries the chosen algorithm does not take are
+            ignored.
+        **options: constructor arguments that win over the environment.
+
+    Raises:
+        ValueError: a variable is set to a value libbagua's registry refuses (the message
+            names it, its value and what is accepted), or qadam is chosen without a
+            QAdamOptimizer.
+    """
+    name = _env.algorithm_name() or "gradient_allreduce"
+    kwargs = _env.applicable(name, defaults or {})
+    kwargs.update(_env.options(name))
+    kwargs.update(options)
+    if name == "qadam":
+        if not isinstance(optimizer, QAdamOptimizer):
+            raise ValueError("BAGUA_ALGORITHM=qadam needs the model's QAdamOptimizer: "
+                             "from_env(optimizer=QAdamOptimizer(model.parameters()))")
+        warmup = kwargs.pop("warmup_steps", None)
+        if warmup is not None:
+            optimizer.warmup_steps = int(warmup)
+        return QAdamAlgorithm(optimizer, **kwargs)
+    return _BY_NAME[name](**kwargs)
