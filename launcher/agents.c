@@ -76,8 +76,10 @@ static int push_kv(bagua__launch_argv_t *a, const char *flag, const char *value)
 }
 
 /* The agent's own command line (contract in docs/launcher.md). */
+/* `slot`: this agent's index among the agents on its host, which offsets its metrics port so
+ * that agents sharing a host do not collide. */
 static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
-                      const char *endpoint, int nproc, const char *node_id, int env_stdin,
+                      const char *endpoint, int nproc, const char *node_id, int slot, int env_stdin,
                       bagua__launch_argv_t *a) {
   char num[32];
   int rc = push(a, agent_path);
@@ -98,6 +100,11 @@ static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
   for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
     rc = rc || push_kv(a, pass[i].flag, cfg->v[pass[i].s].s);
   if (cfg->v[LS_LOG_DIR].s[0]) rc = rc || push_kv(a, "--log-dir", cfg->v[LS_LOG_DIR].s);
+  if (cfg->v[LS_METRICS_PORT].i > 0) {
+    snprintf(num, sizeof(num), "%lld", (long long)(cfg->v[LS_METRICS_PORT].i + slot));
+    rc = rc || push_kv(a, "--metrics-port", num) ||
+         push_kv(a, "--metrics-addr", cfg->v[LS_METRICS_ADDR].s);
+  }
   rc = rc || push(a, "--");
   for (int i = 0; i < cfg->program.n; i++) rc = rc || push(a, cfg->program.v[i]);
   return rc ? -1 : 0;
@@ -363,20 +370,66 @@ out:
   return rc;
 }
 
+/*
+ * Fills one agent entry for host `h` (NULL: the single local agent) with node id `node_id`
+ * (NULL: the agent chooses). `warn_tty` prints the warning about a terminal-allocating remote
+ * command (once per launch).
+ */
+static int build_one(const bagua__launch_config_t *cfg, const char *agent_path,
+                     const char *endpoint, const bagua__launch_host_t *h, const char *node_id,
+                     int slot, int warn_tty, bagua__launch_agent_t *a, char *err, size_t errlen) {
+  a->err_fd = -1;
+  a->host = strdup(h ? h->name : "localhost");
+  a->node_id = node_id ? strdup(node_id) : NULL;
+  a->local = h ? h->local : 1;
+  a->agent_path = strdup(agent_path);
+  a->endpoint = strdup(endpoint);
+  if (!a->host || (node_id && !a->node_id) || !a->agent_path || !a->endpoint) goto oom;
+  int nproc = h ? h->nproc : (int)cfg->v[LS_NPROC].i;
+  a->nproc = nproc;
+  if (a->local) {
+    if (agent_argv(cfg, agent_path, endpoint, nproc, node_id, slot, 0, &a->argv) != 0) goto oom;
+    return 0;
+  }
+  const int tty = template_has_tty(cfg->v[LS_REMOTE_CMD].s);
+  if (tty && cfg->nenv > 0 && warn_tty)
+    bagua__say(LAUNCH_TOOL,
+               "warning: --remote-cmd allocates a terminal (ssh -t), which would echo the "
+               "agent's stdin: the [env] and -x values go on the remote command line instead, "
+               "where ps on that host shows them");
+  if (!tty && env_block(cfg, &a->stdin_data, &a->stdin_len) != 0) goto oom;
+  bagua__launch_argv_t cmd = {0};
+  if (push(&cmd, "env") || env_words(cfg, tty, &cmd) ||
+      agent_argv(cfg, agent_path, endpoint, nproc, node_id, slot, a->stdin_len > 0, &cmd)) {
+    bagua__launch_argv_free(&cmd);
+    goto oom;
+  }
+  int rc = wrap_remote(cfg->v[LS_REMOTE_CMD].s, h->name, &cmd, &a->argv, err, errlen);
+  bagua__launch_argv_free(&cmd);
+  return rc;
+oom:
+  snprintf(err, errlen, "bagua-launch: out of memory");
+  return -1;
+}
+
 int bagua__launch_build_agents(const bagua__launch_config_t *cfg, const char *agent_path,
                                const char *endpoint, bagua__launch_agent_t **out, char *err,
                                size_t errlen) {
   int n = cfg->nhosts ? cfg->nhosts : 1;
   bagua__launch_agent_t *a = calloc((size_t)n, sizeof(*a));
-  if (!a) goto oom;
+  if (!a) {
+    snprintf(err, errlen, "bagua-launch: out of memory");
+    return -1;
+  }
   for (int i = 0; i < n; i++) a[i].err_fd = -1;
   for (int i = 0; i < n; i++) {
     const bagua__launch_host_t *h = cfg->nhosts ? &cfg->hosts[i] : NULL;
     char node[BAGUA_ID_MAX_LEN + 1];
     const char *node_id = NULL;
+    int index = 0;
     if (h) {
       /* Each agent is one node; a host listed twice gets "-0", "-1", ... suffixes. */
-      int dup = 0, index = 0;
+      int dup = 0;
       for (int k = 0; k < cfg->nhosts; k++) {
         if (strcmp(cfg->hosts[k].name, h->name) != 0) continue;
         if (k < i) index++;
@@ -391,52 +444,46 @@ int bagua__launch_build_agents(const bagua__launch_config_t *cfg, const char *ag
     } else if (cfg->v[LS_NODE_ID].s[0]) {
       node_id = cfg->v[LS_NODE_ID].s;
     }
-    a[i].host = strdup(h ? h->name : "localhost");
-    a[i].node_id = node_id ? strdup(node_id) : NULL;
-    a[i].local = h ? h->local : 1;
-    if (!a[i].host || (node_id && !a[i].node_id)) goto oom;
-    int nproc = h ? h->nproc : (int)cfg->v[LS_NPROC].i;
-    if (a[i].local) {
-      if (agent_argv(cfg, agent_path, endpoint, nproc, node_id, 0, &a[i].argv) != 0) goto oom;
-      continue;
-    }
-    const int tty = template_has_tty(cfg->v[LS_REMOTE_CMD].s);
-    if (tty && cfg->nenv > 0 && i == 0)
-      bagua__say(LAUNCH_TOOL,
-                 "warning: --remote-cmd allocates a terminal (ssh -t), which would echo the "
-                 "agent's stdin: the [env] and -x values go on the remote command line instead, "
-                 "where ps on that host shows them");
-    if (!tty && env_block(cfg, &a[i].stdin_data, &a[i].stdin_len) != 0) goto oom;
-    bagua__launch_argv_t cmd = {0};
-    if (push(&cmd, "env") || env_words(cfg, tty, &cmd) ||
-        agent_argv(cfg, agent_path, endpoint, nproc, node_id, a[i].stdin_len > 0, &cmd)) {
-      bagua__launch_argv_free(&cmd);
-      goto oom;
-    }
-    int rc = wrap_remote(cfg->v[LS_REMOTE_CMD].s, h->name, &cmd, &a[i].argv, err, errlen);
-    bagua__launch_argv_free(&cmd);
-    if (rc != 0) {
+    if (build_one(cfg, agent_path, endpoint, h, node_id, index, i == 0, &a[i], err, errlen) != 0) {
       bagua__launch_free_agents(a, n);
       return -1;
     }
   }
   *out = a;
   return n;
-oom:
-  bagua__launch_free_agents(a, n);
-  snprintf(err, errlen, "bagua-launch: out of memory");
-  return -1;
 }
 
-void bagua__launch_free_agents(bagua__launch_agent_t *a, int n) {
-  if (!a) return;
+int bagua__launch_build_agent(const bagua__launch_config_t *cfg, const char *agent_path,
+                              const char *endpoint, const bagua__launch_host_t *h,
+                              bagua__launch_agent_t *out, char *err, size_t errlen) {
+  char node[BAGUA_ID_MAX_LEN + 1];
+  memset(out, 0, sizeof(*out));
+  /* Discovered hosts are unique, so the node id is the host name (cut to a valid id). */
+  snprintf(node, sizeof(node), "%.*s", BAGUA_ID_MAX_LEN, h->name);
+  if (build_one(cfg, agent_path, endpoint, h, node, 0, 0, out, err, errlen) != 0) {
+    bagua__launch_free_agents_in_place(out, 1);
+    return -1;
+  }
+  return 0;
+}
+
+void bagua__launch_free_agents_in_place(bagua__launch_agent_t *a, int n) {
   for (int i = 0; i < n; i++) {
     bagua__launch_argv_free(&a[i].argv);
     free(a[i].host);
     free(a[i].node_id);
     free(a[i].stdin_data);
+    free(a[i].agent_path);
+    free(a[i].endpoint);
     if (a[i].err_fd >= 0) close(a[i].err_fd);
+    memset(&a[i], 0, sizeof(a[i]));
+    a[i].err_fd = -1;
   }
+}
+
+void bagua__launch_free_agents(bagua__launch_agent_t *a, int n) {
+  if (!a) return;
+  bagua__launch_free_agents_in_place(a, n);
   free(a);
 }
 

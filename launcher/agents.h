@@ -35,6 +35,15 @@ typedef struct {
   int exit_signal;   /* N when it was killed by signal N, else 0 (exit 255 is no signal) */
   int64_t exit_ms;   /* wall-clock time of the exit (ms since the epoch) */
   int64_t exit_mono; /* monotonic time of the exit, for ordering */
+  /* What it was built with, so the supervisor can build more agents alike (discovery). */
+  char *agent_path;
+  char *endpoint;
+  int nproc;
+  /* Host discovery: started by a later run of the script (not at start), and drained (told
+   * to leave because its host vanished from the script's output; its exit is no failure). */
+  int discovered;
+  int draining;
+  int64_t drain_kill_ms; /* monotonic: SIGKILL its process group if still running then */
 } bagua__launch_agent_t;
 
 /*
@@ -53,6 +62,14 @@ int bagua__launch_build_agents(const bagua__launch_config_t *cfg, const char *ag
                                const char *endpoint, bagua__launch_agent_t **out, char *err,
                                size_t errlen);
 void bagua__launch_free_agents(bagua__launch_agent_t *a, int n);
+/* Frees what n entries own without freeing the array (entries are zeroed). */
+void bagua__launch_free_agents_in_place(bagua__launch_agent_t *a, int n);
+
+/* Builds the entry of one more agent, for host `h` found by discovery (node id: the host name).
+ * Returns 0 or -1 with a message. */
+int bagua__launch_build_agent(const bagua__launch_config_t *cfg, const char *agent_path,
+                              const char *endpoint, const bagua__launch_host_t *h,
+                              bagua__launch_agent_t *out, char *err, size_t errlen);
 
 /* Exports the [algorithm] and [env] variables into this process's environment, for the local
  * agents to inherit (a registry parameter already set in the environment keeps its value). */

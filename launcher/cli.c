@@ -10,6 +10,7 @@
 
 #include "bagua/params.h"
 #include "launch.h"
+#include "slurm.h"
 
 /* Options that are not scalar settings. */
 typedef enum {
@@ -52,37 +53,68 @@ static const struct {
 
 /*
  * Spellings from torchrun, mpirun and Horovod: an alias is read as our flag; a hint refuses
- * the flag and names what to use instead (what it set is done another way here).
+ * the flag and names what to use instead (what it set is done another way here). The table in
+ * docs/launcher.md ("Coming from torchrun, mpirun or Horovod") lists them all.
  */
 static const struct {
   const char *flag; /* normalised: "--rdzv-id" stands for --rdzv_id too */
   const char *alias;
   const char *hint;
+  const char *tool; /* whose spelling an alias is, for the origin ("torchrun's --rdzv-id") */
 } k_foreign[] = {
-    {"--rdzv-id", "--job-id", NULL},
-    {"--local-addr", "--node-addr", NULL},
+    {"--rdzv-id", "--job-id", NULL, "torchrun"},
+    {"--local-addr", "--node-addr", NULL, "torchrun"},
     {"--rdzv-backend", NULL,
      "bagua-launch always rendezvous through etcd; accepted: --rdzv-endpoint HOST:PORT, or no "
-     "endpoint for a private etcd"},
+     "endpoint for a private etcd",
+     NULL},
     {"--rdzv-conf", NULL,
      "accepted: --lease-ttl, --rdzv-timeout, --last-call-ms and --settle-ms, or [rendezvous] in "
-     "the --config file"},
+     "the --config file",
+     NULL},
     {"--node-rank", NULL,
      "node ranks come from the rendezvous round (oldest node first); accepted: leave it out, "
      "with one agent per host (--hosts) or --nnodes and the same --rdzv-endpoint and --job-id on "
-     "every node"},
+     "every node",
+     NULL},
     {"--master-addr", NULL,
      "the rendezvous chooses the master (workers still get MASTER_ADDR and MASTER_PORT); "
-     "accepted: --rdzv-endpoint HOST:PORT, or no endpoint for a private etcd"},
+     "accepted: --rdzv-endpoint HOST:PORT, or no endpoint for a private etcd",
+     NULL},
     {"--master-port", NULL,
      "the rendezvous chooses the master (workers still get MASTER_ADDR and MASTER_PORT); "
-     "accepted: --rdzv-endpoint HOST:PORT, or no endpoint for a private etcd"},
-    {"--max-nodes", NULL, "accepted: --nnodes MIN:MAX"},
-    {"--min-nodes", NULL, "accepted: --nnodes MIN:MAX"},
-    {"-np", NULL, "accepted: --hosts HOST:N,... (workers per host) or --nproc-per-node N"},
-    {"-n", NULL, "accepted: --hosts HOST:N,... (workers per host) or --nproc-per-node N"},
-    {"-H", NULL, "accepted: --hosts HOST[:N],..."},
-    {"--host", NULL, "accepted: --hosts HOST[:N],..."},
+     "accepted: --rdzv-endpoint HOST:PORT, or no endpoint for a private etcd",
+     NULL},
+    {"--max-nodes", NULL, "accepted: --nnodes MIN:MAX", NULL},
+    {"--min-nodes", NULL, "accepted: --nnodes MIN:MAX", NULL},
+    {"-np", NULL, "accepted: --hosts HOST:N,... (workers per host) or --nproc-per-node N", NULL},
+    {"-n", NULL, "accepted: --hosts HOST:N,... (workers per host) or --nproc-per-node N", NULL},
+    {"-H", NULL, "accepted: --hosts HOST[:N],...", NULL},
+    {"--host", NULL, "accepted: --hosts HOST[:N],...", NULL},
+    /* Horovod elastic (horovodrun): --host-discovery-script is spelled as ours. */
+    {"--slots-per-host", "--nproc-per-node", NULL, "Horovod"},
+    {"--elastic-timeout", "--rdzv-timeout", NULL, "Horovod"},
+    {"--min-np", NULL,
+     "elasticity counts nodes (agents), not processes; accepted: --nnodes MIN:MAX with "
+     "--nproc-per-node N (or per-host slots)",
+     NULL},
+    {"--max-np", NULL,
+     "elasticity counts nodes (agents), not processes; accepted: --nnodes MIN:MAX with "
+     "--nproc-per-node N (or per-host slots)",
+     NULL},
+    /* torchrun options with no counterpart to set. */
+    {"--monitor-interval", NULL,
+     "bagua-agent watches its workers continuously (signalfd); accepted: leave it out", NULL},
+    {"--redirects", NULL,
+     "worker lines always reach the console prefixed [node/rank]; accepted: --log-dir DIR for "
+     "per-rank files as well",
+     NULL},
+    {"--tee", NULL,
+     "worker lines always reach the console prefixed [node/rank]; accepted: --log-dir DIR for "
+     "per-rank files as well",
+     NULL},
+    {"--start-method", NULL, "bagua-agent always fork-execs each worker; accepted: leave it out",
+     NULL},
 };
 #define NFOREIGN ((int)(sizeof(k_foreign) / sizeof(k_foreign[0])))
 
@@ -175,7 +207,7 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
     for (char *p = flag + 2; *p; p++)
       if (*p == '_') *p = '-';
     const char *value = eq ? eq + 1 : NULL;
-    const char *spelled = NULL; /* a foreign spelling read as one of ours */
+    const char *spelled = NULL, *tool = NULL; /* a foreign spelling read as one of ours */
     for (int k = 0; k < NFOREIGN; k++) {
       if (strcmp(k_foreign[k].flag, flag) != 0) continue;
       if (!k_foreign[k].alias) {
@@ -184,6 +216,7 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
         return LAUNCH_EXIT_USAGE;
       }
       spelled = k_foreign[k].flag;
+      tool = k_foreign[k].tool;
       snprintf(flag, sizeof(flag), "%s", k_foreign[k].alias);
     }
 
@@ -233,7 +266,7 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
         return LAUNCH_EXIT_USAGE;
       }
       if (spelled)
-        bagua__launch_origin_set(&v->origin, LO_FLAG, "%s (torchrun's %s)", flag, spelled);
+        bagua__launch_origin_set(&v->origin, LO_FLAG, "%s (%s's %s)", flag, tool, spelled);
       else
         bagua__launch_origin_set(&v->origin, LO_FLAG, "%s", flag);
       continue;
@@ -326,5 +359,6 @@ int bagua__launch_read_env(bagua__launch_layer_t *l, char *err, size_t errlen) {
     }
     bagua__launch_origin_set(&l->v[s].origin, LO_ENV, "environment %s", d->env);
   }
-  return 0;
+  /* Inside a Slurm allocation the environment also names the hosts (SLURM_JOB_NODELIST). */
+  return bagua__slurm_read_env(l, err, errlen);
 }

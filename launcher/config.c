@@ -18,6 +18,7 @@
 #include "bagua/params.h"
 #include "common/params.h"
 #include "common/time.h"
+#include "discovery.h"
 #include "launch.h"
 
 /* A fresh job id: "bagua-" and 12 hex digits. A random id by default avoids the stale-state
@@ -233,6 +234,53 @@ oom:
   return -1;
 }
 
+/* The value of setting `s` from the highest layer that has one, or NULL. */
+static const bagua__launch_value_t *pick(const bagua__launch_layer_t *const order[3],
+                                         bagua__launch_setting_t s) {
+  for (int k = 0; k < 3; k++)
+    if (order[k]->v[s].set) return &order[k]->v[s];
+  return NULL;
+}
+
+/*
+ * Runs the host discovery script once, before anything starts, and takes its hosts (in the
+ * order printed; the count beyond MAX of --nnodes is trimmed once nnodes is resolved). A
+ * failing script stops the launch with exit 2, as any bad configuration does: at start there
+ * are no current hosts to keep.
+ */
+static int discovery_hosts(const bagua__launch_layer_t *const order[3], bagua__launch_config_t *cfg,
+                           char *err, size_t errlen) {
+  const bagua__launch_value_t *script = pick(order, LS_DISCOVERY_SCRIPT);
+  const bagua__launch_value_t *tv = pick(order, LS_DISCOVERY_TIMEOUT_MS);
+  int timeout = tv ? (int)tv->i : atoi(bagua__launch_desc(LS_DISCOVERY_TIMEOUT_MS)->def);
+  bagua__discovery_host_t *found = NULL;
+  int n = 0;
+  char what[LAUNCH_ERR_LEN];
+  if (bagua__discovery_once(script->s, timeout, &found, &n, what, sizeof(what)) != 0) {
+    snprintf(err, errlen, "bagua-launch: %s (%s)", what, script->origin.text);
+    return -1;
+  }
+  cfg->hosts = calloc((size_t)n, sizeof(*cfg->hosts));
+  if (!cfg->hosts) goto oom;
+  for (int i = 0; i < n; i++) {
+    bagua__launch_host_t *h = &cfg->hosts[i];
+    h->name = found[i].name;
+    found[i].name = NULL;
+    h->nproc = found[i].slots;
+    bagua__launch_origin_set(&h->origin, script->origin.kind, "discovery script, line %d",
+                             found[i].line);
+    cfg->nhosts++;
+  }
+  bagua__launch_origin_set(&cfg->hosts_origin, script->origin.kind,
+                           "host discovery script %.80s (%.60s)", script->s, script->origin.text);
+  bagua__discovery_hosts_free(found, n);
+  return 0;
+oom:
+  bagua__discovery_hosts_free(found, n);
+  snprintf(err, errlen, "bagua-launch: out of memory");
+  return -1;
+}
+
 /* Default-origin notes that say what an empty default means. */
 static const char *default_note(bagua__launch_setting_t s) {
   switch (s) {
@@ -262,8 +310,44 @@ int bagua__launch_resolve(const bagua__launch_layer_t *cli, const bagua__launch_
   const bagua__launch_layer_t *order[3] = {cli, env, ini};
   memset(cfg, 0, sizeof(*cfg));
 
-  /* Hosts: a flag (--hosts or --hostfile) replaces the INI's [hosts] as a whole. */
-  const bagua__launch_layer_t *hl = cli->hosts_set ? cli : ini->hosts_set ? ini : NULL;
+  /*
+   * Hosts come from one source per layer, and the highest layer's source replaces the others
+   * as a whole (flag > environment > INI): --hosts, --hostfile or --host-discovery-script on
+   * the command line; a Slurm allocation in the environment; [hosts] or host_discovery_script
+   * in the INI file. Two sources in one layer are refused, even in a layer another overrides.
+   */
+  const int cli_disc = cli->v[LS_DISCOVERY_SCRIPT].set, ini_disc = ini->v[LS_DISCOVERY_SCRIPT].set;
+  if (cli->hosts_set && cli_disc) {
+    snprintf(err, errlen,
+             "bagua-launch: --host-discovery-script and %s both give the hosts; accepted: one of "
+             "them",
+             cli->hosts_origin.text);
+    return LAUNCH_EXIT_USAGE;
+  }
+  if (ini->hosts_set && ini_disc) {
+    snprintf(err, errlen,
+             "bagua-launch: %s (host_discovery_script) and %s both give the hosts; accepted: one "
+             "of them",
+             ini->v[LS_DISCOVERY_SCRIPT].origin.text, ini->hosts_origin.text);
+    return LAUNCH_EXIT_USAGE;
+  }
+  const bagua__launch_layer_t *hl = NULL;
+  if (cli->hosts_set) {
+    hl = cli;
+    cfg->hosts_source = LH_LIST;
+  } else if (cli_disc) {
+    cfg->hosts_source = LH_DISCOVERY;
+  } else if (env->hosts_set) {
+    hl = env;
+    cfg->hosts_source = LH_SLURM;
+  } else if (ini_disc) {
+    cfg->hosts_source = LH_DISCOVERY;
+  } else if (ini->hosts_set) {
+    hl = ini;
+    cfg->hosts_source = LH_LIST;
+  }
+  if (cfg->hosts_source == LH_DISCOVERY && discovery_hosts(order, cfg, err, errlen) != 0)
+    return LAUNCH_EXIT_USAGE;
   if (hl) {
     cfg->hosts = calloc((size_t)hl->nhosts, sizeof(*cfg->hosts));
     if (!cfg->hosts) goto oom;
@@ -311,6 +395,32 @@ int bagua__launch_resolve(const bagua__launch_layer_t *cli, const bagua__launch_
     cfg->v[LS_JOB_ID].s = strdup(id);
     if (!cfg->v[LS_JOB_ID].s) goto oom;
     cfg->job_id_generated = 1;
+  }
+  /* Slurm's tasks per node are the environment's word on workers per host; nproc_per_node
+   * given as a flag or BAGUA_NPROC_PER_NODE is the user's and beats it (flag > environment;
+   * BAGUA_NPROC_PER_NODE is the more specific variable). An INI value does not. */
+  if (cfg->hosts_source == LH_SLURM && cfg->v[LS_NPROC].origin.kind >= LO_ENV)
+    for (int i = 0; i < cfg->nhosts; i++) {
+      cfg->hosts[i].nproc = 0;
+      bagua__launch_origin_set(&cfg->hosts[i].origin, LO_ENV, "SLURM_JOB_NODELIST, slots %s",
+                               cfg->v[LS_NPROC].origin.text);
+    }
+  /* Inside a Slurm allocation the agents are job steps, unless a remote command was given. */
+  if (cfg->hosts_source == LH_SLURM && cfg->v[LS_REMOTE_CMD].origin.kind == LO_DEFAULT) {
+    free(cfg->v[LS_REMOTE_CMD].s);
+    if (!(cfg->v[LS_REMOTE_CMD].s = strdup(LAUNCH_SLURM_REMOTE_CMD))) goto oom;
+    bagua__launch_origin_set(&cfg->v[LS_REMOTE_CMD].origin, LO_DEFAULT,
+                             "default inside a Slurm allocation (%.100s)", cfg->hosts_origin.text);
+  }
+  /* A discovery script may report more hosts than MAX: the first MAX (the order printed) get
+   * agents, the others wait for a place (a later run of the script, in an elastic job). */
+  if (cfg->hosts_source == LH_DISCOVERY && cfg->nhosts > cfg->v[LS_NNODES].i2) {
+    int keep = (int)cfg->v[LS_NNODES].i2;
+    cfg->hosts_waiting = calloc((size_t)(cfg->nhosts - keep), sizeof(char *));
+    if (!cfg->hosts_waiting) goto oom;
+    for (int i = keep; i < cfg->nhosts; i++)
+      cfg->hosts_waiting[cfg->nhosts_waiting++] = cfg->hosts[i].name;
+    cfg->nhosts = keep;
   }
   for (int i = 0; i < cfg->nhosts; i++) {
     if (cfg->hosts[i].nproc == 0) cfg->hosts[i].nproc = (int)cfg->v[LS_NPROC].i;
@@ -436,13 +546,29 @@ void bagua__launch_dump(const bagua__launch_config_t *cfg, FILE *out) {
       section = d->section;
       fprintf(out, "[%s]\n", section);
     }
-    fprintf(out, "%-18s = %-28s ; %s\n", d->name, cfg->v[s].s, cfg->v[s].origin.text);
+    /* Discovery settings are shown always; with a script that is not used, it says why. */
+    const int disc =
+        s == LS_DISCOVERY_SCRIPT || s == LS_DISCOVERY_INTERVAL_MS || s == LS_DISCOVERY_TIMEOUT_MS;
+    const int has_script = cfg->v[LS_DISCOVERY_SCRIPT].s[0] != '\0';
+    fprintf(
+        out, "%-18s = %-28s ; %s%s\n", d->name, cfg->v[s].s, cfg->v[s].origin.text,
+        disc && has_script && cfg->hosts_source != LH_DISCOVERY
+            ? " (not used: the hosts come from a higher layer)"
+        : s == LS_DISCOVERY_INTERVAL_MS && has_script && cfg->v[LS_NNODES].i == cfg->v[LS_NNODES].i2
+            ? " (not used: the job is not elastic, the script runs once)"
+            : "");
   }
   fprintf(out, "[hosts]\n");
+  /* Lists given as such show their origin per host; a script or Slurm is named once more. */
+  if (cfg->hosts_source == LH_DISCOVERY || cfg->hosts_source == LH_SLURM)
+    fprintf(out, "; from %s\n", cfg->hosts_origin.text);
   if (cfg->nhosts == 0) fprintf(out, "; none: one local agent\n");
   for (int i = 0; i < cfg->nhosts; i++)
     fprintf(out, "%-18s = %-28d ; %s%s\n", cfg->hosts[i].name, cfg->hosts[i].nproc,
             cfg->hosts[i].origin.text, cfg->hosts[i].local ? " (local)" : "");
+  for (int i = 0; i < cfg->nhosts_waiting; i++)
+    fprintf(out, "; %s waits: nnodes %s allows %lld agents\n", cfg->hosts_waiting[i],
+            cfg->v[LS_NNODES].s, (long long)cfg->v[LS_NNODES].i2);
   const struct {
     const char *name;
     const bagua__launch_var_t *v;
@@ -467,11 +593,15 @@ void bagua__launch_dump(const bagua__launch_config_t *cfg, FILE *out) {
 void bagua__launch_usage(FILE *out) {
   fprintf(out,
           "Usage: bagua-launch [options] PROGRAM [ARGS...]\n"
+          "       bagua-launch status --rdzv-endpoint E --job-id J [--json]\n"
+          "       bagua-launch list --rdzv-endpoint E [--json]\n"
           "\n"
           "Starts one bagua-agent per node (here, or on each --hosts entry through --remote-cmd)\n"
           "and exits with the job's root-cause exit code. Without --rdzv-endpoint it runs a\n"
           "private etcd for the job and removes it afterwards. Options stop at the first word\n"
-          "that is not an option, or after --.\n"
+          "that is not an option, or after --. status and list (first word only; -- status\n"
+          "runs a program named status) read a running job's state from etcd\n"
+          "(docs/observability.md).\n"
           "\n"
           "Precedence: flag > environment (BAGUA_*) > --config INI file > default.\n"
           "torchrun's spellings work too: --nproc_per_node, --rdzv_id (--job-id), --standalone.\n"
@@ -499,6 +629,9 @@ void bagua__launch_usage(FILE *out) {
           "Hosts ([hosts] in the INI file: one HOST = NPROC line per agent):\n"
           "  %-30s one agent per entry; NPROC defaults to --nproc-per-node\n"
           "  %-30s \"HOST[:NPROC]\" or \"HOST slots=NPROC\" lines, # comments\n"
+          "  Or --host-discovery-script (above), or, inside a Slurm allocation (SLURM_JOB_ID and\n"
+          "  SLURM_JOB_NODELIST set), the allocation's nodes, started with srun. One source:\n"
+          "  a flag beats Slurm's variables, which beat the INI file.\n"
           "Programs and environment:\n"
           "  %-30s run python -m MODULE (ends the options; ARGS follow)\n"
           "  %-30s run a .py program as it is (default: with --python)\n"

@@ -21,7 +21,7 @@
   "one \"HOST[:NPROC]\" or \"HOST slots=NPROC\" per line, NPROC in [1, 4096], # comments"
 
 /* Checks a host name for an entry: no separators, no blanks, not empty. */
-static int check_name(const char *name, char *err, size_t errlen) {
+int bagua__launch_check_host_name(const char *name, char *err, size_t errlen) {
   if (!*name) {
     snprintf(err, errlen, "the host name is empty");
     return -1;
@@ -43,7 +43,7 @@ static int check_name(const char *name, char *err, size_t errlen) {
   return 0;
 }
 
-static int check_nproc(const char *text, int *out, char *err, size_t errlen) {
+int bagua__launch_check_slots(const char *text, int *out, char *err, size_t errlen) {
   /* strtol skips leading blanks; we do not, so a blank first character ends the number
    * right there (end == text), as does an empty text. */
   char *end = (char *)text;
@@ -64,8 +64,8 @@ static int check_nproc(const char *text, int *out, char *err, size_t errlen) {
 int bagua__launch_add_host(bagua__launch_layer_t *l, const char *name, const char *nproc,
                            const bagua__launch_origin_t *origin, char *err, size_t errlen) {
   int n = 0;
-  if (check_name(name, err, errlen) != 0) return -1;
-  if (nproc && check_nproc(nproc, &n, err, errlen) != 0) return -1;
+  if (bagua__launch_check_host_name(name, err, errlen) != 0) return -1;
+  if (nproc && bagua__launch_check_slots(nproc, &n, err, errlen) != 0) return -1;
   bagua__launch_host_t *nh = realloc(l->hosts, sizeof(*nh) * (size_t)(l->nhosts + 1));
   if (!nh) {
     snprintf(err, errlen, "out of memory");

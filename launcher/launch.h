@@ -32,6 +32,8 @@
 #define LAUNCH_MAX_NODES BAGUA_NNODES_MAX
 #define LAUNCH_MAX_NPROC 4096
 #define LAUNCH_DEFAULT_REMOTE_CMD "ssh -o BatchMode=yes {host}"
+/* The remote command inside a Slurm allocation: one job step of one task on the host. */
+#define LAUNCH_SLURM_REMOTE_CMD "srun --nodes=1 --ntasks=1 -w {host} {cmd}"
 #define LAUNCH_DEFAULT_ETCD_BIN "/usr/bin/etcd"
 /* The interpreter a .py program (and -m MODULE) runs under, looked up in PATH by the agent. */
 #define LAUNCH_DEFAULT_PYTHON "python3"
@@ -51,6 +53,11 @@ typedef enum {
   LS_PYTHON,
   LS_NET_PLUGIN,
   LS_REMOTE_CMD,
+  LS_DISCOVERY_SCRIPT,
+  LS_DISCOVERY_INTERVAL_MS,
+  LS_DISCOVERY_TIMEOUT_MS,
+  LS_METRICS_PORT,
+  LS_METRICS_ADDR,
   LS_ENDPOINT,
   LS_RDZV_HOST,
   LS_LEASE_TTL,
@@ -156,6 +163,14 @@ typedef struct {
   int help, version, print_params, dry_run;
 } bagua__launch_layer_t;
 
+/* Where the resolved hosts came from. */
+typedef enum {
+  LH_NONE = 0,  /* no hosts: one local agent */
+  LH_LIST,      /* --hosts, --hostfile or [hosts] */
+  LH_DISCOVERY, /* --host-discovery-script (run at start; again during an elastic job) */
+  LH_SLURM      /* SLURM_JOB_NODELIST inside a Slurm allocation */
+} bagua__launch_hosts_source_t;
+
 /* The resolved configuration. */
 typedef struct {
   bagua__launch_value_t v[LS__COUNT];
@@ -163,6 +178,11 @@ typedef struct {
   bagua__launch_host_t *hosts;
   int nhosts;
   bagua__launch_origin_t hosts_origin;
+  bagua__launch_hosts_source_t hosts_source;
+  /* Discovery: hosts the script reported at start beyond MAX of --nnodes (not started, shown by
+   * --dry-run; a later run of the script starts them when places free up). */
+  char **hosts_waiting;
+  int nhosts_waiting;
   bagua__launch_var_t *algo;
   int nalgo;
   bagua__launch_var_t *env;
@@ -225,6 +245,10 @@ int bagua__launch_read_hostfile(const char *path, bagua__launch_layer_t *l, char
 /* Adds one host ("name", nproc text or NULL) to the layer; validates both. */
 int bagua__launch_add_host(bagua__launch_layer_t *l, const char *name, const char *nproc,
                            const bagua__launch_origin_t *origin, char *err, size_t errlen);
+/* Checks a host name (letters, digits, '.', '-', '_', no leading '-') and a slot count
+ * ([1, 4096]); -1 with what is wrong in err. */
+int bagua__launch_check_host_name(const char *name, char *err, size_t errlen);
+int bagua__launch_check_slots(const char *text, int *out, char *err, size_t errlen);
 /* 1 when `name` designates this machine (localhost, 127.x, ::1, this host's name). */
 int bagua__launch_host_is_local(const char *name);
 

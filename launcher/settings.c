@@ -18,7 +18,8 @@
 static bagua__launch_desc_t g_desc[LS__COUNT] = {
     [LS_JOB_ID] = {"job_id", "job", "--job-id", "BAGUA_JOB_ID", LT_ID, 0, 0, "", "ID",
                    "job identity shared by all agents (default: a fresh random id)", NULL},
-    /* BAGUA_NNODES and BAGUA_NPROC_PER_NODE are read only once the registry declares them. */
+    /* Environment variables are read only when the registry declares them (it declares both
+     * BAGUA_NNODES and BAGUA_NPROC_PER_NODE). */
     [LS_NNODES] = {"nnodes", "job", "--nnodes", "BAGUA_NNODES", LT_NNODES, 1, LAUNCH_MAX_NODES,
                    "1:1", "N|MIN:MAX", "nodes in the job; MIN:MAX makes it elastic", NULL},
     [LS_NPROC] = {"nproc_per_node", "job", "--nproc-per-node", "BAGUA_NPROC_PER_NODE", LT_INT, 1,
@@ -48,6 +49,26 @@ static bagua__launch_desc_t g_desc[LS__COUNT] = {
     [LS_REMOTE_CMD] = {"remote_cmd", "job", "--remote-cmd", NULL, LT_TEMPLATE, 0, 0,
                        LAUNCH_DEFAULT_REMOTE_CMD, "TEMPLATE",
                        "how an agent is started on another host ({host}, {cmd}, {cmdline})", NULL},
+    /* Host discovery (docs/launcher.md, "Host discovery"); no environment variable: the
+     * registry declares none, and a script is a per-job choice. */
+    [LS_DISCOVERY_SCRIPT] = {"host_discovery_script", "job", "--host-discovery-script", NULL,
+                             LT_STR, 0, 0, "", "PATH",
+                             "prints HOST[:SLOTS] lines: the hosts (re-run while elastic)", NULL},
+    [LS_DISCOVERY_INTERVAL_MS] = {"discovery_interval_ms", "job", "--discovery-interval-ms", NULL,
+                                  LT_INT, 100, 3600000, "1000", "MS",
+                                  "how often an elastic job re-runs the discovery script", NULL},
+    [LS_DISCOVERY_TIMEOUT_MS] = {"discovery_timeout_ms", "job", "--discovery-timeout-ms", NULL,
+                                 LT_INT, 100, 600000, "10000", "MS",
+                                 "a discovery script still running after MS is killed (failed)",
+                                 NULL},
+    [LS_METRICS_PORT] = {"metrics_port", "job", "--metrics-port", "BAGUA_METRICS_PORT", LT_INT, 0,
+                         65535, "0", "PORT",
+                         "each agent serves Prometheus metrics on PORT (+ its index among the "
+                         "agents on its host); 0: off",
+                         NULL},
+    [LS_METRICS_ADDR] = {"metrics_addr", "job", "--metrics-addr", "BAGUA_METRICS_ADDR", LT_HOST, 0,
+                         0, "127.0.0.1", "ADDR", "address the agents' metrics endpoints bind",
+                         NULL},
     [LS_ENDPOINT] = {"endpoint", "rendezvous", "--rdzv-endpoint", "BAGUA_RDZV_ENDPOINT",
                      LT_ENDPOINTS, 0, 0, "", "HOST:PORT[,...]",
                      "etcd to rendezvous through (default: start a private etcd)", NULL},
@@ -151,6 +172,8 @@ void bagua__launch_layer_free(bagua__launch_layer_t *l) {
 
 void bagua__launch_config_free(bagua__launch_config_t *c) {
   for (int s = 0; s < LS__COUNT; s++) free(c->v[s].s);
+  for (int i = 0; i < c->nhosts_waiting; i++) free(c->hosts_waiting[i]);
+  free(c->hosts_waiting);
   hosts_free(c->hosts, c->nhosts);
   vars_free(c->algo, c->nalgo);
   vars_free(c->env, c->nenv);

@@ -25,6 +25,8 @@
 #include "common/output.h"
 #include "common/sock.h"
 #include "common/time.h"
+#include "discovery.h"
+#include "launch_progress.h"
 #include "status.h"
 
 typedef struct {
@@ -41,7 +43,21 @@ typedef struct {
   bagua__launch_round_t round;
   /* An agent the host could not start made the job fail (not elastic, or below MIN). */
   const bagua__launch_agent_t *start_failure;
+  /* Host discovery during an elastic job: the agents array grows (agents_cap), the script
+   * runs every discovery_interval_ms, one run at a time. */
+  int agents_cap;
+  int discovering;
+  bagua__discovery_run_t disc;
+  int disc_running;
+  int64_t disc_next_ms;
+  char disc_error[LAUNCH_ERR_LEN]; /* last failure reported (reported again only when it
+                                      changes, so a broken script does not flood the console) */
+  char disc_note[1024];            /* last "waits"/"slots changed" note, likewise */
 } sup_t;
+
+/* The launcher's own messages start at column 0: the live progress line (a terminal only) is
+ * erased first and drawn again at the next poll. */
+#define say(...) (bagua__launch_progress_clear(stderr), bagua__say(LAUNCH_TOOL, __VA_ARGS__))
 
 static int alive(const sup_t *s) {
   int n = 0;
@@ -136,16 +152,15 @@ static void on_start_failure(sup_t *s, bagua__launch_agent_t *a) {
   /* MIN above this launcher's agents: other launchers bring nodes; the rendezvous decides. */
   int can_go_on = nn->i < nn->i2 && (viable >= nn->i || nn->i > r->nagents);
   if (can_go_on) {
-    bagua__say(LAUNCH_TOOL,
-               "the agent for host %s could not be started (%s: %s); the elastic job goes on "
-               "without it (nnodes %s, %d agent(s) of this launcher left)",
-               a->host, what, host_text(a), nn->s, viable);
+    say("the agent for host %s could not be started (%s: %s); the elastic job goes on "
+        "without it (nnodes %s, %d agent(s) of this launcher left)",
+        a->host, what, host_text(a), nn->s, viable);
     return;
   }
   if (!s->start_failure) s->start_failure = a;
   if (s->stopping) return;
-  bagua__say(LAUNCH_TOOL, "the agent for host %s could not be started (%s: %s); stopping the job",
-             a->host, what, host_text(a));
+  say("the agent for host %s could not be started (%s: %s); stopping the job", a->host, what,
+      host_text(a));
   if (alive(s) > 0) signal_agents(s, SIGTERM);
 }
 
@@ -165,9 +180,22 @@ static void on_exit_status(sup_t *s, bagua__launch_agent_t *a, int status) {
   BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "agent on %s (node %s, pid %d) ended: %s", a->host,
              a->node_id ? a->node_id : "-", (int)a->pid, what);
   bagua__launch_pump_stderr(a); /* what the remote command said last */
+  /* A drained agent left because its host left: what the job asked of it, no failure. */
+  if (a->draining) {
+    say("discovery: the agent for host %s left the job (%s)", a->host, what);
+    return;
+  }
+  /* An agent started by discovery got the flags the others run with, so its usage error is
+   * about its host (its node id still held, say): that host is reported, the job goes on. */
+  if (a->discovered && a->code == LAUNCH_EXIT_USAGE && !s->stopping && !s->stop_sig) {
+    say("discovery: the agent for host %s refused to start (exit 2; its message is "
+        "above); the job goes on without it",
+        a->host);
+    return;
+  }
   /* Every agent got the same flags, so a usage error is everyone's: stop the rest now. */
   if (a->code == LAUNCH_EXIT_USAGE && !s->stopping && alive(s) > 0) {
-    bagua__say(LAUNCH_TOOL, "stopping the other agents after a usage error");
+    say("stopping the other agents after a usage error");
     signal_agents(s, SIGTERM);
     return;
   }
@@ -196,14 +224,13 @@ static void on_signals(sup_t *s) {
     if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) continue;
     if (!s->stop_sig) {
       s->stop_sig = sig;
-      bagua__say(LAUNCH_TOOL,
-                 "SIG%s received: stopping %d agent(s) (grace %lld ms; signal again "
-                 "to kill at once)",
-                 sigabbrev_np(sig), alive(s), (long long)s->r->cfg->v[LS_GRACE_MS].i);
+      say("SIG%s received: stopping %d agent(s) (grace %lld ms; signal again "
+          "to kill at once)",
+          sigabbrev_np(sig), alive(s), (long long)s->r->cfg->v[LS_GRACE_MS].i);
       /* The agents get the same signal: SIGINT means "interrupted" to them as to us. */
       signal_agents(s, sig);
     } else if (!s->killed) {
-      bagua__say(LAUNCH_TOOL, "SIG%s again: killing the agents", sigabbrev_np(sig));
+      say("SIG%s again: killing the agents", sigabbrev_np(sig));
       signal_agents(s, SIGKILL);
     }
   }
@@ -233,13 +260,13 @@ static void poll_etcd(sup_t *s) {
     BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s ended in etcd: %s", job, st.state);
   }
   if (!r->progress) return;
+  bagua__launch_progress_poll(r->etcd, job, now, stderr);
   bagua__launch_round_t rd;
   if (bagua__launch_read_round(r->etcd, job, &rd) != BAGUA_OK || !rd.found) return;
   if (rd.round == s->round.round && rd.nmembers == s->round.nmembers) return;
   s->round = rd;
-  bagua__say(LAUNCH_TOOL, "round %lld: %d node(s) [%s], world size %lld; %d/%d agents here",
-             (long long)rd.round, rd.nmembers, rd.members, (long long)rd.world_size, alive(s),
-             r->nagents);
+  say("round %lld: %d node(s) [%s], world size %lld; %d/%d agents here", (long long)rd.round,
+      rd.nmembers, rd.members, (long long)rd.world_size, alive(s), r->nagents);
 }
 
 /* The host of the agent that runs node `node`, or NULL. */
@@ -253,24 +280,23 @@ static int outcome(sup_t *s) {
   bagua__launch_run_t *r = s->r;
   const char *job = r->cfg->v[LS_JOB_ID].s;
   if (s->stop_sig) {
-    bagua__say(LAUNCH_TOOL, "job %s stopped by SIG%s", job, sigabbrev_np(s->stop_sig));
+    say("job %s stopped by SIG%s", job, sigabbrev_np(s->stop_sig));
     return 128 + s->stop_sig;
   }
   if (s->start_failure) {
     const bagua__launch_agent_t *a = s->start_failure;
     char what[64];
     describe_exit(a, what, sizeof(what));
-    bagua__say(LAUNCH_TOOL,
-               "job %s failed: the agent for host %s could not be started (%s: %s); the job "
-               "needs it (nnodes %s)",
-               job, a->host, what, host_text(a), r->cfg->v[LS_NNODES].s);
+    say("job %s failed: the agent for host %s could not be started (%s: %s); the job "
+        "needs it (nnodes %s)",
+        job, a->host, what, host_text(a), r->cfg->v[LS_NNODES].s);
     return LAUNCH_EXIT_RDZV;
   }
   const bagua__launch_agent_t *first = NULL;
   int failed = 0;
   for (int i = 0; i < r->nagents; i++) {
     const bagua__launch_agent_t *a = &r->agents[i];
-    if (a->code == 0) continue;
+    if (a->code == 0 || a->draining) continue;
     failed++;
     if (!first || a->exit_mono < first->exit_mono) first = a;
   }
@@ -280,11 +306,11 @@ static int outcome(sup_t *s) {
     st.found = st.has_root_cause = 0;
   if (!failed) {
     BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s succeeded", job);
-    if (r->progress) bagua__say(LAUNCH_TOOL, "job %s succeeded", job);
+    if (r->progress) say("job %s succeeded", job);
     return 0;
   }
   if (st.found && strcmp(st.state, "succeeded") == 0) {
-    bagua__say(LAUNCH_TOOL, "job %s succeeded (%d agent(s) failed along the way)", job, failed);
+    say("job %s succeeded (%d agent(s) failed along the way)", job, failed);
     return 0;
   }
   char when[40], what[280];
@@ -298,76 +324,302 @@ static int outcome(sup_t *s) {
       bagua__launch_format_code((int)st.signal, 1, what, sizeof(what));
     else
       bagua__launch_format_code(rc, 0, what, sizeof(what));
-    bagua__say(LAUNCH_TOOL,
-               "job %s failed; root cause at %s on host %s (node %s), rank %lld: "
-               "%s (round %lld)",
-               job, when, host ? host : "?", st.node[0] ? st.node : "?", (long long)st.rank, what,
-               (long long)st.round);
+    say("job %s failed; root cause at %s on host %s (node %s), rank %lld: "
+        "%s (round %lld)",
+        job, when, host ? host : "?", st.node[0] ? st.node : "?", (long long)st.rank, what,
+        (long long)st.round);
     return rc ? rc : 1;
   }
   if (st.found && strcmp(st.state, "running") != 0 && st.message[0]) {
     /* A job that failed without a worker failure: rendezvous timeout, a closed job. */
     int rc = st.job_exit_code > 0 && st.job_exit_code < 256 ? (int)st.job_exit_code : first->code;
-    bagua__say(LAUNCH_TOOL, "job %s %s: %s", job, st.state, st.message);
+    say("job %s %s: %s", job, st.state, st.message);
     return rc;
   }
   if (first->code == LAUNCH_EXIT_USAGE) {
     /* The agent refused its command line or program before it joined: its own message,
      * above, says what and why; a "first failure at ..., rank ?" would only confuse. */
-    bagua__say(LAUNCH_TOOL,
-               "job %s failed: the agent on host %s (node %s) refused to start (exit 2, usage "
-               "error; its message is above)",
-               job, first->host, first->node_id ? first->node_id : "default");
+    say("job %s failed: the agent on host %s (node %s) refused to start (exit 2, usage "
+        "error; its message is above)",
+        job, first->host, first->node_id ? first->node_id : "default");
     return first->code;
   }
   bagua__launch_format_time(first->exit_ms, when, sizeof(when));
   describe_exit(first, what, sizeof(what));
-  bagua__say(LAUNCH_TOOL,
-             "job %s failed; first failure at %s on host %s (node %s), rank ?: agent "
-             "ended with %s (no root cause recorded in etcd)",
-             job, when, first->host, first->node_id ? first->node_id : "default", what);
+  say("job %s failed; first failure at %s on host %s (node %s), rank ?: agent "
+      "ended with %s (no root cause recorded in etcd)",
+      job, when, first->host, first->node_id ? first->node_id : "default", what);
   return first->code;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Host discovery during an elastic job                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Time an agent told to leave gets before SIGKILL: as for a stop of the whole job. */
+static int64_t drain_grace_ms(const sup_t *s) {
+  int64_t grace = s->r->cfg->v[LS_GRACE_MS].i;
+  if (strcmp(s->r->cfg->v[LS_ELASTIC_MODE].s, "restart") != 0) grace *= 2;
+  return grace + LAUNCH_KILL_MARGIN_MS;
+}
+
+/* One more agent for a host the script reported; started at once. */
+static void start_discovered(sup_t *s, const bagua__discovery_host_t *h) {
+  bagua__launch_run_t *r = s->r;
+  char err[LAUNCH_ERR_LEN];
+  /* Growing may move the array. Nothing keeps a pointer into it across this call: discovery
+   * stops before s->start_failure (the one pointer into it) is ever set. */
+  if (r->nagents == s->agents_cap) {
+    int ncap = 2 * s->agents_cap;
+    bagua__launch_agent_t *na = realloc(r->agents, sizeof(*na) * (size_t)ncap);
+    if (!na) {
+      say("discovery: out of memory; host %s gets no agent", h->name);
+      return;
+    }
+    r->agents = na;
+    s->agents_cap = ncap;
+  }
+  const bagua__launch_agent_t *model = &r->agents[0];
+  bagua__launch_host_t host = {.name = h->name,
+                               .nproc = h->slots ? h->slots : (int)r->cfg->v[LS_NPROC].i,
+                               .local = bagua__launch_host_is_local(h->name)};
+  bagua__launch_agent_t *a = &r->agents[r->nagents];
+  if (bagua__launch_build_agent(r->cfg, model->agent_path, model->endpoint, &host, a, err,
+                                sizeof(err)) != 0) {
+    say("discovery: host %s gets no agent: %s", h->name, err);
+    return;
+  }
+  a->discovered = 1;
+  r->nagents++;
+  say("discovery: host %s appeared: starting its agent (%d worker(s))", h->name, host.nproc);
+  if (bagua__launch_start_agent(a, err, sizeof(err)) != 0) {
+    say("discovery: cannot start the agent for host %s: %s", h->name, err);
+    /* Kept as an exited entry: the host is not retried until it leaves the list. */
+    a->exited = 1;
+    a->started = 1;
+    a->start_failed = 1;
+    a->code = 1;
+  }
+}
+
+/* Tells the agent of a host that vanished to leave the job (SIGTERM: graceful leave). */
+static void drain(sup_t *s, bagua__launch_agent_t *a) {
+  a->draining = 1;
+  if (a->exited) return; /* it had ended already: only forgotten, so a return restarts it */
+  a->drain_kill_ms = bagua__now_ms() + drain_grace_ms(s);
+  const bagua__launch_value_t *nn = &s->r->cfg->v[LS_NNODES];
+  say("discovery: host %s is gone: draining its agent (SIGTERM; it leaves the job and the "
+      "others go on, nnodes %s)",
+      a->host, nn->s);
+  kill(a->pid, SIGTERM);
+}
+
+/* Acts on one finished run of the script. */
+static void discovery_result(sup_t *s) {
+  bagua__launch_run_t *r = s->r;
+  const char *script = r->cfg->v[LS_DISCOVERY_SCRIPT].s;
+  char what[LAUNCH_ERR_LEN];
+  bagua__discovery_host_t *found = NULL;
+  int nfound = 0;
+  int rc = bagua__discovery_finish(&s->disc, what, sizeof(what));
+  if (rc == 0)
+    rc = bagua__discovery_parse(s->disc.buf ? s->disc.buf : "", s->disc.len, &found, &nfound, what,
+                                sizeof(what));
+  if (rc != 0) {
+    /* The job keeps the hosts it has: a script that fails now and then must not drain them. */
+    if (strcmp(what, s->disc_error) != 0)
+      say("host discovery script \"%s\" failed: %s; the job keeps its current hosts", script, what);
+    snprintf(s->disc_error, sizeof(s->disc_error), "%s", what);
+    return;
+  }
+  if (s->disc_error[0]) {
+    say("host discovery script \"%s\" works again", script);
+    s->disc_error[0] = '\0';
+  }
+  /* Running: agents not drained (also those that ended while their host is listed: they are
+   * not started again until the host leaves the list and returns). Draining: told to leave,
+   * still running. */
+  int n = r->nagents, nrun = 0, ndrn = 0;
+  const char **run = calloc((size_t)n + 1, sizeof(char *));
+  const char **drn = calloc((size_t)n + 1, sizeof(char *));
+  int *slots = calloc((size_t)n + 1, sizeof(int)), *run_idx = calloc((size_t)n + 1, sizeof(int));
+  bagua__discovery_diff_t d = {0};
+  if (!run || !drn || !slots || !run_idx) goto out;
+  for (int i = 0; i < n; i++) {
+    bagua__launch_agent_t *a = &r->agents[i];
+    if (a->draining) {
+      if (!a->exited) drn[ndrn++] = a->host;
+      continue;
+    }
+    run_idx[nrun] = i;
+    slots[nrun] = a->nproc;
+    run[nrun++] = a->host;
+  }
+  if (bagua__discovery_diff(run, slots, nrun, drn, ndrn, found, nfound,
+                            (int)r->cfg->v[LS_NNODES].i2, &d) != 0)
+    goto out;
+  for (int k = 0; k < d.ndrain; k++) drain(s, &r->agents[run_idx[d.drain[k]]]);
+  for (int k = 0; k < d.nstart; k++) start_discovered(s, &found[d.start[k]]);
+  if (d.ndrain > 0) {
+    int left = 0;
+    for (int i = 0; i < r->nagents; i++)
+      left += r->agents[i].started && !r->agents[i].exited && !r->agents[i].draining;
+    if (left < r->cfg->v[LS_NNODES].i)
+      say("discovery: %d agent(s) of this launcher left, fewer than MIN of nnodes %s: the "
+          "job fails unless nodes come within --rdzv-timeout",
+          left, r->cfg->v[LS_NNODES].s);
+  }
+  /* Hosts that wait for a place, and slot counts a running agent cannot change to. */
+  char note[1024] = "";
+  size_t o = 0;
+  for (int k = 0; k < d.nwaiting && o < sizeof(note); k++)
+    o += (size_t)snprintf(note + o, sizeof(note) - o, "%s%s",
+                          o ? ", " : "waiting: ", found[d.waiting[k]].name);
+  for (int k = 0; k < d.nchanged && o < sizeof(note); k++)
+    o += (size_t)snprintf(note + o, sizeof(note) - o, "%s%s now has %d slot(s)", o ? "; " : "",
+                          found[d.changed[k]].name, found[d.changed[k]].slots);
+  if (note[0] && strcmp(note, s->disc_note) != 0)
+    say("discovery: %s (nnodes %s allows %lld agents; a host whose agent is still leaving "
+        "waits for it; a running agent keeps its worker count)",
+        note, r->cfg->v[LS_NNODES].s, (long long)r->cfg->v[LS_NNODES].i2);
+  snprintf(s->disc_note, sizeof(s->disc_note), "%s", note);
+out:
+  bagua__discovery_diff_free(&d);
+  free(run);
+  free(drn);
+  free(slots);
+  free(run_idx);
+  bagua__discovery_hosts_free(found, nfound);
+}
+
+/* Starts, follows and ends runs of the script; stops discovering once the job is stopping. */
+static void discovery_step(sup_t *s) {
+  bagua__launch_run_t *r = s->r;
+  if (!s->discovering) return;
+  int64_t now = bagua__now_ms();
+  if (s->stop_sig || s->stopping || s->end_deadline || s->etcd_dead || s->start_failure) {
+    if (s->disc_running) bagua__discovery_run_free(&s->disc);
+    s->disc_running = 0;
+    s->discovering = 0;
+    return;
+  }
+  if (!s->disc_running) {
+    if (now < s->disc_next_ms) return;
+    char err[LAUNCH_ERR_LEN];
+    if (bagua__discovery_spawn(r->cfg->v[LS_DISCOVERY_SCRIPT].s,
+                               (int)r->cfg->v[LS_DISCOVERY_TIMEOUT_MS].i, &s->disc, err,
+                               sizeof(err)) != 0) {
+      if (strcmp(err, s->disc_error) != 0)
+        say("host discovery script \"%s\" failed: %s; the job keeps its current hosts",
+            r->cfg->v[LS_DISCOVERY_SCRIPT].s, err);
+      snprintf(s->disc_error, sizeof(s->disc_error), "%s", err);
+      s->disc_next_ms = now + r->cfg->v[LS_DISCOVERY_INTERVAL_MS].i;
+      return;
+    }
+    s->disc_running = 1;
+  }
+  if (!bagua__discovery_pump(&s->disc)) return;
+  discovery_result(s);
+  bagua__discovery_run_free(&s->disc);
+  s->disc_running = 0;
+  /* The interval runs from the end of one run to the start of the next, so a slow script
+   * never has two runs in flight. */
+  s->disc_next_ms = bagua__now_ms() + r->cfg->v[LS_DISCOVERY_INTERVAL_MS].i;
+}
+
+/* Drained agents still running after their grace get SIGKILL (their process group). */
+static void drain_deadlines(sup_t *s) {
+  int64_t now = bagua__now_ms();
+  for (int i = 0; i < s->r->nagents; i++) {
+    bagua__launch_agent_t *a = &s->r->agents[i];
+    if (!a->draining || !a->started || a->exited || !a->drain_kill_ms || now < a->drain_kill_ms)
+      continue;
+    say("discovery: the agent for host %s is still running %lld ms after "
+        "SIGTERM; killing it",
+        a->host, (long long)drain_grace_ms(s));
+    kill(-a->pid, SIGKILL);
+    a->drain_kill_ms = 0;
+  }
 }
 
 int bagua__launch_supervise(bagua__launch_run_t *r) {
   sup_t s = {.r = r};
-  struct pollfd *p = calloc((size_t)r->nagents + 2, sizeof(*p));
-  if (!p) {
-    bagua__say(LAUNCH_TOOL, "out of memory");
+  const bagua__launch_value_t *nn = &r->cfg->v[LS_NNODES];
+  /* Hosts change only in an elastic job; otherwise the script ran once, at start. */
+  s.discovering = r->cfg->hosts_source == LH_DISCOVERY && nn->i < nn->i2 && r->nagents > 0;
+  s.disc.fd = -1;
+  /* The caller's array stays the caller's: the supervisor works on its own, growable copy
+   * (discovery adds agents) and hands the caller's entries back at the end. */
+  bagua__launch_agent_t *caller = r->agents;
+  const int ncaller = r->nagents;
+  s.agents_cap = r->nagents > 4 ? 2 * r->nagents : 8;
+  bagua__launch_agent_t *own = calloc((size_t)s.agents_cap, sizeof(*own));
+  struct pollfd *p = NULL;
+  size_t pcap = 0;
+  if (!own) {
+    say("out of memory");
     return 1;
   }
+  memcpy(own, caller, sizeof(*own) * (size_t)ncaller);
+  r->agents = own;
+  if (s.discovering) s.disc_next_ms = bagua__now_ms() + r->cfg->v[LS_DISCOVERY_INTERVAL_MS].i;
   while (alive(&s) > 0) {
+    size_t need = (size_t)r->nagents + 3;
+    if (need > pcap) {
+      struct pollfd *np = realloc(p, sizeof(*np) * need * 2);
+      if (!np) {
+        say("out of memory");
+        break;
+      }
+      p = np;
+      pcap = need * 2;
+    }
     p[0] = (struct pollfd){.fd = r->sigfd, .events = POLLIN};
     p[1] =
         (struct pollfd){.fd = (r->priv && !s.etcd_dead) ? r->priv->evt_fd : -1, .events = POLLIN};
+    p[2] = (struct pollfd){.fd = s.disc_running ? s.disc.fd : -1, .events = POLLIN};
     for (int i = 0; i < r->nagents; i++)
-      p[2 + i] = (struct pollfd){.fd = r->agents[i].err_fd, .events = POLLIN};
-    poll(p, (nfds_t)r->nagents + 2, 100);
+      p[3 + i] = (struct pollfd){.fd = r->agents[i].err_fd, .events = POLLIN};
+    poll(p, (nfds_t)r->nagents + 3, 100);
     for (int i = 0; i < r->nagents; i++)
-      if (p[2 + i].fd >= 0 && p[2 + i].revents) bagua__launch_pump_stderr(&r->agents[i]);
+      if (p[3 + i].fd >= 0 && p[3 + i].revents) bagua__launch_pump_stderr(&r->agents[i]);
     on_signals(&s);
     reap(&s);
+    discovery_step(&s);
+    drain_deadlines(&s);
     if (r->priv && !s.etcd_dead && bagua__launch_etcd_died(r->priv)) {
       s.etcd_dead = 1;
-      bagua__say(LAUNCH_TOOL, "the private etcd exited; stopping the agents");
+      say("the private etcd exited; stopping the agents");
       bagua__launch_etcd_dump_log(r->priv, 2000);
       if (!s.stopping) signal_agents(&s, SIGTERM);
     }
     poll_etcd(&s);
     int64_t now = bagua__now_ms();
     if (s.end_deadline && now >= s.end_deadline && !s.stopping && alive(&s) > 0) {
-      bagua__say(LAUNCH_TOOL, "job is %s but %d agent(s) are still running; stopping them",
-                 s.end_state, alive(&s));
+      say("job is %s but %d agent(s) are still running; stopping them", s.end_state, alive(&s));
       signal_agents(&s, SIGTERM);
     }
     if (s.kill_deadline && now >= s.kill_deadline && !s.killed && alive(&s) > 0) {
-      bagua__say(LAUNCH_TOOL, "%d agent(s) still running after the grace period; killing",
-                 alive(&s));
+      say("%d agent(s) still running after the grace period; killing", alive(&s));
       signal_agents(&s, SIGKILL);
     }
   }
   free(p);
+  if (s.disc_running) bagua__discovery_run_free(&s.disc);
   /* What the remote commands printed last (their pipes may outlive them a little). */
   for (int i = 0; i < r->nagents; i++) bagua__launch_pump_stderr(&r->agents[i]);
-  return outcome(&s);
+  bagua__launch_progress_clear(stderr);
+  int rc = outcome(&s);
+  /* Agents discovery added are this function's: their private directories (local agents
+   * killed with SIGKILL leave them) are swept here, as the caller does for its own. */
+  const char *tmp = getenv("TMPDIR"); /* as main.c: [env] may have exported it */
+  for (int i = ncaller; i < r->nagents; i++)
+    if (r->agents[i].local && r->agents[i].pid > 0 && r->agents[i].exited)
+      bagua__launch_sweep_agent_dirs(tmp, r->agents[i].pid);
+  bagua__launch_free_agents_in_place(r->agents + ncaller, r->nagents - ncaller);
+  memcpy(caller, r->agents, sizeof(*caller) * (size_t)ncaller);
+  free(r->agents);
+  r->agents = caller;
+  r->nagents = ncaller;
+  return rc;
 }

@@ -258,6 +258,10 @@ static int unreachable(int silent) {
 }
 
 int main(int argc, char **argv) {
+  /* Run inside a Slurm allocation (a CI runner may be), the launcher would start agents
+   * through srun: these tests start them locally. */
+  unsetenv("SLURM_JOB_ID");
+  unsetenv("SLURM_JOB_NODELIST");
   if (argc < 3) TEST_FAIL("usage: %s MODE LAUNCHER ...", argv[0]);
   const char *mode = argv[1];
   g_launcher = argv[2];

@@ -263,6 +263,10 @@ static int mode_python(void) {
 }
 
 int main(int argc, char **argv) {
+  /* Run inside a Slurm allocation (a CI runner may be), the launcher would start agents
+   * through srun: these tests start them locally. */
+  unsetenv("SLURM_JOB_ID");
+  unsetenv("SLURM_JOB_NODELIST");
   if (argc < 4) TEST_FAIL("usage: %s MODE LAUNCHER AGENT", argv[0]);
   g_launcher = argv[2];
   if (!argv[3][0] || access(argv[3], X_OK) != 0)

@@ -56,8 +56,15 @@ static void clean_env(void) {
     const bagua__launch_desc_t *d = bagua__launch_desc((bagua__launch_setting_t)s);
     if (d->env) unsetenv(d->env);
   }
-  unsetenv("BAGUA_NET_NSTREAMS");
-  unsetenv("BAGUA_TRANSPORT");
+  /* Every registry variable, so that one case's environment never leaks into the next. */
+  for (int id = 0; id < BAGUA_P__COUNT; id++)
+    unsetenv(bagua__param_env_name((bagua__param_id_t)id));
+  /* Inside a Slurm allocation the launcher takes its hosts from Slurm: a case sets these
+   * itself when it wants that. */
+  unsetenv("SLURM_JOB_ID");
+  unsetenv("SLURM_JOB_NODELIST");
+  unsetenv("SLURM_NTASKS_PER_NODE");
+  unsetenv("SLURM_TASKS_PER_NODE");
 }
 
 static char *run_case(const bagua__launch_argv_t *env, const bagua__launch_argv_t *args) {
