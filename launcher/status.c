@@ -181,7 +181,7 @@ static int order_nodes(bagua__launch_job_t *j) {
       if (j->nodes[i].member == m) sorted[k++] = j->nodes[i];
   for (size_t i = 0; i < n; i++)
     if (j->nodes[i].member < 0) sorted[k++] = j->nodes[i];
-  memcpy(j->nodes, sorted, n * sizeof(*sorted));
+  if (n) memcpy(j->nodes, sorted, n * sizeof(*sorted)); /* j->nodes is NULL without nodes */
   free(sorted);
   return 0;
 }
