@@ -198,11 +198,14 @@ static bagua_status_t zero_padding(bagua_ddp_t *d, float *buf) {
   return BAGUA_OK;
 }
 
-/* On a GPU the registered arrays must be device memory the context can copy from and to. */
+/* On a GPU the registered arrays must be device memory the context can copy from and to.
+ * Released `param` arrays (NULL) are never touched again. */
 static bagua_status_t check_pointers(bagua_ddp_t *d) {
   for (int i = 0; i < d->ntensors; i++) {
     bagua__ddp_tensor_t *t = &d->tensors[i];
-    if (!d->s.dev->owns(d, t->user_param) || (t->user_grad && !d->s.dev->owns(d, t->user_grad))) {
+    int param_ok = d->released ? !t->user_param || d->s.dev->owns(d, t->user_param)
+                               : d->s.dev->owns(d, t->user_param);
+    if (!param_ok || (t->user_grad && !d->s.dev->owns(d, t->user_grad))) {
       BAGUA_WARN(
           "bagua_ddp_ready: tensor %d (\"%s\"): its %s array is not %s memory; with "
           "config.device \"%s\" register device pointers",
@@ -242,7 +245,7 @@ bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
   if (sticky(d)) return sticky(d);
   if (d->ntensors == 0) return usage("bagua_ddp_ready", "no tensor was registered");
   d->bytes_start = bagua__ddp_bytes_sent(d);
-  bagua_status_t st = bagua__ddp_build(d, NULL, NULL);
+  bagua_status_t st = bagua__ddp_build(d, NULL);
   /* Progress reports start with the first ready context: its step count is the program's. */
   if (st == BAGUA_OK) bagua__ddp_progress_open(d);
   return st;
@@ -260,9 +263,11 @@ static bagua_status_t sync_scalars(bagua_ddp_t *d) {
   return BAGUA_OK;
 }
 
-bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const float *carry_m, const float *carry_v) {
+bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const bagua__ddp_carry_t *carry) {
   const bagua__lane_t L = BAGUA__LANE_COMPUTE;
+  const bagua__ddp_carry_t none = {0};
   bagua_status_t st;
+  if (!carry) carry = &none;
   size_t n = (size_t)d->size, m = (size_t)d->node_count;
   size_t align = n / gcd(n, m) * m * 16;
   BAGUA_CHECK_GOTO(bagua__ddp_partition(d->tensors, d->ntensors, d->s.bucket_bytes, align,
@@ -276,27 +281,33 @@ bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const float *carry_m, const floa
     st = BAGUA_ERR_NO_MEMORY;
     goto fail;
   }
-  for (int i = 0; i < d->ntensors; i++) {
-    bagua__ddp_tensor_t *t = &d->tensors[i];
-    BAGUA_CHECK_GOTO(
-        d->s.dev->copy(d, L, d->params + t->offset, t->user_param, t->count * sizeof(float)), st,
-        fail);
+  if (carry->params) {
+    BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry->params, d->params), st, fail);
+  } else {
+    for (int i = 0; i < d->ntensors; i++) {
+      bagua__ddp_tensor_t *t = &d->tensors[i];
+      BAGUA_CHECK_GOTO(
+          d->s.dev->copy(d, L, d->params + t->offset, t->user_param, t->count * sizeof(float)), st,
+          fail);
+    }
   }
   BAGUA_CHECK_GOTO(check_same_layout(d), st, fail);
-  BAGUA_CHECK_GOTO(sync_scalars(d), st, fail);
-  BAGUA_CHECK_GOTO(d->s.dev->broadcast(d, L, d->comm, d->params, d->params, d->total, BAGUA_F32, 0),
-                   st, fail);
+  if (!carry->local) {
+    BAGUA_CHECK_GOTO(sync_scalars(d), st, fail);
+    BAGUA_CHECK_GOTO(
+        d->s.dev->broadcast(d, L, d->comm, d->params, d->params, d->total, BAGUA_F32, 0), st, fail);
+  }
   BAGUA_CHECK_GOTO(bagua__ddp_optim_setup(d), st, fail);
-  /* An elastic rebuild carries the optimizer state over in registration order (the bucket
-   * padding depends on the world size, so the flat layout may have changed). */
-  BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry_m, d->opt_m), st, fail);
-  BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry_v, d->opt_v), st, fail);
+  /* A rebuild carries the optimizer state over in registration order (the bucket padding
+   * depends on the world size and the bucket size, so the flat layout may have changed). */
+  BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry->m, d->opt_m), st, fail);
+  BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry->v, d->opt_v), st, fail);
   /* The state is zero on a fresh start; broadcasting it keeps ranks identical should a
    * caller ever load state on rank 0 only. */
-  if (d->opt_m)
+  if (d->opt_m && !carry->local)
     BAGUA_CHECK_GOTO(d->s.dev->broadcast(d, L, d->comm, d->opt_m, d->opt_m, d->total, BAGUA_F32, 0),
                      st, fail);
-  if (d->opt_v)
+  if (d->opt_v && !carry->local)
     BAGUA_CHECK_GOTO(d->s.dev->broadcast(d, L, d->comm, d->opt_v, d->opt_v, d->total, BAGUA_F32, 0),
                      st, fail);
   d->setup_called = 1;

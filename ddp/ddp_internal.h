@@ -175,6 +175,9 @@ struct bagua_ddp_s {
   struct bagua__progress_file_s *progress;
   int64_t total_steps, samples;
   bagua__ddp_elastic_t el;
+  /* Bumped by every bagua__ddp_reconfigure() that re-laid the flat storage: views obtained
+   * from bagua_ddp_param()/bagua_ddp_grad() before it point into freed memory. */
+  int64_t layout_version;
 };
 
 /* ---- progress reports (progress.c); training thread only ---- */
@@ -201,15 +204,43 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm);
 /* Aborts them (any thread) / destroys them (training thread). */
 void bagua__ddp_comms_abort(bagua_ddp_t *d);
 void bagua__ddp_comms_close(bagua_ddp_t *d);
+/* What a rebuild carries into the new flat layout: host arrays in registration order (no
+ * padding), each NULL when there is nothing to carry. */
+typedef struct {
+  const float *params; /* NULL: read the weights from the registered `param` arrays */
+  const float *m, *v;  /* optimizer state; NULL: zero */
+  /* 1: every rank keeps its own weights, optimizer state, step count and learning rate
+   * (a reconfiguration); 0: rank 0's are broadcast to all (ready, elastic rebuild). */
+  int local;
+} bagua__ddp_carry_t;
+
 /*
- * The collective part of bagua_ddp_ready(): layout, allocation, rank 0's weights (read from the
- * registered `param` arrays), step count, learning rate and optimizer state (carry_m/carry_v in
- * registration order when not NULL, else zero) to every rank, the algorithm's setup and the
- * communication thread. bagua__ddp_unbuild() undoes it (joining the threads) but keeps the
- * tensors and communicators.
+ * The collective part of bagua_ddp_ready(): layout, allocation, the weights and optimizer
+ * state of `carry` (NULL: the registered `param` arrays and zero state), rank 0's copy of
+ * them, its step count and learning rate to every rank unless carry->local, the algorithm's
+ * setup and the communication thread. bagua__ddp_unbuild() undoes it (joining the threads) but
+ * keeps the tensors and communicators.
  */
-bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const float *carry_m, const float *carry_v);
+bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const bagua__ddp_carry_t *carry);
 void bagua__ddp_unbuild(bagua_ddp_t *d);
+
+/* ---- reconfiguration at a step boundary (reconfigure.c) ---- */
+/*
+ * Moves a ready context to the settings `next` between two steps: another algorithm, bucket
+ * size, hierarchical flag or algorithm option. Each rank keeps its own weights, optimizer
+ * state, step count and learning rate (nothing is broadcast, so the maths of the run is not
+ * changed by the move itself); the flat storage is re-laid, so d->layout_version is bumped
+ * and views from bagua_ddp_param()/bagua_ddp_grad() must be fetched again. Node-level and
+ * averaging communicators are split off d->comm or destroyed as `next` needs them.
+ *
+ * Collective over d->comm: the training thread of every rank calls it after the same
+ * bagua_ddp_step() with identical `next` (the caller broadcasts its decision first), before
+ * any gradient of the next step is marked ready. `next` must keep the optimizer, device and
+ * CUDA settings (BAGUA_ERR_INVALID_USAGE otherwise, nothing changed), and neither the current
+ * nor the next algorithm may be async past its warm-up (its ranks are not at one step).
+ * Any other failure is the context's sticky error.
+ */
+bagua_status_t bagua__ddp_reconfigure(bagua_ddp_t *d, const bagua__ddp_settings_t *next);
 
 /* ---- elasticity (elastic.c) ---- */
 /* Copies flat device storage `flat` into host memory `packed` (registration order, no padding),

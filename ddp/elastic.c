@@ -108,7 +108,8 @@ static bagua_status_t on_reset(bagua_elastic_t *e, const bagua_elastic_reset_t *
   d->steps = el->steps;
   BAGUA_CHECK_GOTO(bagua__ddp_comms_open(d, bagua_elastic_comm(e)), st, fail);
   d->bytes_start = bagua__ddp_bytes_sent(d) - carried; /* byte counters continue */
-  BAGUA_CHECK_GOTO(bagua__ddp_build(d, el->m, el->v), st, fail);
+  bagua__ddp_carry_t carry = {.m = el->m, .v = el->v};
+  BAGUA_CHECK_GOTO(bagua__ddp_build(d, &carry), st, fail);
   /* Like bagua_elastic_sync(), the synchronised state is the new commit. */
   BAGUA_CHECK_GOTO(snapshot(d), st, fail);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,

@@ -326,6 +326,16 @@ BAGUA_EXTERN bagua_status_t bagua_ddp_elastic_attach(bagua_ddp_t *ddp, struct ba
  */
 BAGUA_EXTERN const char *bagua_ddp_algorithm(const bagua_ddp_t *ddp);
 
+/*
+ * A counter of re-layouts of the flat storage: 0 after bagua_ddp_ready(), incremented each time
+ * the library moves the context to other settings at the end of a bagua_ddp_step() (autotuning,
+ * BAGUA_AUTOTUNE; the advisor's switch, BAGUA_ALGORITHM=auto). Each rank sees the same value
+ * after the same step. When it changed, pointers from bagua_ddp_param() and bagua_ddp_grad()
+ * taken before point into freed memory and must be fetched again; the registered `param` and
+ * `grad` arrays stay valid. -1 for a NULL context. Does not block.
+ */
+BAGUA_EXTERN int64_t bagua_ddp_layout_version(const bagua_ddp_t *ddp);
+
 /* Copies this rank's counters into *out (fields up to out->struct_size). Does not block. */
 BAGUA_EXTERN bagua_status_t bagua_ddp_stats(const bagua_ddp_t *ddp, bagua_ddp_stats_t *out);
 
