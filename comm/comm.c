@@ -17,6 +17,7 @@
 #include "common/params.h"
 #include "common/sock.h"
 #include "common/time.h"
+#include "tune.h"
 
 bagua_status_t bagua__comm_alloc(int rank, int size, bagua_comm_t **out) {
   bagua_comm_t *c = calloc(1, sizeof(*c));
@@ -206,6 +207,11 @@ static int cmp_member(const void *a, const void *b) {
 }
 
 bagua_status_t bagua_comm_split(bagua_comm_t *c, int color, int key, bagua_comm_t **out) {
+  return bagua__comm_split_streams(c, color, key, 0, out);
+}
+
+bagua_status_t bagua__comm_split_streams(bagua_comm_t *c, int color, int key, int nstreams,
+                                         bagua_comm_t **out) {
   bagua_status_t st = BAGUA_OK;
   bagua__endpoint_t *all = NULL;
   bagua_comm_t *nc = NULL;
@@ -240,7 +246,11 @@ bagua_status_t bagua_comm_split(bagua_comm_t *c, int color, int key, bagua_comm_
   uint32_t ids[2] = {seq, (uint32_t)color};
   nc->job_hash = c->job_hash;
   nc->comm_id = bagua__hash64(ids, sizeof(ids), c->comm_id);
-  nc->nstreams = c->nstreams;
+  /* Every member passes the same count (a collective argument), so both ends of each
+   * connection open the same streams. A split keeps the parent's tuning (tune.h). */
+  nc->nstreams = nstreams > 0 ? nstreams : c->nstreams;
+  nc->active_streams = c->active_streams;
+  nc->segment_bytes = c->segment_bytes;
   nc->requested_transport = c->requested_transport;
   nc->timeout_ms = c->timeout_ms;
   nc->connect_timeout_ms = c->connect_timeout_ms;

@@ -48,6 +48,7 @@ struct bagua_comm_s {
   int rank, size;
   int local_rank, local_size, node_count, node_index;
   int nstreams;            /* streams per peer on another node (BAGUA_NET_NSTREAMS) */
+  int active_streams;      /* of those, how many a message is spread over (tune.h); 0: all */
   int requested_transport; /* bagua_transport_kind_t asked for; inherited by splits */
   uint32_t split_seq;      /* splits performed on this communicator, for child ids */
   int timeout_ms;
@@ -60,7 +61,7 @@ struct bagua_comm_s {
   bagua__shm_t *shm; /* shared-memory arena when the shm transport is in use */
   /* Hierarchical mode: node-local communicator and leaders' communicator (NULL if none). */
   bagua_comm_t *intra, *inter;
-  size_t segment_bytes;
+  size_t segment_bytes; /* the TCP ring's pipeline segment (tune.h) */
   int net_spin;  /* busy-poll rounds before poll() in the TCP engine; 0 when oversubscribed */
   void *scratch; /* reduce staging for the TCP engine */
   size_t scratch_bytes;
@@ -72,6 +73,13 @@ struct bagua_comm_s {
 /* a mod n in [0, n), for ring neighbour arithmetic with negative offsets. */
 static inline int bagua__mod(int a, int n) {
   return ((a % n) + n) % n;
+}
+
+/* The streams a message to peer r is spread over: its established streams, or fewer while
+ * bagua__comm_set_streams() asks for fewer. Both ends compute the same count. */
+static inline int bagua__peer_streams(const bagua_comm_t *c, int r) {
+  int n = c->peers[r].nstreams;
+  return c->active_streams > 0 && c->active_streams < n ? c->active_streams : n;
 }
 
 /* Block i of `count` elements split over n blocks, as every transport splits messages: the

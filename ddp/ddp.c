@@ -9,6 +9,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "autotune.h"
 #include "common/time.h"
 #include "ddp_internal.h"
 
@@ -53,7 +54,7 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   bagua_status_t st;
   /* A private communicator: the communication thread may then use it while the caller keeps
    * using its own (a communicator admits one calling thread at a time). */
-  BAGUA_CHECK(bagua_comm_split(comm, 0, bagua_comm_rank(comm), &c));
+  BAGUA_CHECK(bagua__autotune_comm_split(d, comm, &c)); /* more streams when autotuning */
   if (d->s.hierarchical) BAGUA_CHECK_GOTO(bagua_comm_split_node(c, &intra, &inter), st, fail);
   if (d->s.algo == &bagua__ddp_async)
     BAGUA_CHECK_GOTO(bagua_comm_split(c, 0, bagua_comm_rank(c), &async_comm), st, fail);
@@ -468,6 +469,8 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   reset_step(d);
   d->waited = 0;
   if (a->next_step) BAGUA_CHECK_GOTO(a->next_step(d), st, fail);
+  /* Autotuning (autotune.c): may move every rank to other settings at this step boundary. */
+  BAGUA_CHECK_GOTO(bagua__autotune_step(d), st, fail);
   return BAGUA_OK;
 fail:
   return bagua__ddp_fail(d, st);
@@ -555,6 +558,7 @@ void bagua_ddp_destroy(bagua_ddp_t *d) {
   bagua__ddp_elastic_detach(d);
   bagua__ddp_unbuild(d);
   bagua__ddp_comms_close(d);
+  bagua__autotune_free(d);
   for (int i = 0; i < d->ntensors; i++) free(d->tensors[i].name);
   free(d->tensors);
   pthread_mutex_destroy(&d->comm_mu);

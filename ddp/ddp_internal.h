@@ -178,6 +178,8 @@ struct bagua_ddp_s {
   /* Bumped by every bagua__ddp_reconfigure() that re-laid the flat storage: views obtained
    * from bagua_ddp_param()/bagua_ddp_grad() before it point into freed memory. */
   int64_t layout_version;
+  /* Autotuning state (autotune.c), created at the first step when BAGUA_AUTOTUNE=1. */
+  struct bagua__autotune_s *autotune;
 };
 
 /* ---- progress reports (progress.c); training thread only ---- */

@@ -199,12 +199,12 @@ bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int 
   int np = 0, nstage = 0;
   for (int i = 0; i < nrecvs; i++)
     if (recvs[i].local)
-      nstage += split_parts(recvs[i].bytes, c->peers[recvs[i].peer].nstreams, &(size_t){0});
+      nstage += split_parts(recvs[i].bytes, bagua__peer_streams(c, recvs[i].peer), &(size_t){0});
   BAGUA_CHECK_GOTO(ensure_scratch(c, (size_t)nstage * STAGE_BYTES), st, done);
   int stage_idx = 0;
   for (int i = 0; i < nsends; i++) {
     size_t plen;
-    int k = split_parts(sends[i].bytes, c->peers[sends[i].peer].nstreams, &plen);
+    int k = split_parts(sends[i].bytes, bagua__peer_streams(c, sends[i].peer), &plen);
     bagua__peer_t *peer = &c->peers[sends[i].peer];
     for (int s = 0; s < k; s++) {
       part_t *p = &parts[np++];
@@ -221,7 +221,7 @@ bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int 
   }
   for (int i = 0; i < nrecvs; i++) {
     size_t plen;
-    int k = split_parts(recvs[i].bytes, c->peers[recvs[i].peer].nstreams, &plen);
+    int k = split_parts(recvs[i].bytes, bagua__peer_streams(c, recvs[i].peer), &plen);
     for (int s = 0; s < k; s++) {
       part_t *p = &parts[np++];
       memset(p, 0, sizeof(*p));

@@ -5,8 +5,9 @@
  * message) or a byte it has just received from its predecessor (reduced with its own
  * contribution during reduce-scatter, copied during allgather). So on each stream, message k
  * towards the next rank is exactly message k-1 from the previous rank after processing. This
- * engine exploits that: it receives from the predecessor, reduces in 256 KiB batches, and
- * forwards each processed batch at once, with no barrier between ring steps. All 2(n-1)
+ * engine exploits that: it receives from the predecessor, reduces in batches of the
+ * communicator's segment (BAGUA_NET_SEGMENT_BYTES, or what autotuning set; staged in half-segment
+ * steps) and forwards each processed batch at once, with no barrier between ring steps. All 2(n-1)
  * steps of an allreduce overlap, which matters most when ranks outnumber cores and a
  * step-by-step ring would wait for the slowest rank at every step.
  *
@@ -27,7 +28,6 @@
 #include "common/sock.h"
 #include "kernels/kernels.h"
 
-#define STAGE_BYTES (256 * 1024)
 #define MAX_IO_CHUNK (1 << 20)
 #define SMALL_MESSAGE (64 * 1024) /* must match exchange.c's split rule */
 
@@ -53,6 +53,7 @@ typedef struct {
   size_t count, es;
   bagua_dtype_t dt;
   bagua_op_t op;
+  size_t seg; /* staging bytes per lane: the pipeline segment */
 } ring_t;
 
 static void chunk(const ring_t *g, int i, size_t *off, size_t *len) {
@@ -154,7 +155,7 @@ static bagua_status_t step_recv(ring_t *g, lane_t *L, int s, int *progress) {
   if (L->got < plen) {
     char *into = reduce ? L->stage + L->staged : dst + L->got;
     size_t cap = plen - L->got;
-    if (reduce && cap > STAGE_BYTES - L->staged) cap = STAGE_BYTES - L->staged;
+    if (reduce && cap > g->seg - L->staged) cap = g->seg - L->staged;
     if (!reduce && cap > MAX_IO_CHUNK) cap = MAX_IO_CHUNK;
     ssize_t k = recv(L->fd_prev, into, cap, 0);
     if (k == 0) {
@@ -168,7 +169,7 @@ static bagua_status_t step_recv(ring_t *g, lane_t *L, int s, int *progress) {
     L->got += (size_t)k;
     if (reduce) {
       L->staged += (size_t)k;
-      if (L->got == plen || L->staged >= STAGE_BYTES / 2)
+      if (L->got == plen || L->staged >= g->seg / 2)
         process(g, L, dst, g->sbuf + coff + poff, L->km);
     } else {
       L->done = L->got;
@@ -246,17 +247,18 @@ static bagua_status_t run(ring_t *g) {
   lane_t lanes[16];
   struct pollfd pfd[32];
   int ns = g->lanes;
-  if (c->scratch_bytes < (size_t)ns * STAGE_BYTES) {
-    void *p = realloc(c->scratch, (size_t)ns * STAGE_BYTES);
+  g->seg = c->segment_bytes;
+  if (c->scratch_bytes < (size_t)ns * g->seg) {
+    void *p = realloc(c->scratch, (size_t)ns * g->seg);
     if (!p) return BAGUA_ERR_NO_MEMORY;
     c->scratch = p;
-    c->scratch_bytes = (size_t)ns * STAGE_BYTES;
+    c->scratch_bytes = (size_t)ns * g->seg;
   }
   for (int s = 0; s < ns; s++) {
     memset(&lanes[s], 0, sizeof(lanes[s]));
     lanes[s].fd_next = c->peers[g->next].fds[s];
     lanes[s].fd_prev = c->peers[g->prev].fds[s];
-    lanes[s].stage = (char *)c->scratch + (size_t)s * STAGE_BYTES;
+    lanes[s].stage = (char *)c->scratch + (size_t)s * g->seg;
   }
   int64_t last_progress = bagua__now_ms();
   for (;;) {
@@ -305,7 +307,7 @@ static bagua_status_t run(ring_t *g) {
 int bagua__ring_usable(const bagua_comm_t *c) {
   if (!bagua__param_int(BAGUA_P_NET_RING_PIPELINE)) return 0;
   int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
-  return c->peers[next].nstreams == c->peers[prev].nstreams;
+  return bagua__peer_streams(c, next) == bagua__peer_streams(c, prev);
 }
 
 bagua_status_t bagua__ring_allreduce(bagua_comm_t *c, const void *sbuf, void *rbuf, size_t count,
@@ -316,14 +318,15 @@ bagua_status_t bagua__ring_allreduce(bagua_comm_t *c, const void *sbuf, void *rb
               (c->rank + 1) % c->size,
               (c->rank + c->size - 1) % c->size,
               2 * (c->size - 1),
-              c->peers[(c->rank + 1) % c->size].nstreams,
+              bagua__peer_streams(c, (c->rank + 1) % c->size),
               1,
               sbuf,
               rbuf,
               count,
               bagua_dtype_size(dt),
               dt,
-              op};
+              op,
+              0};
   return run(&g);
 }
 
@@ -334,13 +337,14 @@ bagua_status_t bagua__ring_allgather(bagua_comm_t *c, void *buf, size_t count, s
               (c->rank + 1) % c->size,
               (c->rank + c->size - 1) % c->size,
               c->size - 1,
-              c->peers[(c->rank + 1) % c->size].nstreams,
+              bagua__peer_streams(c, (c->rank + 1) % c->size),
               0,
               NULL,
               buf,
               count,
               es,
               BAGUA_U8,
-              BAGUA_SUM};
+              BAGUA_SUM,
+              0};
   return run(&g);
 }

@@ -1,0 +1,71 @@
+/*
+ * Settings of a running communicator that autotuning changes between collectives (tune.h):
+ * the streams a message is spread over and the ring's pipeline segment.
+ */
+#include "comm_internal.h"
+#include "common/log.h"
+#include "common/params.h"
+#include "tune.h"
+
+/* Whether some peer is on another node: only those connections have several streams. */
+static int has_remote_peer(const bagua_comm_t *c) {
+  for (int r = 0; r < c->size; r++)
+    if (c->eps[r].node_hash != c->eps[c->rank].node_hash) return 1;
+  return 0;
+}
+
+int bagua__comm_max_streams(const bagua_comm_t *c) {
+  if (!c) return 0;
+  int n = has_remote_peer(c) ? c->nstreams : 0;
+  /* A hierarchical transport talks to other nodes through its leaders' communicator. */
+  int m = bagua__comm_max_streams(c->inter);
+  return n > m ? n : m;
+}
+
+int bagua__comm_streams(const bagua_comm_t *c) {
+  int max = bagua__comm_max_streams(c);
+  if (max == 0) return 0;
+  return c->active_streams > 0 && c->active_streams < max ? c->active_streams : max;
+}
+
+bagua_status_t bagua__comm_set_streams(bagua_comm_t *c, int n) {
+  if (!c) return BAGUA_OK;
+  int max = c->nstreams > 0 ? c->nstreams : 1;
+  if (n < 1 || n > max) {
+    BAGUA_WARN("communicator: %d streams per peer is invalid; accepted: 1..%d (the streams opened)",
+               n, max);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  c->active_streams = n;
+  /* The node-level communicators may have been opened with fewer streams (shm: one). */
+  if (c->intra) bagua__comm_set_streams(c->intra, n < c->intra->nstreams ? n : c->intra->nstreams);
+  if (c->inter) bagua__comm_set_streams(c->inter, n < c->inter->nstreams ? n : c->inter->nstreams);
+  return BAGUA_OK;
+}
+
+int bagua__comm_uses_ring(const bagua_comm_t *c) {
+  if (!c || !bagua__param_int(BAGUA_P_NET_RING_PIPELINE)) return 0;
+  /* The generic collectives over TCP run the ring (coll_generic.c); a hierarchical transport
+   * runs it among the node leaders. Shared memory never does. */
+  if (c->ops == &bagua__generic_ops && c->size > 1) return 1;
+  return bagua__comm_uses_ring(c->inter);
+}
+
+size_t bagua__comm_segment(const bagua_comm_t *c) {
+  return c ? c->segment_bytes : 0;
+}
+
+bagua_status_t bagua__comm_set_segment(bagua_comm_t *c, size_t bytes) {
+  if (!c) return BAGUA_OK;
+  int64_t lo, hi;
+  bagua__param_bounds(BAGUA_P_NET_SEGMENT_BYTES, &lo, &hi);
+  if (bytes < (size_t)lo || bytes > (size_t)hi) {
+    BAGUA_WARN("communicator: segment %zu bytes is invalid; accepted: %lld..%lld (as %s)", bytes,
+               (long long)lo, (long long)hi, bagua__param_env_name(BAGUA_P_NET_SEGMENT_BYTES));
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  c->segment_bytes = bytes;
+  if (c->intra) c->intra->segment_bytes = bytes;
+  if (c->inter) bagua__comm_set_segment(c->inter, bytes);
+  return BAGUA_OK;
+}

@@ -1,0 +1,42 @@
+/*
+ * Communicator settings that may change while a communicator runs (autotuning, ddp/autotune.c):
+ * how many of the established TCP streams per peer a message is spread over, and the ring's
+ * pipeline segment. Not installed.
+ *
+ * Both ends of a transfer must split a message the same way, so every rank of a communicator
+ * applies the same value at the same point of its call sequence (between two collectives). The
+ * setters recurse into the node-level communicators a hierarchical transport made, and splits
+ * inherit the values in effect. They are not thread-safe: call them while no collective runs
+ * on the communicator.
+ */
+#ifndef BAGUA_COMM_TUNE_H
+#define BAGUA_COMM_TUNE_H
+
+#include <stddef.h>
+
+#include "bagua/comm.h"
+
+/* The most streams per peer on another node (BAGUA_NET_NSTREAMS or what the communicator was
+ * split with), and the count in use; 0 when no peer is on another node (streams do not
+ * matter then). */
+int bagua__comm_max_streams(const bagua_comm_t *c);
+int bagua__comm_streams(const bagua_comm_t *c);
+/* Spreads messages to peers on other nodes over the first n streams (1 .. the maximum).
+ * BAGUA_ERR_INVALID_ARG with a warning otherwise. */
+bagua_status_t bagua__comm_set_streams(bagua_comm_t *c, int n);
+
+/* Whether the pipelined TCP ring serves this communicator's large collectives (there are
+ * peers on other nodes and BAGUA_NET_RING_PIPELINE is 1): only then does the segment matter. */
+int bagua__comm_uses_ring(const bagua_comm_t *c);
+size_t bagua__comm_segment(const bagua_comm_t *c);
+/* The ring's pipeline segment: bytes received, reduced and forwarded at a time. Accepted: the
+ * bounds of BAGUA_NET_SEGMENT_BYTES. */
+bagua_status_t bagua__comm_set_segment(bagua_comm_t *c, size_t bytes);
+
+/* bagua_comm_split() whose new communicator opens `nstreams` streams to each peer on another
+ * node (<= 0: the parent's count), for a caller that may later use more streams than the
+ * parent has (BAGUA_NET_NSTREAMS bounds apply). */
+bagua_status_t bagua__comm_split_streams(bagua_comm_t *c, int color, int key, int nstreams,
+                                         bagua_comm_t **out);
+
+#endif
