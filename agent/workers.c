@@ -53,6 +53,7 @@ static const char *const owned_vars[] = {"RANK",
                                          "BAGUA_PROGRESS_FILE",
                                          "BAGUA_JOB_SECRET",
                                          "BAGUA_RDZV_TIMEOUT_MS",
+                                         "BAGUA_LOG_DIR",
                                          "TORCHELASTIC_RESTART_COUNT",
                                          "TORCHELASTIC_MAX_RESTARTS",
                                          "TORCHELASTIC_RUN_ID",
@@ -132,6 +133,8 @@ static int build_env(const bagua__agent_config_t *cfg, const bagua__worker_assig
   rc |= vec_add(sv, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->max_restarts);
   rc |= vec_add(sv, "TORCHELASTIC_RUN_ID=%s", cfg->job_id);
   if (a->bootstrap) rc |= vec_add(sv, "BAGUA_BOOTSTRAP=%s", a->bootstrap);
+  /* The job's log directory (--log-dir), where libbagua writes files such as autotune.csv. */
+  if (cfg->log_dir) rc |= vec_add(sv, "BAGUA_LOG_DIR=%s", cfg->log_dir);
   /* Every wait of the workers' library for a round (bagua_elastic_rebuild) is bounded by the
    * job's rendezvous timeout. */
   rc |= vec_add(sv, "BAGUA_RDZV_TIMEOUT_MS=%lld", (long long)cfg->rdzv_timeout_s * 1000);

@@ -24,7 +24,8 @@ typedef enum {
   OPT_EXPORT,
   OPT_MODULE,
   OPT_NO_PYTHON,
-  OPT_STANDALONE
+  OPT_STANDALONE,
+  OPT_AUTOTUNE
 } opt_t;
 
 static const struct {
@@ -48,6 +49,7 @@ static const struct {
     {"--module", OPT_MODULE, 0},
     {"--no-python", OPT_NO_PYTHON, 0},
     {"--standalone", OPT_STANDALONE, 0},
+    {"--autotune", OPT_AUTOTUNE, 0},
 };
 #define NOPTS ((int)(sizeof(k_opts) / sizeof(k_opts[0])))
 
@@ -330,6 +332,16 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
       case OPT_STANDALONE:
         l->standalone = 1;
         break;
+      case OPT_AUTOTUNE: {
+        /* --autotune is -x BAGUA_AUTOTUNE=1 (docs/autotune.md): libbagua in every worker
+         * tunes itself; the origin names the flag. */
+        int rc = add_export(l, "BAGUA_AUTOTUNE=1", err, errlen);
+        if (rc != 0) return rc;
+        for (int k = 0; k < l->nenv; k++)
+          if (strcmp(l->env[k].name, "BAGUA_AUTOTUNE") == 0)
+            bagua__launch_origin_set(&l->env[k].origin, LO_FLAG, "--autotune");
+        break;
+      }
     }
   }
 program:
