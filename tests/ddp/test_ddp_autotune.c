@@ -12,6 +12,8 @@
  *   csv    2 ranks on one node (shared memory): BAGUA_LOG_DIR/autotune.csv has the header, one
  *          row per trial with the settings measured and exactly one chosen row; streams and
  *          segment cannot matter here, so every row keeps them.
+ *   released  as same, after bagua_ddp_release_params() (the Python front end's zero-copy
+ *          views): the layout never moves (layout version 0), streams and segment are tuned.
  *   bad    BAGUA_AUTOTUNE=2 and =yes are refused by bagua_ddp_create() with
  *          BAGUA_ERR_INVALID_ARG and a warning naming the variable and what is accepted.
  */
@@ -36,6 +38,7 @@ static problem_t prob = {.d_in = 128, .d_out = 32, .n = 32, .nsplit = 8, .noise 
 typedef struct {
   int expect_hier_both; /* hier mode: steps with hierarchical 0 and 1 must both occur */
   const char *csv_dir;  /* csv mode: where autotune.csv is expected (rank 0 reads it) */
+  int release;          /* released mode: bagua_ddp_release_params() after ready */
 } spec_t;
 
 /* What is in effect after a step, from the context itself. */
@@ -97,6 +100,7 @@ static int body(bagua_comm_t *c, void *arg) {
   ASSERT_OK(bagua_ddp_create(c, &cfg, &d));
   model_register(&m, d, 0);
   ASSERT_OK(bagua_ddp_ready(d));
+  if (sp->release) ASSERT_OK(bagua_ddp_release_params(d));
   double loss0 = model_union_loss(&m, n);
   int64_t *rec = calloc((size_t)STEPS * NREC, sizeof(int64_t));
   int64_t *lo = calloc((size_t)STEPS * NREC, sizeof(int64_t));
@@ -127,8 +131,24 @@ static int body(bagua_comm_t *c, void *arg) {
     for (int k = 1; k < NREC; k++) changed |= rec[t * NREC + k] != rec[(t - 1) * NREC + k];
   for (int t = 0; t < STEPS; t++) hier_seen[rec[t * NREC + 2] != 0] = 1;
   ASSERT_TRUE(changed);
-  ASSERT_GE(rec[(STEPS - 1) * NREC], 1); /* layout_version: re-bucketed at least once */
   ASSERT_LT(info.last_change_step, STEPS);
+  if (sp->release) {
+    /* Zero-copy callers hold views into the flat storage: the layout never moves, only the
+     * communicator settings are tuned; the weights live in the views. */
+    for (int t = 0; t < STEPS; t++) ASSERT_EQ(rec[t * NREC], 0);
+    for (int i = 0; i < d->ntensors; i++)
+      assert_same_on_all_ranks(c, bagua_ddp_param(d, i), d->tensors[i].count, "flat weights");
+    if (rank == 0)
+      printf("released: %d trials, %d changes, layout never moved\n", info.trials, info.changes);
+    free(rec);
+    free(lo);
+    free(hi);
+    bagua_ddp_destroy(d);
+    model_free(&m);
+    shard_free(&s);
+    return 0;
+  }
+  ASSERT_GE(rec[(STEPS - 1) * NREC], 1); /* layout_version: re-bucketed at least once */
   if (sp->expect_hier_both && !(hier_seen[0] && hier_seen[1]))
     TEST_FAIL("hierarchical was never switched: steps with 0: %d, with 1: %d", hier_seen[0],
               hier_seen[1]);
@@ -186,7 +206,7 @@ static int body_bad(bagua_comm_t *c, void *arg) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "same") == 0) {
-    spec_t sp = {0, NULL};
+    spec_t sp = {0, NULL, 0};
     mp_opts_t o = {.nranks = 2,
                    .transport = BAGUA_TRANSPORT_TCP,
                    .ranks_per_node = 1,
@@ -195,7 +215,7 @@ int main(int argc, char **argv) {
     return mp_run(&o, body, &sp);
   }
   if (strcmp(mode, "hier") == 0) {
-    spec_t sp = {1, NULL};
+    spec_t sp = {1, NULL, 0};
     mp_opts_t o = {.nranks = 4,
                    .transport = BAGUA_TRANSPORT_AUTO,
                    .ranks_per_node = 2,
@@ -208,7 +228,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(dir)) TEST_FAIL("mkdtemp failed");
     char env[512];
     snprintf(env, sizeof(env), SMALL_WINDOWS ";BAGUA_LOG_DIR=%s", dir);
-    spec_t sp = {0, dir};
+    spec_t sp = {0, dir, 0};
     mp_opts_t o = {
         .nranks = 2, .transport = BAGUA_TRANSPORT_AUTO, .deadline_s = 80, .setenv_list = env};
     int rc = mp_run(&o, body, &sp);
@@ -218,9 +238,18 @@ int main(int argc, char **argv) {
     rmdir(dir);
     return rc;
   }
+  if (strcmp(mode, "released") == 0) {
+    spec_t sp = {0, NULL, 1};
+    mp_opts_t o = {.nranks = 2,
+                   .transport = BAGUA_TRANSPORT_TCP,
+                   .ranks_per_node = 1,
+                   .deadline_s = 80,
+                   .setenv_list = SMALL_WINDOWS};
+    return mp_run(&o, body, &sp);
+  }
   if (strcmp(mode, "bad") == 0) {
     mp_opts_t o = {.nranks = 2, .transport = BAGUA_TRANSPORT_TCP};
     return mp_run(&o, body_bad, NULL);
   }
-  TEST_FAIL("usage: %s same|hier|csv|bad", argv[0]);
+  TEST_FAIL("usage: %s same|hier|csv|released|bad", argv[0]);
 }
