@@ -2,14 +2,14 @@
  * Autotuning of a running data-parallel context (autotune.h; docs/autotune.md).
  *
  * The objective is the throughput of the program's own steps: a trial runs `settle` untimed
- * steps under a setting, then times `sample` steps, and its score is the slowest rank's seconds
- * per step (an allreduce of the maximum; in a synchronous algorithm the slowest rank sets the
- * pace of all). The search is coordinate descent: starting from the configured setting, each
- * dimension in turn (bucket size, hierarchical, streams, segment) tries a few candidates around
- * the best setting so far while the others stay at their best values, and keeps the best. It is
- * deterministic, needs no model of the objective and ends after at most BAGUA_AUTOTUNE_MAX_SAMPLES
- * trials on the best measured setting. A dimension that cannot matter in this job (one node,
- * one rank per node, no TCP peer) is skipped, and the log says so.
+ * steps under a setting, then times `sample` steps, and its score is the slowest rank's median
+ * seconds per step (an allreduce of the maximum; in a synchronous algorithm the slowest rank
+ * sets the pace of all). The search is coordinate descent: starting from the configured setting,
+ * each dimension in turn (bucket size, hierarchical, streams, segment) tries a few candidates
+ * around the best setting so far while the others stay at their best values, and keeps the best. It
+ * is deterministic, needs no model of the objective and ends after at most
+ * BAGUA_AUTOTUNE_MAX_SAMPLES trials on the best measured setting. A dimension that cannot matter in
+ * this job (one node, one rank per node, no TCP peer) is skipped, and the log says so.
  *
  * Rank 0 decides and broadcasts its decision, so every rank applies the same setting after the
  * same step even if the ranks' measurements or environments differed. Bucket size and
@@ -52,7 +52,8 @@ struct bagua__autotune_s {
    * timing starts `settle_now` steps later. */
   int64_t phase_start;
   int settle_now;
-  double t_start;
+  double t_start, t_prev;
+  double *dur; /* the timed window's step durations (`sample` of them) */
   int64_t samples_start;
   bagua__autotune_point_t cur;
   trial_t *trials;
@@ -283,7 +284,8 @@ static bagua_status_t start(bagua_ddp_t *d) {
   at->first_change = at->last_change = -1;
   at->cur = current_point(d);
   at->trials = calloc((size_t)at->max_samples, sizeof(*at->trials));
-  if (!at->trials) return BAGUA_ERR_NO_MEMORY;
+  at->dur = calloc((size_t)at->sample, sizeof(*at->dur));
+  if (!at->trials || !at->dur) return BAGUA_ERR_NO_MEMORY;
   int r0 = d->rank == 0;
   if (d->s.algo == &bagua__ddp_async || d->el.e) {
     /* async: past its warm-up the ranks are not at one step, so no step boundary is common to
@@ -325,20 +327,35 @@ static bagua_status_t start(bagua_ddp_t *d) {
   return BAGUA_OK;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median step of the window: on a shared machine a burst of load elsewhere stretches a
+ * step or two, which would decide a mean but not the median. */
+static double median_step(struct bagua__autotune_s *at) {
+  qsort(at->dur, (size_t)at->sample, sizeof(*at->dur), cmp_double);
+  int k = at->sample / 2;
+  return at->sample % 2 ? at->dur[k] : 0.5 * (at->dur[k - 1] + at->dur[k]);
+}
+
 /* The end of a trial: every rank is here after the same step. */
 static bagua_status_t end_trial(bagua_ddp_t *d, struct bagua__autotune_s *at) {
   double now = bagua__now_s();
   /* The next step's work (decentralized's weight exchange) may already run on d->comm; the
    * collectives below and a reconfiguration need the communication thread idle. */
   BAGUA_CHECK(bagua__ddp_wait(d));
-  double v[2] = {(now - at->t_start) / at->sample, (double)(d->samples - at->samples_start)};
+  double mean = (now - at->t_start) / at->sample;
+  double v[2] = {median_step(at), (double)(d->samples - at->samples_start)};
   BAGUA_CHECK(bagua_allreduce(d->comm, &v[0], &v[0], 1, BAGUA_F64, BAGUA_MAX));
   BAGUA_CHECK(bagua_allreduce(d->comm, &v[1], &v[1], 1, BAGUA_F64, BAGUA_SUM));
   trial_t *t = &at->trials[at->ntrials];
   t->p = at->cur;
   t->step = d->steps;
   t->s_step = v[0];
-  t->samples = v[1] > 0 && v[0] > 0 ? v[1] / (v[0] * at->sample) : -1;
+  /* Samples over the whole window (all ranks' counts, this rank's clock). */
+  t->samples = v[1] > 0 && mean > 0 ? v[1] / (mean * at->sample) : -1;
   int idx = at->ntrials++;
   if (idx == 0 || t->s_step < at->trials[at->best].s_step) at->best = idx;
 
@@ -387,8 +404,9 @@ static bagua_status_t end_trial(bagua_ddp_t *d, struct bagua__autotune_s *at) {
   at->done = over;
   at->phase_start = d->steps;
   at->settle_now = at->settle;
+  at->t_prev = bagua__now_s(); /* the re-bucketing is no step of the next trial */
   if (at->settle_now == 0) {
-    at->t_start = bagua__now_s();
+    at->t_start = at->t_prev;
     at->samples_start = d->samples;
   }
   return BAGUA_OK;
@@ -404,8 +422,12 @@ bagua_status_t bagua__autotune_step(bagua_ddp_t *d) {
   }
   if (at->done) return BAGUA_OK;
   int64_t in_phase = d->steps - at->phase_start;
+  double now = bagua__now_s();
+  if (in_phase > at->settle_now && in_phase <= at->settle_now + at->sample)
+    at->dur[in_phase - at->settle_now - 1] = now - at->t_prev;
+  at->t_prev = now;
   if (in_phase == at->settle_now) {
-    at->t_start = bagua__now_s();
+    at->t_start = now;
     at->samples_start = d->samples;
   }
   if (in_phase < at->settle_now + at->sample) return BAGUA_OK;
@@ -416,6 +438,7 @@ bagua_status_t bagua__autotune_step(bagua_ddp_t *d) {
 void bagua__autotune_free(bagua_ddp_t *d) {
   if (!d || !d->autotune) return;
   free(d->autotune->trials);
+  free(d->autotune->dur);
   free(d->autotune);
   d->autotune = NULL;
 }
