@@ -272,7 +272,7 @@ static void write_csv(const struct bagua__autotune_s *at) {
 /* the step hook                                                                              */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Creates the state at the first step; NULL when tuning is off or cannot run here. */
+/* Creates the state at the first step; tuning that cannot run here is marked done at once. */
 static bagua_status_t start(bagua_ddp_t *d) {
   struct bagua__autotune_s *at = calloc(1, sizeof(*at));
   if (!at) return BAGUA_ERR_NO_MEMORY;
@@ -304,10 +304,12 @@ static bagua_status_t start(bagua_ddp_t *d) {
   if (!why[DIM_BUCKET] && d->ntensors < 2) why[DIM_BUCKET] = "one tensor is always one bucket";
   if (!why[DIM_HIER] && (d->node_count < 2 || d->node_count >= d->size))
     why[DIM_HIER] = d->node_count < 2 ? "all ranks share one node" : "one rank per node";
-  if (bagua__comm_max_streams(d->comm) < 2)
+  if (d->s.dev != &bagua__ddp_dev_cpu)
+    why[DIM_STREAMS] = why[DIM_SEGMENT] = "the buffers are on the GPU, NCCL moves them";
+  if (!why[DIM_STREAMS] && bagua__comm_max_streams(d->comm) < 2)
     why[DIM_STREAMS] = bagua__comm_max_streams(d->comm) == 0 ? "no peer on another node"
                                                              : "one stream opened per peer";
-  if (!bagua__comm_uses_ring(d->comm) && !bagua__comm_uses_ring(d->inter))
+  if (!why[DIM_SEGMENT] && !bagua__comm_uses_ring(d->comm) && !bagua__comm_uses_ring(d->inter))
     why[DIM_SEGMENT] = "no TCP ring runs (shared memory, or BAGUA_NET_RING_PIPELINE=0)";
   for (int k = 0; k < NDIMS; k++) at->skip[k] = why[k] != NULL;
   at->settle_now = at->warmup > 0 ? at->warmup : 1;
