@@ -60,6 +60,7 @@ struct bagua__autotune_s {
   int ntrials, best;
   /* Search position (rank 0's): the dimension and the next candidate of its list. */
   int dim, cand_next, ncand;
+  int confirm; /* re-measurements planned so far (best, then runner-up) */
   int64_t cand[MAX_CANDIDATES];
   int skip[NDIMS]; /* the dimension cannot matter here (or may not change) */
   int changes;
@@ -198,6 +199,34 @@ static void plan_dim(bagua_ddp_t *d, struct bagua__autotune_s *at, int dim) {
   }
 }
 
+/* The mean score of trial i's point over every trial that measured it, and how many did. */
+static double point_mean(const struct bagua__autotune_s *at, int i, int *count) {
+  double sum = 0;
+  int n = 0;
+  for (int j = 0; j < at->ntrials; j++)
+    if (same_point(&at->trials[j].p, &at->trials[i].p)) {
+      sum += at->trials[j].s_step;
+      n++;
+    }
+  if (count) *count = n;
+  return sum / n;
+}
+
+/* The first trial of the point with the lowest mean score, leaving out trial `except`'s point
+ * (-1: none); -1 when no point is left. */
+static int ranked(const struct bagua__autotune_s *at, int not ) {
+  int best = -1;
+  double best_s = 0;
+  for (int i = 0; i < at->ntrials; i++) {
+    int first = 1;
+    for (int j = 0; j < i && first; j++) first = !same_point(&at->trials[j].p, &at->trials[i].p);
+    if (!first || (not >= 0 && same_point(&at->trials[i].p, &at->trials[not ].p))) continue;
+    double m = point_mean(at, i, NULL);
+    if (best < 0 || m < best_s) best = i, best_s = m;
+  }
+  return best;
+}
+
 /* Rank 0: the next point to measure, or 0 when the search is over (then *p is the best). */
 static int next_point(bagua_ddp_t *d, struct bagua__autotune_s *at, bagua__autotune_point_t *p) {
   *p = at->trials[at->best].p;
@@ -222,6 +251,18 @@ static int next_point(bagua_ddp_t *d, struct bagua__autotune_s *at, bagua__autot
       return 1;
     }
     if (++at->dim < NDIMS) plan_dim(d, at, at->dim);
+  }
+  /* Every candidate was measured once. A single short window can flatter a setting, so the
+   * best point and the runner-up are measured once more while the budget lasts, and the
+   * choice goes by the mean of each point's trials. */
+  while (at->confirm < 2) {
+    int idx = at->confirm++ == 0 ? at->best : ranked(at, at->best);
+    int n = 0;
+    if (idx >= 0) point_mean(at, idx, &n);
+    if (idx >= 0 && n == 1) {
+      *p = at->trials[idx].p;
+      return 1;
+    }
   }
   return 0;
 }
@@ -359,7 +400,7 @@ static bagua_status_t end_trial(bagua_ddp_t *d, struct bagua__autotune_s *at) {
   /* Samples over the whole window (all ranks' counts, this rank's clock). */
   t->samples = v[1] > 0 && mean > 0 ? v[1] / (mean * at->sample) : -1;
   int idx = at->ntrials++;
-  if (idx == 0 || t->s_step < at->trials[at->best].s_step) at->best = idx;
+  at->best = ranked(at, -1);
 
   /* Rank 0 decides; everyone applies what it decided. */
   int64_t rec[5] = {0};
@@ -383,18 +424,21 @@ static bagua_status_t end_trial(bagua_ddp_t *d, struct bagua__autotune_s *at) {
     char pt[160], bp[160];
     say_point(pt, sizeof(pt), &t->p);
     say_point(bp, sizeof(bp), &at->trials[at->best].p);
-    char sps[48] = "";
+    char sps[48] = "", again[64] = "";
     if (t->samples >= 0) snprintf(sps, sizeof(sps), ", %.0f samples/s", t->samples);
-    bagua__say(TOOL, "trial %d/%d at step %lld: %s: %.6f s/step (%.1f steps/s%s); best: trial %d",
+    int n = 0;
+    double m = point_mean(at, idx, &n);
+    if (n > 1) snprintf(again, sizeof(again), ", measured again: mean %.6f s/step", m);
+    bagua__say(TOOL, "trial %d/%d at step %lld: %s: %.6f s/step (%.1f steps/s%s%s); best: trial %d",
                idx + 1, at->max_samples, (long long)t->step, pt, t->s_step, 1.0 / t->s_step, sps,
-               at->best + 1);
+               again, at->best + 1);
     write_csv(at);
     if (over)
       bagua__say(TOOL,
                  "done after %d trials at step %lld: chose trial %d, %s (%.6f s/step, %.2fx "
                  "the starting setting)",
-                 at->ntrials, (long long)d->steps, at->best + 1, bp, at->trials[at->best].s_step,
-                 at->trials[0].s_step / at->trials[at->best].s_step);
+                 at->ntrials, (long long)d->steps, at->best + 1, bp, point_mean(at, at->best, NULL),
+                 point_mean(at, 0, NULL) / point_mean(at, at->best, NULL));
   }
   if (!same_point(&next, &at->cur)) {
     BAGUA_CHECK(apply_point(d, &next));
