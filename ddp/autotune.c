@@ -86,11 +86,24 @@ uint64_t bagua__autotune_fingerprint(const bagua_ddp_t *d) {
 }
 
 bagua_status_t bagua__autotune_comm_split(bagua_ddp_t *d, bagua_comm_t *comm, bagua_comm_t **out) {
+  (void)d;
+  /* Ranks that disagree on BAGUA_AUTOTUNE would open different numbers of streams below and
+   * call different collectives later: say so now, on every rank, instead of timing out. */
+  int64_t on = bagua__param_int(BAGUA_P_AUTOTUNE), v[2] = {on, -on};
+  BAGUA_CHECK(bagua_allreduce(comm, v, v, 2, BAGUA_I64, BAGUA_MIN));
+  if (v[0] != -v[1]) {
+    BAGUA_WARN(
+        "bagua_ddp_create: BAGUA_AUTOTUNE is %lld here but differs on another rank; accepted: "
+        "the same value on every rank (bagua-launch --autotune sets it for all)",
+        (long long)on);
+    return BAGUA_ERR_INVALID_USAGE;
+  }
   int base = bagua__comm_streams(comm);
-  if (!tuning_requested(d) || base == 0 || base >= MAX_TUNED_STREAMS)
+  if (!on || base == 0 || base >= MAX_TUNED_STREAMS)
     return bagua_comm_split(comm, 0, bagua_comm_rank(comm), out);
-  /* Every rank sees the same BAGUA_AUTOTUNE (the layout fingerprint checks it) and the same
-   * stream count, so every rank asks for the same number of streams. */
+  /* Every rank asks for the same number of streams: the same BAGUA_AUTOTUNE (checked above)
+   * and the same parent. async is never tuned, but opens them too, so that the count depends
+   * on nothing else. */
   BAGUA_CHECK(bagua__comm_split_streams(comm, 0, bagua_comm_rank(comm), MAX_TUNED_STREAMS, out));
   bagua_status_t st = bagua__comm_set_streams(*out, base);
   if (st != BAGUA_OK) {

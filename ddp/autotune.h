@@ -31,10 +31,12 @@ typedef struct {
 } bagua__autotune_info_t;
 
 /*
- * Splits the context's private communicator off `comm` (bagua__ddp_comms_open). With autotuning
- * on, the split opens up to 4 streams to each peer on another node, so that more streams than
- * BAGUA_NET_NSTREAMS can be tried, and then uses BAGUA_NET_NSTREAMS of them until a trial asks
- * for another count. Otherwise a plain bagua_comm_split(). Collective over `comm`.
+ * Splits the context's private communicator off `comm` (bagua__ddp_comms_open). First checks
+ * that every rank has the same BAGUA_AUTOTUNE (BAGUA_ERR_INVALID_USAGE with a warning on every
+ * rank otherwise). With autotuning on, the split opens 4 streams to each peer on another node,
+ * so that more streams than BAGUA_NET_NSTREAMS can be tried, and then uses BAGUA_NET_NSTREAMS of
+ * them until a trial asks for another count. Otherwise a plain bagua_comm_split(). Collective
+ * over `comm`.
  */
 bagua_status_t bagua__autotune_comm_split(bagua_ddp_t *d, bagua_comm_t *comm, bagua_comm_t **out);
 

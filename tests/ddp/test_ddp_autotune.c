@@ -15,7 +15,8 @@
  *   released  as same, after bagua_ddp_release_params() (the Python front end's zero-copy
  *          views): the layout never moves (layout version 0), streams and segment are tuned.
  *   bad    BAGUA_AUTOTUNE=2 and =yes are refused by bagua_ddp_create() with
- *          BAGUA_ERR_INVALID_ARG and a warning naming the variable and what is accepted.
+ *          BAGUA_ERR_INVALID_ARG and a warning naming the variable and what is accepted; ranks
+ *          with different values are refused with BAGUA_ERR_INVALID_USAGE on every rank.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,10 +193,20 @@ static int body_bad(bagua_comm_t *c, void *arg) {
       TEST_FAIL("the warning for BAGUA_AUTOTUNE=%s does not name it and what is accepted: %s",
                 values[i], w);
   }
+  /* Ranks that disagree: refused on every rank, naming the variable, instead of a hang or a
+   * mismatched collective. */
+  setenv("BAGUA_AUTOTUNE", bagua_comm_rank(c) == 0 ? "1" : "0", 1);
+  bagua__params_reload();
+  bagua_ddp_t *d = (bagua_ddp_t *)1;
+  ASSERT_STATUS(bagua_ddp_create(c, NULL, &d), BAGUA_ERR_INVALID_USAGE);
+  ASSERT_TRUE(d == NULL);
+  if (!strstr(bagua_last_error(), "BAGUA_AUTOTUNE") || !strstr(bagua_last_error(), "every rank"))
+    TEST_FAIL("the warning for ranks that disagree does not say so: %s", bagua_last_error());
   unsetenv("BAGUA_AUTOTUNE");
   bagua__params_reload();
   ASSERT_OK(bagua_barrier(c));
-  if (bagua_comm_rank(c) == 0) printf("bad: BAGUA_AUTOTUNE=2, yes and -1 were refused\n");
+  if (bagua_comm_rank(c) == 0)
+    printf("bad: BAGUA_AUTOTUNE=2, yes and -1 were refused, and ranks that disagree\n");
   return 0;
 }
 
