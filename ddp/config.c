@@ -278,6 +278,9 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
           ? c->sync_interval_ms
           : env_int(BAGUA_P_SYNC_INTERVAL_MS, a == &bagua__ddp_async, 500, "sync_interval_ms");
 
+  /* -1 (auto) is resolved by bagua_ddp_create(), which knows the node's ranks. */
+  s->overlap = (int)bagua__param_int(BAGUA_P_OVERLAP);
+
   BAGUA_CHECK(check_device(c, s));
   return check_optimizer(c, s);
 }

@@ -3,12 +3,14 @@
  * protocol that hands buckets to the communication thread in order, and the step that waits
  * for them and runs the algorithm's update. include/bagua/ddp.h documents the contract.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "common/log.h"
+#include "common/params.h"
 #include "common/time.h"
 #include "ddp_internal.h"
 
@@ -100,6 +102,21 @@ void bagua__ddp_comms_close(bagua_ddp_t *d) {
   for (int i = 0; i < 4; i++) bagua_comm_destroy(c[i]);
 }
 
+/*
+ * BAGUA_OVERLAP=-1: whether communicating during the backward pass can pay. On a GPU the
+ * computation runs on the device and the communication thread has a CPU to itself. On the CPU
+ * device, when this node's ranks are at least its usable CPUs, every CPU already computes, so
+ * a communication thread running during backward takes its CPU from a rank's computation and
+ * the overlap buys nothing (docs/benchmarks.md §8 measured the wide model's backward 10-20 %
+ * slower with it); holding communication until the backward ends costs no more than that.
+ */
+static int auto_overlap(const bagua_ddp_t *d) {
+  if (d->s.dev != &bagua__ddp_dev_cpu) return 1;
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return bagua_comm_local_size(d->comm) < cpus;
+}
+
 bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cfg,
                                 bagua_ddp_t **out) {
   bagua_ddp_config_t def = BAGUA_DDP_CONFIG_INIT;
@@ -121,10 +138,12 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
   d->lr = s.lr;
   pthread_mutex_init(&d->comm_mu, NULL);
   BAGUA_CHECK_GOTO(bagua__ddp_comms_open(d, comm), st, fail);
+  if (d->s.overlap < 0) d->s.overlap = auto_overlap(d);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
-             "ddp: %s on %d ranks (%d nodes), device %s, hierarchical %d, bucket %zu bytes, lr %g",
+             "ddp: %s on %d ranks (%d nodes), device %s, hierarchical %d, bucket %zu bytes, lr %g, "
+             "overlap %d%s",
              s.algo->name, d->size, d->node_count, d->s.dev->name, s.hierarchical, s.bucket_bytes,
-             s.lr);
+             s.lr, d->s.overlap, bagua__param_is_set(BAGUA_P_OVERLAP) ? "" : " (auto)");
   *out = d;
   return BAGUA_OK;
 fail:

@@ -78,6 +78,9 @@ typedef struct {
   int optimizer;
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
   int nesterov;
+  /* 1: buckets are communicated during the backward pass; 0: held until its end (see
+   * BAGUA_OVERLAP); -1 until bagua_ddp_create() resolves it against the node's CPUs. */
+  int overlap;
   const bagua__ddp_dev_t *dev; /* where the flat buffers live (dev.h) */
   int cuda_device;
   void *cuda_stream;
@@ -115,7 +118,11 @@ typedef struct {
   bagua__ddp_job_t *jobs; /* ring of `cap` entries, indexed by sequence number % cap */
   size_t cap;
   uint64_t submitted, completed; /* under mu */
-  int stop;                      /* under mu */
+  /* Jobs up to this sequence number may run (under mu): all submitted ones when the context
+   * overlaps, else only those released by bagua__ddp_release() at the end of the backward. */
+  uint64_t released;
+  int hold; /* !overlap: submissions wait for bagua__ddp_release() */
+  int stop; /* under mu */
 } bagua__ddp_sched_t;
 
 /* What an elastic context (include/bagua/elastic.h) needs of a bagua_ddp_t (ddp/elastic.c):
@@ -270,7 +277,9 @@ uint64_t bagua__ddp_layout_hash(const bagua_ddp_t *d);
 bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap);
 /* Appends a job (training thread only). Never blocks: the ring holds a whole step's jobs. */
 bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg);
-/* Waits until every submitted job has run; returns the context's error, if any. */
+/* Lets every submitted job run (training thread; a no-op when the context overlaps). */
+void bagua__ddp_release(bagua_ddp_t *d);
+/* Releases and waits until every submitted job has run; returns the context's error, if any. */
 bagua_status_t bagua__ddp_wait(bagua_ddp_t *d);
 /* Runs the remaining jobs (they fail fast once the context has an error), then joins. */
 void bagua__ddp_sched_stop(bagua_ddp_t *d);
