@@ -1,0 +1,461 @@
+/*
+ * The advisor (advise.h; docs/advisor.md): measures, predicts with advisor_model.c, prints
+ * the ranked table on rank 0 and, for algorithm "auto", switches every rank at one step.
+ *
+ * Every collective of the advisor runs on its own communicator, split off d->comm before the
+ * communication thread exists, from the training thread: the communication thread may be
+ * busy on d->comm (a decentralized exchange overlaps the forward pass) when the advisor
+ * decides, and a communicator admits one calling thread at a time.
+ */
+#include "advise.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "common/params.h"
+#include "common/time.h"
+
+/* Steps measured at most (BAGUA_ADVISE_STEPS is bounded by the registry to 1000). */
+#define MAX_STEPS 1000
+/* The bandwidth probe: this many bytes, or the model when it is smaller (but >= 256 KiB,
+ * above the small-message algorithm's threshold). */
+#define PROBE_BYTES (4u << 20)
+#define PROBE_MIN_BYTES (256u << 10)
+#define LAT_REPEAT 7
+#define BW_REPEAT 3
+/* Elements run through one compression and decompression to time the kernels. */
+#define QUANT_ELEMS ((size_t)1 << 20)
+
+static const bagua__ddp_algo_t *const k_algos[BAGUA__ADV_COUNT] = {
+    &bagua__ddp_gradient_allreduce,          &bagua__ddp_bytegrad, &bagua__ddp_decentralized,
+    &bagua__ddp_low_precision_decentralized, &bagua__ddp_qadam,    &bagua__ddp_async};
+
+struct bagua__ddp_advise_s {
+  bagua_comm_t *comm; /* private; NULL once the advisor is done */
+  int nsteps, seen, done;
+  double t_last; /* end of the previous step (0: none yet; the first step is a warm-up) */
+  double *compute, *backward;
+  /* The network, identical on every rank (the slowest rank's figures). */
+  int nodes, rpn;
+  double inter_lat, inter_bw, intra_lat, intra_bw, quant_bw, probe_s;
+  char *table;
+};
+
+static int algo_index(const bagua__ddp_algo_t *a) {
+  for (int i = 0; i < BAGUA__ADV_COUNT; i++)
+    if (k_algos[i] == a) return i;
+  return -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* algorithm "auto"                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+bagua_status_t bagua__ddp_auto_pick(bagua__ddp_settings_t *s) {
+  const unsigned qadam = 1u << BAGUA__ADV_QADAM, all = (1u << BAGUA__ADV_COUNT) - 1;
+  const char *list = bagua__param_str(BAGUA_P_AUTO_ALLOW);
+  unsigned allow = 0;
+  /* The registry accepted the list word by word (common/params.c), so every word matches. */
+  for (const char *p = list; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t n = comma ? (size_t)(comma - p) : strlen(p);
+    for (int i = 0; i < BAGUA__ADV_COUNT; i++) {
+      const char *name = bagua__adv_algo_name((bagua__adv_algo_t)i);
+      if (strlen(name) == n && strncasecmp(name, p, n) == 0) allow |= 1u << i;
+    }
+    if (!comma) break;
+    p = comma + 1;
+  }
+  if (!allow) allow = all & ~qadam;
+  if ((allow & qadam) && allow != qadam) {
+    BAGUA_WARN(
+        "algorithm auto: qadam left out of BAGUA_AUTO_ALLOW=%s: it brings its own optimizer, "
+        "which a running context cannot change; it is picked only when it is the one allowed",
+        list);
+    allow &= ~qadam;
+  }
+  static const bagua__adv_algo_t order[] = {
+      BAGUA__ADV_GRADIENT_ALLREDUCE,          BAGUA__ADV_BYTEGRAD, BAGUA__ADV_DECENTRALIZED,
+      BAGUA__ADV_LOW_PRECISION_DECENTRALIZED, BAGUA__ADV_ASYNC,    BAGUA__ADV_QADAM};
+  for (size_t i = 0; i < sizeof(order) / sizeof(order[0]) && !s->algo; i++)
+    if (allow & (1u << order[i])) s->algo = k_algos[order[i]];
+  s->auto_allow = allow;
+  BAGUA_INFO(BAGUA_SUBSYS_ENV, "bagua_ddp_create: algorithm auto (allowed 0x%x) starts with %s",
+             allow, s->algo->name);
+  return BAGUA_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* measurement                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  if (n <= 0) return 0.0;
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Median seconds of `repeat` allreduces of `bytes` (after one untimed warm-up). */
+static bagua_status_t time_allreduce(bagua_comm_t *c, float *buf, size_t bytes, int repeat,
+                                     double *out) {
+  double t[LAT_REPEAT > BW_REPEAT ? LAT_REPEAT : BW_REPEAT];
+  size_t n = bytes / sizeof(float);
+  BAGUA_CHECK(bagua_allreduce(c, buf, buf, n, BAGUA_F32, BAGUA_SUM));
+  for (int i = 0; i < repeat; i++) {
+    double t0 = bagua__now_s();
+    BAGUA_CHECK(bagua_allreduce(c, buf, buf, n, BAGUA_F32, BAGUA_SUM));
+    t[i] = bagua__now_s() - t0;
+  }
+  *out = median(t, repeat);
+  return BAGUA_OK;
+}
+
+/*
+ * Latency per message round from a small allreduce (recursive doubling: ceil(log2 n) rounds),
+ * and bytes per second through one rank's link from a large one (ring: 2(n-1)/n of the
+ * buffer sent in 2(n-1) rounds). Zero for a communicator of one rank.
+ */
+static bagua_status_t probe(bagua_comm_t *c, float *buf, size_t bytes, double *lat, double *bw) {
+  int n = c ? bagua_comm_size(c) : 1;
+  *lat = *bw = 0;
+  if (n < 2) return BAGUA_OK;
+  double t_small, t_big;
+  memset(buf, 0, bytes);
+  BAGUA_CHECK(time_allreduce(c, buf, 2 * sizeof(float), LAT_REPEAT, &t_small));
+  BAGUA_CHECK(time_allreduce(c, buf, bytes, BW_REPEAT, &t_big));
+  *lat = t_small / ceil(log2((double)n));
+  double t = t_big - 2.0 * (n - 1) * *lat;
+  /* A latency estimate that eats most of the transfer is noise: keep half of it at least. */
+  if (t < 0.5 * t_big) t = 0.5 * t_big;
+  *bw = t > 0 ? 2.0 * (n - 1) / n * (double)bytes / t : 0.0;
+  return BAGUA_OK;
+}
+
+/* f32 bytes per second through one MinMaxUInt8 compression plus one decompression, on the
+ * context's device (the median of three). */
+static bagua_status_t probe_quant(bagua_ddp_t *d, double *rate) {
+  const bagua__ddp_dev_t *dev = d->s.dev;
+  const bagua__lane_t L = BAGUA__LANE_COMPUTE;
+  size_t region = bagua__minmax_u8_compressed_size(QUANT_ELEMS, BAGUA_F32);
+  float *x = bagua__ddp_alloc_floats(d, QUANT_ELEMS);
+  uint8_t *q = dev->alloc(d, region);
+  bagua_status_t st = BAGUA_OK;
+  double t[3];
+  *rate = 0;
+  if (!x || !q) {
+    st = BAGUA_ERR_NO_MEMORY;
+    goto out;
+  }
+  for (int i = 0; i < 3 && st == BAGUA_OK; i++) {
+    double t0 = bagua__now_s();
+    st = dev->compress(d, L, x, QUANT_ELEMS, 1, q);
+    if (st == BAGUA_OK) st = dev->decompress(d, L, q, QUANT_ELEMS, 1, x);
+    if (st == BAGUA_OK) st = dev->sync(d, L);
+    t[i] = bagua__now_s() - t0;
+  }
+  if (st == BAGUA_OK) {
+    double m = median(t, 3);
+    *rate = m > 0 ? 2.0 * QUANT_ELEMS * sizeof(float) / m : 0.0;
+  }
+out:
+  bagua__ddp_free(d, x);
+  bagua__ddp_free(d, q);
+  return st;
+}
+
+/* Latency and bandwidth among node leaders and within nodes, the same on every rank. */
+static bagua_status_t probe_network(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
+  bagua_comm_t *intra = NULL, *inter = NULL;
+  bagua_status_t st = BAGUA_OK;
+  size_t model = 0;
+  for (int i = 0; i < d->ntensors; i++) model += d->tensors[i].count * sizeof(float);
+  size_t bytes = model < PROBE_BYTES ? model : PROBE_BYTES;
+  if (bytes < PROBE_MIN_BYTES) bytes = PROBE_MIN_BYTES;
+  float *buf = malloc(bytes);
+  if (!buf) return BAGUA_ERR_NO_MEMORY;
+  int n = bagua_comm_size(a->comm);
+  a->nodes = bagua_comm_node_count(a->comm);
+  /* [0..3] seconds per unit (the slowest rank wins the MAX), [4] ranks on this node. */
+  double v[6] = {0};
+  if (a->nodes < n) {
+    BAGUA_CHECK_GOTO(bagua_comm_split_node(a->comm, &intra, &inter), st, out);
+    BAGUA_CHECK_GOTO(probe(intra, buf, bytes, &a->intra_lat, &a->intra_bw), st, out);
+    BAGUA_CHECK_GOTO(probe(inter, buf, bytes, &a->inter_lat, &a->inter_bw), st, out);
+    v[4] = bagua_comm_size(intra);
+  } else {
+    BAGUA_CHECK_GOTO(probe(a->comm, buf, bytes, &a->inter_lat, &a->inter_bw), st, out);
+    v[4] = 1;
+  }
+  BAGUA_CHECK_GOTO(probe_quant(d, &a->quant_bw), st, out);
+  v[0] = a->inter_lat;
+  v[1] = a->inter_bw > 0 ? 1.0 / a->inter_bw : 0;
+  v[2] = a->intra_lat;
+  v[3] = a->intra_bw > 0 ? 1.0 / a->intra_bw : 0;
+  v[5] = a->quant_bw > 0 ? 1.0 / a->quant_bw : 0;
+  BAGUA_CHECK_GOTO(bagua_allreduce(a->comm, v, v, 6, BAGUA_F64, BAGUA_MAX), st, out);
+  a->inter_lat = v[0];
+  a->inter_bw = v[1] > 0 ? 1.0 / v[1] : 0;
+  a->intra_lat = v[2];
+  a->intra_bw = v[3] > 0 ? 1.0 / v[3] : 0;
+  a->rpn = (int)v[4];
+  a->quant_bw = v[5] > 0 ? 1.0 / v[5] : 0;
+out:
+  bagua_comm_destroy(inter);
+  bagua_comm_destroy(intra);
+  free(buf);
+  return st;
+}
+
+bagua_status_t bagua__ddp_advise_start(bagua_ddp_t *d) {
+  if (!bagua__param_int(BAGUA_P_ADVISE) && !d->s.auto_allow) return BAGUA_OK;
+  struct bagua__ddp_advise_s *a = calloc(1, sizeof(*a));
+  if (!a) return BAGUA_ERR_NO_MEMORY;
+  d->advise = a;
+  a->nsteps = (int)bagua__param_int(BAGUA_P_ADVISE_STEPS);
+  if (a->nsteps > MAX_STEPS) a->nsteps = MAX_STEPS;
+  a->compute = calloc((size_t)a->nsteps, sizeof(double));
+  a->backward = calloc((size_t)a->nsteps, sizeof(double));
+  if (!a->compute || !a->backward) return BAGUA_ERR_NO_MEMORY;
+  double t0 = bagua__now_s();
+  BAGUA_CHECK(bagua_comm_split(d->comm, 0, bagua_comm_rank(d->comm), &a->comm));
+  BAGUA_CHECK(probe_network(d, a));
+  a->probe_s = bagua__now_s() - t0;
+  BAGUA_INFO(BAGUA_SUBSYS_COMM,
+             "advise: %d nodes x %d ranks; inter %.3g B/s %.3g s, intra %.3g B/s %.3g s, "
+             "compression %.3g B/s; probes took %.2f s",
+             a->nodes, a->rpn, a->inter_bw, a->inter_lat, a->intra_bw, a->intra_lat, a->quant_bw,
+             a->probe_s);
+  return BAGUA_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* prediction, table and choice                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+static bagua__adv_opts_t opts_of(const bagua__ddp_settings_t *s, int i) {
+  bagua__adv_opts_t o = {.algo = (bagua__adv_algo_t)i,
+                         .hierarchical = s->hierarchical,
+                         .peer_mode = s->peer_mode,
+                         .comm_interval = s->comm_interval,
+                         .sync_interval_ms = s->sync_interval_ms};
+  return o;
+}
+
+/* The settings algorithm i would run with in this context: its options as if the program had
+ * named it (the environment, else the defaults), the running context's optimizer, learning
+ * rate, bucket size and device (a reconfiguration keeps those). */
+static bagua_status_t settings_for(const bagua_ddp_t *d, int i, bagua__ddp_settings_t *out) {
+  if (k_algos[i] == d->s.algo) {
+    *out = d->s;
+    return BAGUA_OK;
+  }
+  bagua_ddp_config_t cfg = BAGUA_DDP_CONFIG_INIT;
+  cfg.algorithm = k_algos[i]->name;
+  BAGUA_CHECK(bagua__ddp_settings(&cfg, out));
+  out->bucket_bytes = d->s.bucket_bytes;
+  out->optimizer = d->s.optimizer;
+  out->lr = d->s.lr;
+  out->momentum = d->s.momentum;
+  out->dampening = d->s.dampening;
+  out->weight_decay = d->s.weight_decay;
+  out->beta1 = d->s.beta1;
+  out->beta2 = d->s.beta2;
+  out->eps = d->s.eps;
+  out->nesterov = d->s.nesterov;
+  out->dev = d->s.dev;
+  out->cuda_device = d->s.cuda_device;
+  out->cuda_stream = d->s.cuda_stream;
+  out->auto_allow = d->s.auto_allow;
+  return BAGUA_OK;
+}
+
+static void format_bytes(char *buf, size_t len, double b) {
+  if (b <= 0)
+    snprintf(buf, len, "-");
+  else if (b >= 1e9)
+    snprintf(buf, len, "%.2f GB/s", b / 1e9);
+  else
+    snprintf(buf, len, "%.1f MB/s", b / 1e6);
+}
+
+size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *m,
+                                const bagua__adv_opts_t *opts, const bagua__adv_pred_t *pred,
+                                const int *avail, unsigned allow, int chosen) {
+  size_t o = 0;
+#define PUT(...)                                                                      \
+  do {                                                                                \
+    int n_ = snprintf(buf + (o < len ? o : len), o < len ? len - o : 0, __VA_ARGS__); \
+    if (n_ > 0) o += (size_t)n_;                                                      \
+  } while (0)
+  double model = 0;
+  for (int i = 0; i < m->nbuckets; i++) model += m->bucket_bytes[i];
+  char inter[32], intra[32], quant[32];
+  format_bytes(inter, sizeof(inter), m->inter_bw);
+  format_bytes(intra, sizeof(intra), m->ranks_per_node > 1 ? m->intra_bw : 0);
+  format_bytes(quant, sizeof(quant), m->quant_bw);
+  PUT("advise: %d ranks on %d node%s (up to %d per node), model %.1f MB in %d bucket%s\n", m->ranks,
+      m->nodes, m->nodes == 1 ? "" : "s", m->ranks_per_node, model / 1e6, m->nbuckets,
+      m->nbuckets == 1 ? "" : "s");
+  if (m->ranks_per_node > 1)
+    snprintf(intra + strlen(intra), sizeof(intra) - strlen(intra), ", %.0f us", 1e6 * m->intra_lat);
+  PUT("advise: measured compute %.4f s/step (backward window %.4f s); between nodes %s, "
+      "%.0f us per round; within a node %s; compression %s\n",
+      m->compute_s, m->backward_s, inter, 1e6 * m->inter_lat, intra, quant);
+  int idx[BAGUA__ADV_COUNT], n = 0;
+  for (int i = 0; i < BAGUA__ADV_COUNT; i++)
+    if (avail[i]) idx[n++] = i;
+  /* Insertion sort by predicted step time: six entries, stable for ties. */
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && pred[idx[j]].step_s < pred[idx[j - 1]].step_s; j--) {
+      int t = idx[j];
+      idx[j] = idx[j - 1];
+      idx[j - 1] = t;
+    }
+  double base =
+      avail[BAGUA__ADV_GRADIENT_ALLREDUCE] ? pred[BAGUA__ADV_GRADIENT_ALLREDUCE].step_s : 0;
+  PUT("advise: %-4s %-28s %-4s %12s %8s %10s %10s %10s  %s\n", "rank", "algorithm", "hier",
+      "pred_s/step", "vs_ga", "comm_s", "exposed_s", "MB/step", "note");
+  for (int r = 0; r < n; r++) {
+    int i = idx[r];
+    const bagua__adv_pred_t *p = &pred[i];
+    const char *note = "";
+    if (chosen == i)
+      note = "<- chosen";
+    else if (allow && i == BAGUA__ADV_QADAM && !(allow & (1u << i)))
+      note = "(needs its own optimizer: not switchable)";
+    else if (allow && !(allow & (1u << i)))
+      note = "(not allowed)";
+    PUT("advise: %-4d %-28s %-4d %12.4f %7.2fx %10.4f %10.4f %10.2f  %s\n", r + 1,
+        bagua__adv_algo_name((bagua__adv_algo_t)i), opts[i].hierarchical, p->step_s,
+        p->step_s > 0 && base > 0 ? base / p->step_s : 0.0, p->comm_s, p->exposed_s, p->bytes / 1e6,
+        note);
+  }
+  for (int i = 0; i < BAGUA__ADV_COUNT; i++)
+    if (!avail[i])
+      PUT("advise: -    %-28s (its settings were refused here)\n",
+          bagua__adv_algo_name((bagua__adv_algo_t)i));
+#undef PUT
+  return o;
+}
+
+/* The measurements of this context: the network probed at ready, the step times recorded
+ * (the median of this rank's steps, then the slowest rank's), and the current buckets. */
+static bagua_status_t gather_compute(bagua_ddp_t *d, struct bagua__ddp_advise_s *a, double *compute,
+                                     double *backward) {
+  double v[2] = {median(a->compute, a->seen), median(a->backward, a->seen)};
+  BAGUA_CHECK(bagua_allreduce(a->comm, v, v, 2, BAGUA_F64, BAGUA_MAX));
+  *compute = v[0];
+  *backward = v[1];
+  (void)d;
+  return BAGUA_OK;
+}
+
+/* Moves every rank to algorithm `i` (the same decision everywhere: rank 0's, broadcast). */
+static bagua_status_t switch_to(bagua_ddp_t *d, int i, const bagua__adv_pred_t *pred) {
+  bagua__ddp_settings_t next;
+  BAGUA_CHECK(settings_for(d, i, &next));
+  /* Switching into async is allowed during its warm-up: one more step of gradient allreduce
+   * on the new layout, then background averaging. */
+  if (k_algos[i] == &bagua__ddp_async && next.warmup_steps <= d->steps)
+    next.warmup_steps = (int)d->steps + 1;
+  int from = algo_index(d->s.algo);
+  if (d->rank == 0)
+    fprintf(stderr,
+            "advise: algorithm auto: every rank switches from %s to %s at step %lld "
+            "(predicted %.4f -> %.4f s/step)\n",
+            d->s.algo->name, k_algos[i]->name, (long long)d->steps,
+            from >= 0 ? pred[from].step_s : 0.0, pred[i].step_s);
+  return bagua__ddp_reconfigure(d, &next);
+}
+
+static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
+  double bucket_bytes[d->nbuckets > 0 ? d->nbuckets : 1];
+  for (int b = 0; b < d->nbuckets; b++) bucket_bytes[b] = (double)d->buckets[b].count * 4.0;
+  bagua__adv_meas_t m = {.ranks = d->size,
+                         .nodes = a->nodes,
+                         .ranks_per_node = a->rpn,
+                         .bucket_bytes = bucket_bytes,
+                         .nbuckets = d->nbuckets,
+                         .inter_lat = a->inter_lat,
+                         .inter_bw = a->inter_bw,
+                         .intra_lat = a->intra_lat,
+                         .intra_bw = a->intra_bw,
+                         .quant_bw = a->quant_bw};
+  BAGUA_CHECK(gather_compute(d, a, &m.compute_s, &m.backward_s));
+  bagua__adv_opts_t opts[BAGUA__ADV_COUNT];
+  bagua__adv_pred_t pred[BAGUA__ADV_COUNT];
+  int avail[BAGUA__ADV_COUNT];
+  unsigned allow = d->s.auto_allow;
+  int chosen = -1;
+  for (int i = 0; i < BAGUA__ADV_COUNT; i++) {
+    bagua__ddp_settings_t s;
+    avail[i] = settings_for(d, i, &s) == BAGUA_OK;
+    opts[i] = avail[i] ? opts_of(&s, i) : bagua__adv_default_opts((bagua__adv_algo_t)i);
+    pred[i] = bagua__adv_predict(&m, &opts[i]);
+    if (avail[i] && (allow & (1u << i)) && (chosen < 0 || pred[i].step_s < pred[chosen].step_s))
+      chosen = i;
+  }
+  if (d->rank == 0) {
+    size_t need = bagua__ddp_advise_format(NULL, 0, &m, opts, pred, avail, allow, chosen) + 1;
+    free(a->table);
+    a->table = malloc(need);
+    if (a->table) {
+      bagua__ddp_advise_format(a->table, need, &m, opts, pred, avail, allow, chosen);
+      fputs(a->table, stderr);
+      fflush(stderr);
+    }
+  }
+  if (!allow) return BAGUA_OK;
+  /* Rank 0 decides: near-ties may order differently on ranks whose clocks differ. */
+  int32_t pick = chosen;
+  BAGUA_CHECK(bagua_broadcast(a->comm, &pick, &pick, 1, BAGUA_I32, 0));
+  if (pick < 0 || pick >= BAGUA__ADV_COUNT || k_algos[pick] == d->s.algo) return BAGUA_OK;
+  return switch_to(d, pick, pred);
+}
+
+bagua_status_t bagua__ddp_advise_step(bagua_ddp_t *d, double first_ready) {
+  struct bagua__ddp_advise_s *a = d->advise;
+  if (!a || a->done) return BAGUA_OK;
+  double now = bagua__now_s();
+  if (a->t_last > 0 && a->seen < a->nsteps) {
+    double step = now - a->t_last, compute = step - d->t_waited;
+    a->compute[a->seen] = compute > 0 ? compute : 0;
+    a->backward[a->seen] =
+        first_ready > 0 && d->t_entry > first_ready ? d->t_entry - first_ready : 0;
+    a->seen++;
+  }
+  if (a->seen >= a->nsteps) {
+    a->done = 1;
+    bagua_status_t st = decide(d, a);
+    bagua_comm_destroy(a->comm);
+    a->comm = NULL;
+    return st;
+  }
+  a->t_last = bagua__now_s(); /* the advisor's own time is no step's */
+  return BAGUA_OK;
+}
+
+void bagua__ddp_advise_free(bagua_ddp_t *d) {
+  struct bagua__ddp_advise_s *a = d->advise;
+  if (!a) return;
+  bagua_comm_destroy(a->comm);
+  free(a->compute);
+  free(a->backward);
+  free(a->table);
+  free(a);
+  d->advise = NULL;
+}
+
+const char *bagua__ddp_advise_table(const bagua_ddp_t *d) {
+  return d && d->advise ? d->advise->table : NULL;
+}
