@@ -39,7 +39,7 @@ struct bagua__ddp_advise_s {
   bagua_comm_t *comm; /* private; NULL once the advisor is done */
   int nsteps, seen, done;
   double t_last; /* end of the previous step (0: none yet; the first step is a warm-up) */
-  double *compute, *backward;
+  double *compute, *backward, *step; /* per measured step */
   /* The network, identical on every rank (the slowest rank's figures). */
   int nodes, rpn;
   double inter_lat, inter_bw, intra_lat, intra_bw, quant_bw, probe_s;
@@ -225,7 +225,8 @@ bagua_status_t bagua__ddp_advise_start(bagua_ddp_t *d) {
   if (a->nsteps > MAX_STEPS) a->nsteps = MAX_STEPS;
   a->compute = calloc((size_t)a->nsteps, sizeof(double));
   a->backward = calloc((size_t)a->nsteps, sizeof(double));
-  if (!a->compute || !a->backward) return BAGUA_ERR_NO_MEMORY;
+  a->step = calloc((size_t)a->nsteps, sizeof(double));
+  if (!a->compute || !a->backward || !a->step) return BAGUA_ERR_NO_MEMORY;
   double t0 = bagua__now_s();
   BAGUA_CHECK(bagua_comm_split(d->comm, 0, bagua_comm_rank(d->comm), &a->comm));
   BAGUA_CHECK(probe_network(d, a));
@@ -290,7 +291,8 @@ static void format_bytes(char *buf, size_t len, double b) {
 
 size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *m,
                                 const bagua__adv_opts_t *opts, const bagua__adv_pred_t *pred,
-                                const int *avail, unsigned allow, int chosen) {
+                                const int *avail, unsigned allow, int chosen, int running,
+                                double measured_s) {
   size_t o = 0;
 #define PUT(...)                                                                      \
   do {                                                                                \
@@ -329,7 +331,12 @@ size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *
     int i = idx[r];
     const bagua__adv_pred_t *p = &pred[i];
     const char *note = "";
-    if (chosen == i)
+    char run_note[64];
+    if (running == i) {
+      snprintf(run_note, sizeof(run_note), "running: measured %.4f s/step%s", measured_s,
+               chosen == i ? ", chosen" : "");
+      note = run_note;
+    } else if (chosen == i)
       note = "<- chosen";
     else if (allow && i == BAGUA__ADV_QADAM && !(allow & (1u << i)))
       note = "(needs its own optimizer: not switchable)";
@@ -350,13 +357,14 @@ size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *
 
 /* The measurements of this context: the network probed at ready, the step times recorded
  * (the median of this rank's steps, then the slowest rank's), and the current buckets. */
-static bagua_status_t gather_compute(bagua_ddp_t *d, struct bagua__ddp_advise_s *a, double *compute,
-                                     double *backward) {
-  double v[2] = {median(a->compute, a->seen), median(a->backward, a->seen)};
-  BAGUA_CHECK(bagua_allreduce(a->comm, v, v, 2, BAGUA_F64, BAGUA_MAX));
+static bagua_status_t gather_compute(struct bagua__ddp_advise_s *a, double *compute,
+                                     double *backward, double *step) {
+  double v[3] = {median(a->compute, a->seen), median(a->backward, a->seen),
+                 median(a->step, a->seen)};
+  BAGUA_CHECK(bagua_allreduce(a->comm, v, v, 3, BAGUA_F64, BAGUA_MAX));
   *compute = v[0];
   *backward = v[1];
-  (void)d;
+  *step = v[2];
   return BAGUA_OK;
 }
 
@@ -391,7 +399,9 @@ static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
                          .intra_lat = a->intra_lat,
                          .intra_bw = a->intra_bw,
                          .quant_bw = a->quant_bw};
-  BAGUA_CHECK(gather_compute(d, a, &m.compute_s, &m.backward_s));
+  double measured;
+  BAGUA_CHECK(gather_compute(a, &m.compute_s, &m.backward_s, &measured));
+  int running = algo_index(d->s.algo);
   bagua__adv_opts_t opts[BAGUA__ADV_COUNT];
   bagua__adv_pred_t pred[BAGUA__ADV_COUNT];
   int avail[BAGUA__ADV_COUNT];
@@ -406,11 +416,14 @@ static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
       chosen = i;
   }
   if (d->rank == 0) {
-    size_t need = bagua__ddp_advise_format(NULL, 0, &m, opts, pred, avail, allow, chosen) + 1;
+    size_t need =
+        bagua__ddp_advise_format(NULL, 0, &m, opts, pred, avail, allow, chosen, running, measured) +
+        1;
     free(a->table);
     a->table = malloc(need);
     if (a->table) {
-      bagua__ddp_advise_format(a->table, need, &m, opts, pred, avail, allow, chosen);
+      bagua__ddp_advise_format(a->table, need, &m, opts, pred, avail, allow, chosen, running,
+                               measured);
       fputs(a->table, stderr);
       fflush(stderr);
     }
@@ -429,6 +442,7 @@ bagua_status_t bagua__ddp_advise_step(bagua_ddp_t *d, double first_ready) {
   double now = bagua__now_s();
   if (a->t_last > 0 && a->seen < a->nsteps) {
     double step = now - a->t_last, compute = step - d->t_waited;
+    a->step[a->seen] = step;
     a->compute[a->seen] = compute > 0 ? compute : 0;
     a->backward[a->seen] =
         first_ready > 0 && d->t_entry > first_ready ? d->t_entry - first_ready : 0;
@@ -451,6 +465,7 @@ void bagua__ddp_advise_free(bagua_ddp_t *d) {
   bagua_comm_destroy(a->comm);
   free(a->compute);
   free(a->backward);
+  free(a->step);
   free(a->table);
   free(a);
   d->advise = NULL;

@@ -45,11 +45,14 @@ const char *bagua__ddp_advise_table(const bagua_ddp_t *d);
 /*
  * Formats the ranked table: a header with the measurements, then one line per algorithm
  * sorted by predicted step time ("advise: RANK NAME S/STEP ..."). avail[i] 0 marks an
- * algorithm whose settings were refused; allow is the "auto" mask (0: advice only) and
- * `chosen` the algorithm picked (-1: none). Returns the length it wanted, as snprintf does.
+ * algorithm whose settings were refused; allow is the "auto" mask (0: advice only),
+ * `chosen` the algorithm picked (-1: none), `running` the one measured (-1: none) and
+ * `measured_s` its median measured step time, shown next to its prediction. Returns the
+ * length it wanted, as snprintf does.
  */
 size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *m,
                                 const bagua__adv_opts_t *opts, const bagua__adv_pred_t *pred,
-                                const int *avail, unsigned allow, int chosen);
+                                const int *avail, unsigned allow, int chosen, int running,
+                                double measured_s);
 
 #endif

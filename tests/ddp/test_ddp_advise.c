@@ -164,9 +164,9 @@ static int mode_model(void) {
   unsigned allow = 1u << BAGUA__ADV_GRADIENT_ALLREDUCE | 1u << BAGUA__ADV_BYTEGRAD;
   char buf[4096];
   size_t n = bagua__ddp_advise_format(buf, sizeof(buf), &slow, opts, pred, avail, allow,
-                                      BAGUA__ADV_BYTEGRAD);
+                                      BAGUA__ADV_BYTEGRAD, BAGUA__ADV_GRADIENT_ALLREDUCE, 5.25);
   ASSERT_TRUE(n > 0 && n < sizeof(buf));
-  ASSERT_EQ(bagua__ddp_advise_format(NULL, 0, &slow, opts, pred, avail, allow, 1), n);
+  ASSERT_EQ(bagua__ddp_advise_format(NULL, 0, &slow, opts, pred, avail, allow, 1, 0, 5.25), n);
   printf("%s", buf);
   /* Expected order: async 0.2, low_precision 1.96, bytegrad = qadam 1.53 (bytegrad first,
    * stable), shift... (decentralized all 4.8006), gradient_allreduce 5.0006. */
@@ -184,6 +184,8 @@ static int mode_model(void) {
   if (!strstr(strstr(buf, "advise: 2    bytegrad"), "<- chosen"))
     TEST_FAIL("bytegrad is not marked as chosen:\n%s", buf);
   if (!strstr(buf, "(not allowed)")) TEST_FAIL("no algorithm marked not allowed:\n%s", buf);
+  if (!strstr(strstr(buf, " gradient_allreduce "), "running: measured 5.2500 s/step"))
+    TEST_FAIL("the running algorithm's measured step time is missing:\n%s", buf);
   printf("model: predictions match the hand-computed values; the table is ranked\n");
   return 0;
 }
