@@ -10,10 +10,12 @@
 #include "advise.h"
 
 #include <math.h>
+#include <sched.h> /* sched_getaffinity, CPU_COUNT: the build defines _GNU_SOURCE */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/log.h"
@@ -28,8 +30,9 @@
 #define PROBE_MIN_BYTES (256u << 10)
 #define LAT_REPEAT 7
 #define BW_REPEAT 3
-/* Elements run through one compression and decompression to time the kernels. */
-#define QUANT_ELEMS ((size_t)1 << 20)
+/* Elements run through one compression and decompression to time the kernels: 16 MiB of
+ * varied values, more than a cache holds, as a bucket is. */
+#define QUANT_ELEMS ((size_t)1 << 22)
 
 static const bagua__ddp_algo_t *const k_algos[BAGUA__ADV_COUNT] = {
     &bagua__ddp_gradient_allreduce,          &bagua__ddp_bytegrad, &bagua__ddp_decentralized,
@@ -43,6 +46,8 @@ struct bagua__ddp_advise_s {
   /* The network, identical on every rank (the slowest rank's figures). */
   int nodes, rpn;
   double inter_lat, inter_bw, intra_lat, intra_bw, quant_bw, probe_s;
+  int cores, machine_ranks; /* CPUs this rank may use; ranks on its machine (host name) */
+  double overlap;
   char *table;
 };
 
@@ -152,10 +157,21 @@ static bagua_status_t probe_quant(bagua_ddp_t *d, double *rate) {
   bagua_status_t st = BAGUA_OK;
   double t[3];
   *rate = 0;
-  if (!x || !q) {
+  float *host = malloc(QUANT_ELEMS * sizeof(float));
+  if (!x || !q || !host) {
+    free(host);
     st = BAGUA_ERR_NO_MEMORY;
     goto out;
   }
+  /* Gradient-like values: all zeros would take the kernels' trivial path. */
+  uint32_t r = 12345;
+  for (size_t i = 0; i < QUANT_ELEMS; i++) {
+    r = r * 1664525u + 1013904223u;
+    host[i] = (float)((int32_t)r) * 1e-12f;
+  }
+  st = dev->from_host(d, L, x, host, QUANT_ELEMS * sizeof(float));
+  if (st == BAGUA_OK) st = dev->sync(d, L);
+  free(host);
   for (int i = 0; i < 3 && st == BAGUA_OK; i++) {
     double t0 = bagua__now_s();
     st = dev->compress(d, L, x, QUANT_ELEMS, 1, q);
@@ -171,6 +187,36 @@ out:
   bagua__ddp_free(d, x);
   bagua__ddp_free(d, q);
   return st;
+}
+
+/* FNV-1a of the host name: ranks that share it share a machine's CPUs, whatever node they
+ * emulate (several emulated nodes may run on one machine, as in bench/netsim). */
+static int64_t host_hash(void) {
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+  return (int64_t)(h >> 1);
+}
+
+/* How well communication overlaps compute here (advisor_model.h): the slowest rank's view of
+ * its machine. On a GPU the compute leaves the CPUs to the communication thread. */
+static bagua_status_t probe_cpus(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
+  int n = bagua_comm_size(a->comm);
+  int64_t *all = malloc((size_t)n * sizeof(int64_t)), mine = host_hash();
+  if (!all) return BAGUA_ERR_NO_MEMORY;
+  bagua_status_t st = bagua_allgather(a->comm, &mine, all, 1, BAGUA_I64);
+  a->machine_ranks = 0;
+  for (int i = 0; i < n && st == BAGUA_OK; i++) a->machine_ranks += all[i] == mine;
+  free(all);
+  BAGUA_CHECK(st);
+  cpu_set_t set;
+  a->cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  double v = d->s.dev != &bagua__ddp_dev_cpu
+                 ? 1.0
+                 : bagua__adv_overlap_efficiency(a->cores, a->machine_ranks);
+  BAGUA_CHECK(bagua_allreduce(a->comm, &v, &a->overlap, 1, BAGUA_F64, BAGUA_MIN));
+  return BAGUA_OK;
 }
 
 /* Latency and bandwidth among node leaders and within nodes, the same on every rank. */
@@ -230,6 +276,7 @@ bagua_status_t bagua__ddp_advise_start(bagua_ddp_t *d) {
   double t0 = bagua__now_s();
   BAGUA_CHECK(bagua_comm_split(d->comm, 0, bagua_comm_rank(d->comm), &a->comm));
   BAGUA_CHECK(probe_network(d, a));
+  BAGUA_CHECK(probe_cpus(d, a));
   a->probe_s = bagua__now_s() - t0;
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
              "advise: %d nodes x %d ranks; inter %.3g B/s %.3g s, intra %.3g B/s %.3g s, "
@@ -311,8 +358,8 @@ size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *
   if (m->ranks_per_node > 1)
     snprintf(intra + strlen(intra), sizeof(intra) - strlen(intra), ", %.0f us", 1e6 * m->intra_lat);
   PUT("advise: measured compute %.4f s/step (backward window %.4f s); between nodes %s, "
-      "%.0f us per round; within a node %s; compression %s\n",
-      m->compute_s, m->backward_s, inter, 1e6 * m->inter_lat, intra, quant);
+      "%.0f us per round; within a node %s; compression %s; overlap %.2f\n",
+      m->compute_s, m->backward_s, inter, 1e6 * m->inter_lat, intra, quant, m->overlap);
   int idx[BAGUA__ADV_COUNT], n = 0;
   for (int i = 0; i < BAGUA__ADV_COUNT; i++)
     if (avail[i]) idx[n++] = i;
@@ -398,7 +445,8 @@ static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
                          .inter_bw = a->inter_bw,
                          .intra_lat = a->intra_lat,
                          .intra_bw = a->intra_bw,
-                         .quant_bw = a->quant_bw};
+                         .quant_bw = a->quant_bw,
+                         .overlap = a->overlap};
   double measured;
   BAGUA_CHECK(gather_compute(a, &m.compute_s, &m.backward_s, &measured));
   int running = algo_index(d->s.algo);

@@ -130,6 +130,24 @@ static double bucket_cost(ctx_t *c, double b, int compressed_op) {
   return t + quant(c, (3.0 + 1.0 / p) * b);
 }
 
+static double eta(const bagua__adv_meas_t *m) {
+  return m->overlap < 0 ? 0.0 : m->overlap > 1 ? 1.0 : m->overlap;
+}
+
+double bagua__adv_overlap_efficiency(int cores, int ranks) {
+  if (ranks <= 0 || cores >= 2 * ranks) return 1.0;
+  return cores > ranks ? (double)(cores - ranks) / ranks : 0.0;
+}
+
+/* When work of `t` seconds (alone) that starts at `start` ends, progressing at `eta` of its
+ * speed before `w` (the end of the compute it overlaps) and at full speed after. */
+static double finish(double start, double t, double w, double eta) {
+  if (start >= w) return start + t;
+  double before = (w - start) * eta;
+  if (eta > 0 && before >= t) return start + t / eta;
+  return w + (t - before);
+}
+
 /* Buckets ready at a uniform byte rate over the backward window, run in order. */
 static void centralized(ctx_t *c, int compressed_op, bagua__adv_pred_t *out) {
   const bagua__adv_meas_t *m = c->m;
@@ -143,7 +161,7 @@ static void centralized(ctx_t *c, int compressed_op, bagua__adv_pred_t *out) {
     double ready = total > 0 ? w * cum / total : w;
     double t = bucket_cost(c, b, compressed_op);
     comm += t;
-    t_free = (t_free > ready ? t_free : ready) + t;
+    t_free = finish(t_free > ready ? t_free : ready, t, w, eta(m));
   }
   out->comm_s = comm;
   out->exposed_s = t_free > w ? t_free - w : 0.0;
@@ -171,7 +189,8 @@ static void decentralized(ctx_t *c, const bagua__adv_opts_t *o, bagua__adv_pred_
     default:
       t += allreduce(&c->top, s, &c->sent);
   }
-  double exposed = t > c->m->compute_s ? t - c->m->compute_s : 0.0;
+  double exposed = finish(0.0, t, c->m->compute_s, eta(c->m)) - c->m->compute_s;
+  if (exposed < 0) exposed = 0.0;
   out->comm_s = t;
   out->exposed_s = exposed;
 }

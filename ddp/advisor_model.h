@@ -12,11 +12,12 @@
  *   sendrecv               lat + s/bw                               (full duplex)
  *   node reduce + bcast    2 (ceil(log2 r) lat_i + (r-1)/r s/bw_i)  (r ranks per node)
  * Overlap assumption: a centralized algorithm's gradient buckets become ready at a uniform
- * byte rate over the backward window, the communication thread runs them in order, and only
- * what is still running when backward ends is exposed. Decentralized exchanges start at the
- * end of the previous step and overlap the whole compute time; low-precision decentralized
- * runs after the optimizer and overlaps nothing; async averages in the background and adds
- * nothing to the step.
+ * byte rate over the backward window, the communication thread runs them in order, at
+ * `overlap` times its speed while backward runs and at full speed after, and only what is
+ * still running when backward ends is exposed. Decentralized exchanges start at the end of
+ * the previous step and overlap the whole compute time (at `overlap` speed); low-precision
+ * decentralized runs after the optimizer and overlaps nothing; async averages in the
+ * background and adds nothing to the step.
  */
 #ifndef BAGUA_DDP_ADVISOR_MODEL_H
 #define BAGUA_DDP_ADVISOR_MODEL_H
@@ -51,6 +52,10 @@ typedef struct {
   /* f32 bytes per second through one MinMaxUInt8 compression or decompression pass;
    * 0: free (not measured). */
   double quant_bw;
+  /* How fast communication progresses while the ranks compute, as a fraction of its speed
+   * alone (0 .. 1): 1 when every communication thread has a core of its own, 0 when the
+   * compute threads take every core (bagua__adv_overlap_efficiency). */
+  double overlap;
 } bagua__adv_meas_t;
 
 /* The options of the algorithm being predicted (docs/algorithms.md). */
@@ -76,6 +81,10 @@ const char *bagua__adv_algo_name(bagua__adv_algo_t a);
 /* The options Bagua gives the algorithm by default (hierarchical 1 except for
  * gradient_allreduce and async, peer mode all, interval 1, 500 ms). */
 bagua__adv_opts_t bagua__adv_default_opts(bagua__adv_algo_t a);
+/* `overlap` for `ranks` ranks sharing `cores` CPUs, each with a compute thread and a
+ * communication thread: 1 with a spare core per rank, the spare cores' share below that, 0
+ * when the ranks use every core. */
+double bagua__adv_overlap_efficiency(int cores, int ranks);
 /* The prediction; every field is >= 0 and finite for finite, non-negative inputs. */
 bagua__adv_pred_t bagua__adv_predict(const bagua__adv_meas_t *m, const bagua__adv_opts_t *o);
 

@@ -58,7 +58,8 @@ static int mode_model(void) {
                             .backward_s = 0.13,
                             .inter_lat = 1e-4,
                             .inter_bw = 12.5e6,
-                            .quant_bw = 1e9};
+                            .quant_bw = 1e9,
+                            .overlap = 1.0};
   /* gradient_allreduce: ring 2*3*1e-4 + 1.5*40e6/12.5e6 = 4.8006 s, all exposed (one bucket
    * ready at the end of backward). */
   bagua__adv_pred_t ga = predict(&slow, BAGUA__ADV_GRADIENT_ALLREDUCE, -1, 0);
@@ -131,6 +132,25 @@ static int mode_model(void) {
   NEAR(predict(&ov, BAGUA__ADV_GRADIENT_ALLREDUCE, -1, 0).exposed_s, 2.4006);
   ov.backward_s = 4;
   NEAR(predict(&ov, BAGUA__ADV_GRADIENT_ALLREDUCE, -1, 0).exposed_s, 2.8012);
+  /* Communication at half speed while backward runs (backward 6 s): bucket 0 (ready at 3)
+   * gets 1.5 s of its 2.4006 done by 6 and ends at 6.9006; bucket 1 then ends at 9.3012:
+   * exposed 3.3012. With no progress at all (ranks use every core) all of it is exposed. */
+  ov.backward_s = 6;
+  ov.overlap = 0.5;
+  NEAR(predict(&ov, BAGUA__ADV_GRADIENT_ALLREDUCE, -1, 0).exposed_s, 3.3012);
+  ov.overlap = 0;
+  NEAR(predict(&ov, BAGUA__ADV_GRADIENT_ALLREDUCE, -1, 0).exposed_s, 2 * 2.4006);
+  /* The same for decentralized's exchange over the 0.2 s of compute. */
+  bagua__adv_meas_t busy = slow;
+  busy.overlap = 0;
+  NEAR(predict(&busy, BAGUA__ADV_DECENTRALIZED, -1, 0).exposed_s, 4.8006);
+  busy.overlap = 0.5;
+  NEAR(predict(&busy, BAGUA__ADV_DECENTRALIZED, -1, 0).exposed_s, 4.8006 - 0.1);
+  /* Spare cores for the communication threads: 4 ranks on 2, 4, 6 and 8 cores. */
+  NEAR(bagua__adv_overlap_efficiency(2, 4), 0.0);
+  NEAR(bagua__adv_overlap_efficiency(4, 4), 0.0);
+  NEAR(bagua__adv_overlap_efficiency(6, 4), 0.5);
+  NEAR(bagua__adv_overlap_efficiency(8, 4), 1.0);
 
   /* 2 nodes x 2 ranks: 1 GB/s and 10 us within a node, 12.5e6 B/s and 100 us between, no
    * quantization cost. Node reduce + broadcast: 2*(1e-5 + 0.5*40e6/1e9) = 0.04002 s. */
