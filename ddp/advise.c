@@ -30,9 +30,11 @@
 #define PROBE_MIN_BYTES (256u << 10)
 #define LAT_REPEAT 7
 #define BW_REPEAT 3
-/* Elements run through one compression and decompression to time the kernels: 16 MiB of
- * varied values, more than a cache holds, as a bucket is. */
-#define QUANT_ELEMS ((size_t)1 << 22)
+/* Elements run through one compression and decompression to time the kernels: the model
+ * (as low-precision decentralized compresses it), at least 16 MiB and at most 64 MiB of
+ * varied values, so that caches do not flatter the kernels. */
+#define QUANT_MIN_ELEMS ((size_t)1 << 22)
+#define QUANT_MAX_ELEMS ((size_t)1 << 24)
 
 static const bagua__ddp_algo_t *const k_algos[BAGUA__ADV_COUNT] = {
     &bagua__ddp_gradient_allreduce,          &bagua__ddp_bytegrad, &bagua__ddp_decentralized,
@@ -46,6 +48,7 @@ struct bagua__ddp_advise_s {
   /* The network, identical on every rank (the slowest rank's figures). */
   int nodes, rpn;
   double inter_lat, inter_bw, intra_lat, intra_bw, quant_bw, probe_s;
+  double inter_bw_a2a, inter_bw_p2p;
   int cores, machine_ranks; /* CPUs this rank may use; ranks on its machine (host name) */
   double overlap;
   char *table;
@@ -146,18 +149,59 @@ static bagua_status_t probe(bagua_comm_t *c, float *buf, size_t bytes, double *l
   return BAGUA_OK;
 }
 
+/* Median seconds of `repeat` alltoalls (sendrecv 0) or ring sendrecvs (sendrecv 1) of
+ * `bytes` from buf to buf + bytes (after one untimed warm-up). */
+static bagua_status_t time_p2p(bagua_comm_t *c, char *buf, size_t bytes, int sendrecv,
+                               double *out) {
+  double t[BW_REPEAT];
+  int n = bagua_comm_size(c), me = bagua_comm_rank(c);
+  for (int i = 0; i <= BW_REPEAT; i++) {
+    double t0 = bagua__now_s();
+    if (sendrecv)
+      BAGUA_CHECK(bagua_sendrecv(c, buf, bytes, (me + 1) % n, buf + bytes, bytes, (me + n - 1) % n,
+                                 BAGUA_U8));
+    else
+      BAGUA_CHECK(bagua_alltoall(c, buf, buf + bytes, bytes / (size_t)n, BAGUA_U8));
+    if (i > 0) t[i - 1] = bagua__now_s() - t0;
+  }
+  *out = median(t, BW_REPEAT);
+  return BAGUA_OK;
+}
+
+/* The alltoall's and the sendrecv ring's bytes per second through one rank's link (what
+ * bytegrad and the decentralized algorithms send), with the latency `lat` taken off. */
+static bagua_status_t probe_p2p(bagua_comm_t *c, char *buf, size_t bytes, double lat, double *a2a,
+                                double *p2p) {
+  int n = c ? bagua_comm_size(c) : 1;
+  *a2a = *p2p = 0;
+  if (n < 2) return BAGUA_OK;
+  double t;
+  BAGUA_CHECK(time_p2p(c, buf, bytes, 0, &t));
+  double sent = (double)(n - 1) / n * (double)(bytes / (size_t)n * (size_t)n);
+  t -= (n - 1) * lat;
+  *a2a = t > 0 ? sent / t : 0.0;
+  BAGUA_CHECK(time_p2p(c, buf, bytes, 1, &t));
+  t -= lat;
+  *p2p = t > 0 ? (double)bytes / t : 0.0;
+  return BAGUA_OK;
+}
+
 /* f32 bytes per second through one MinMaxUInt8 compression plus one decompression, on the
  * context's device (the median of three). */
 static bagua_status_t probe_quant(bagua_ddp_t *d, double *rate) {
+  size_t elems = 0;
+  for (int i = 0; i < d->ntensors; i++) elems += d->tensors[i].count;
+  if (elems < QUANT_MIN_ELEMS) elems = QUANT_MIN_ELEMS;
+  if (elems > QUANT_MAX_ELEMS) elems = QUANT_MAX_ELEMS;
   const bagua__ddp_dev_t *dev = d->s.dev;
   const bagua__lane_t L = BAGUA__LANE_COMPUTE;
-  size_t region = bagua__minmax_u8_compressed_size(QUANT_ELEMS, BAGUA_F32);
-  float *x = bagua__ddp_alloc_floats(d, QUANT_ELEMS);
+  size_t region = bagua__minmax_u8_compressed_size(elems, BAGUA_F32);
+  float *x = bagua__ddp_alloc_floats(d, elems);
   uint8_t *q = dev->alloc(d, region);
   bagua_status_t st = BAGUA_OK;
   double t[3];
   *rate = 0;
-  float *host = malloc(QUANT_ELEMS * sizeof(float));
+  float *host = malloc(elems * sizeof(float));
   if (!x || !q || !host) {
     free(host);
     st = BAGUA_ERR_NO_MEMORY;
@@ -165,23 +209,23 @@ static bagua_status_t probe_quant(bagua_ddp_t *d, double *rate) {
   }
   /* Gradient-like values: all zeros would take the kernels' trivial path. */
   uint32_t r = 12345;
-  for (size_t i = 0; i < QUANT_ELEMS; i++) {
+  for (size_t i = 0; i < elems; i++) {
     r = r * 1664525u + 1013904223u;
     host[i] = (float)((int32_t)r) * 1e-12f;
   }
-  st = dev->from_host(d, L, x, host, QUANT_ELEMS * sizeof(float));
+  st = dev->from_host(d, L, x, host, elems * sizeof(float));
   if (st == BAGUA_OK) st = dev->sync(d, L);
   free(host);
   for (int i = 0; i < 3 && st == BAGUA_OK; i++) {
     double t0 = bagua__now_s();
-    st = dev->compress(d, L, x, QUANT_ELEMS, 1, q);
-    if (st == BAGUA_OK) st = dev->decompress(d, L, q, QUANT_ELEMS, 1, x);
+    st = dev->compress(d, L, x, elems, 1, q);
+    if (st == BAGUA_OK) st = dev->decompress(d, L, q, elems, 1, x);
     if (st == BAGUA_OK) st = dev->sync(d, L);
     t[i] = bagua__now_s() - t0;
   }
   if (st == BAGUA_OK) {
     double m = median(t, 3);
-    *rate = m > 0 ? 2.0 * QUANT_ELEMS * sizeof(float) / m : 0.0;
+    *rate = m > 0 ? 2.0 * elems * sizeof(float) / m : 0.0;
   }
 out:
   bagua__ddp_free(d, x);
@@ -227,19 +271,27 @@ static bagua_status_t probe_network(bagua_ddp_t *d, struct bagua__ddp_advise_s *
   for (int i = 0; i < d->ntensors; i++) model += d->tensors[i].count * sizeof(float);
   size_t bytes = model < PROBE_BYTES ? model : PROBE_BYTES;
   if (bytes < PROBE_MIN_BYTES) bytes = PROBE_MIN_BYTES;
-  float *buf = malloc(bytes);
+  /* Twice the probe: the alltoall and the sendrecv need separate send and receive halves. */
+  float *buf = malloc(2 * bytes);
   if (!buf) return BAGUA_ERR_NO_MEMORY;
   int n = bagua_comm_size(a->comm);
   a->nodes = bagua_comm_node_count(a->comm);
-  /* [0..3] seconds per unit (the slowest rank wins the MAX), [4] ranks on this node. */
-  double v[6] = {0};
+  /* [0..3] seconds per unit (the slowest rank wins the MAX), [4] ranks on this node, [5]
+   * compression, [6..7] alltoall and sendrecv seconds per byte. */
+  double v[8] = {0};
   if (a->nodes < n) {
     BAGUA_CHECK_GOTO(bagua_comm_split_node(a->comm, &intra, &inter), st, out);
     BAGUA_CHECK_GOTO(probe(intra, buf, bytes, &a->intra_lat, &a->intra_bw), st, out);
     BAGUA_CHECK_GOTO(probe(inter, buf, bytes, &a->inter_lat, &a->inter_bw), st, out);
+    BAGUA_CHECK_GOTO(
+        probe_p2p(inter, (char *)buf, bytes, a->inter_lat, &a->inter_bw_a2a, &a->inter_bw_p2p), st,
+        out);
     v[4] = bagua_comm_size(intra);
   } else {
     BAGUA_CHECK_GOTO(probe(a->comm, buf, bytes, &a->inter_lat, &a->inter_bw), st, out);
+    BAGUA_CHECK_GOTO(
+        probe_p2p(a->comm, (char *)buf, bytes, a->inter_lat, &a->inter_bw_a2a, &a->inter_bw_p2p),
+        st, out);
     v[4] = 1;
   }
   BAGUA_CHECK_GOTO(probe_quant(d, &a->quant_bw), st, out);
@@ -248,13 +300,17 @@ static bagua_status_t probe_network(bagua_ddp_t *d, struct bagua__ddp_advise_s *
   v[2] = a->intra_lat;
   v[3] = a->intra_bw > 0 ? 1.0 / a->intra_bw : 0;
   v[5] = a->quant_bw > 0 ? 1.0 / a->quant_bw : 0;
-  BAGUA_CHECK_GOTO(bagua_allreduce(a->comm, v, v, 6, BAGUA_F64, BAGUA_MAX), st, out);
+  v[6] = a->inter_bw_a2a > 0 ? 1.0 / a->inter_bw_a2a : 0;
+  v[7] = a->inter_bw_p2p > 0 ? 1.0 / a->inter_bw_p2p : 0;
+  BAGUA_CHECK_GOTO(bagua_allreduce(a->comm, v, v, 8, BAGUA_F64, BAGUA_MAX), st, out);
   a->inter_lat = v[0];
   a->inter_bw = v[1] > 0 ? 1.0 / v[1] : 0;
   a->intra_lat = v[2];
   a->intra_bw = v[3] > 0 ? 1.0 / v[3] : 0;
   a->rpn = (int)v[4];
   a->quant_bw = v[5] > 0 ? 1.0 / v[5] : 0;
+  a->inter_bw_a2a = v[6] > 0 ? 1.0 / v[6] : 0;
+  a->inter_bw_p2p = v[7] > 0 ? 1.0 / v[7] : 0;
 out:
   bagua_comm_destroy(inter);
   bagua_comm_destroy(intra);
@@ -348,8 +404,12 @@ size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *
   } while (0)
   double model = 0;
   for (int i = 0; i < m->nbuckets; i++) model += m->bucket_bytes[i];
-  char inter[32], intra[32], quant[32];
+  char inter[96], intra[32], quant[32], a2a[32], p2p[32];
   format_bytes(inter, sizeof(inter), m->inter_bw);
+  format_bytes(a2a, sizeof(a2a), m->inter_bw_a2a);
+  format_bytes(p2p, sizeof(p2p), m->inter_bw_p2p);
+  snprintf(inter + strlen(inter), sizeof(inter) - strlen(inter), " (alltoall %s, sendrecv %s)", a2a,
+           p2p);
   format_bytes(intra, sizeof(intra), m->ranks_per_node > 1 ? m->intra_bw : 0);
   format_bytes(quant, sizeof(quant), m->quant_bw);
   PUT("advise: %d ranks on %d node%s (up to %d per node), model %.1f MB in %d bucket%s\n", m->ranks,
@@ -443,6 +503,8 @@ static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
                          .nbuckets = d->nbuckets,
                          .inter_lat = a->inter_lat,
                          .inter_bw = a->inter_bw,
+                         .inter_bw_a2a = a->inter_bw_a2a,
+                         .inter_bw_p2p = a->inter_bw_p2p,
                          .intra_lat = a->intra_lat,
                          .intra_bw = a->intra_bw,
                          .quant_bw = a->quant_bw,

@@ -28,15 +28,20 @@ bagua__adv_opts_t bagua__adv_default_opts(bagua__adv_algo_t a) {
 /* One link's figures and the number of participants of a collective. */
 typedef struct {
   int p;
-  double lat, bw;
+  double lat, bw; /* bw: ring allreduce and allgather */
+  double bw_a2a, bw_p2p;
 } net_t;
 
 static double log2_ceil(int p) {
   return p > 1 ? ceil(log2((double)p)) : 0.0;
 }
 
+static double xfer_at(double bw, double bytes) {
+  return bw > 0 ? bytes / bw : 0.0;
+}
+
 static double xfer(const net_t *n, double bytes) {
-  return n->bw > 0 ? bytes / n->bw : 0.0;
+  return xfer_at(n->bw, bytes);
 }
 
 /* Allreduce of s bytes; *sent gets the bytes this participant sends. */
@@ -51,18 +56,18 @@ static double allreduce(const net_t *n, double s, double *sent) {
   return 2.0 * (n->p - 1) * n->lat + xfer(n, b);
 }
 
-/* Alltoall or allgather of a buffer of s bytes in p blocks. */
-static double exchange_all(const net_t *n, double s, double *sent) {
+/* Alltoall (a2a 1) or allgather (ring) of a buffer of s bytes in p blocks. */
+static double exchange_all(const net_t *n, double s, int a2a, double *sent) {
   if (n->p <= 1) return 0.0;
   double b = (double)(n->p - 1) / n->p * s;
   *sent += b;
-  return (n->p - 1) * n->lat + xfer(n, b);
+  return (n->p - 1) * n->lat + xfer_at(a2a ? n->bw_a2a : n->bw, b);
 }
 
 static double sendrecv(const net_t *n, double s, double *sent) {
   if (n->p <= 1) return 0.0;
   *sent += s;
-  return n->lat + xfer(n, s);
+  return n->lat + xfer_at(n->bw_p2p, s);
 }
 
 /* Bytes of MinMaxUInt8 regions for `elems` f32 elements in `chunks` chunks (kernels.h). */
@@ -87,15 +92,21 @@ static ctx_t context(const bagua__adv_meas_t *m, int hier) {
   /* On one node the flat communicator runs at the node's speed. */
   double lat = single_node && r > 1 ? m->intra_lat : m->inter_lat;
   double bw = single_node && r > 1 ? m->intra_bw : m->inter_bw;
+  double a2a = m->inter_bw_a2a > 0 ? m->inter_bw_a2a : m->inter_bw;
+  double p2p = m->inter_bw_p2p > 0 ? m->inter_bw_p2p : m->inter_bw;
   if (hier) {
-    c.top = (net_t){m->nodes, m->inter_lat, m->inter_bw};
+    c.top = (net_t){m->nodes, m->inter_lat, m->inter_bw, a2a, p2p};
     c.flat = c.top;
   } else {
-    c.top = (net_t){m->ranks, lat, bw};
+    if (single_node && r > 1) a2a = p2p = bw;
+    c.top = (net_t){m->ranks, lat, bw, a2a, p2p};
     /* A ring crosses each node boundary once per direction, so it runs at one link's
      * speed; an alltoall or a peer exchange puts all r ranks of a node on its one link. */
     c.flat = c.top;
-    if (!single_node && r > 1) c.flat.bw = bw / r;
+    if (!single_node && r > 1) {
+      c.flat.bw_a2a = a2a / r;
+      c.flat.bw_p2p = p2p / r;
+    }
   }
   c.node_lat = m->intra_lat;
   c.node_bw = m->intra_bw;
@@ -123,8 +134,8 @@ static double bucket_cost(ctx_t *c, double b, int compressed_op) {
   int p = c->top.p;
   if (p <= 1) return t;
   double cb = compressed(b / 4.0, p);
-  t += exchange_all(&c->flat, cb, &c->sent); /* alltoall */
-  t += exchange_all(&c->top, cb, &c->sent);  /* allgather (a ring) */
+  t += exchange_all(&c->flat, cb, 1, &c->sent); /* alltoall */
+  t += exchange_all(&c->top, cb, 0, &c->sent);  /* allgather (a ring) */
   /* Compress the bucket, decompress the p received chunks, compress the own chunk,
    * decompress the gathered bucket. */
   return t + quant(c, (3.0 + 1.0 / p) * b);
@@ -204,8 +215,10 @@ static void low_precision(ctx_t *c, bagua__adv_pred_t *out) {
     double cb = compressed(s / 4.0, 1);
     t += sendrecv(&c->flat, cb, &c->sent);
     if (p > 2) t += sendrecv(&c->flat, cb, &c->sent);
-    /* Compress the difference, decompress both neighbours' and the own. */
-    t += quant(c, 4.0 * s);
+    /* Passes over the model, in units of one compression (or decompression): the
+     * difference (four arrays, two units), its compression, two decompress-adds, the own
+     * decompression, the axpy (one and a half) and the copy into the replica (one). */
+    t += quant(c, 7.5 * s);
   }
   out->comm_s = t;
   out->exposed_s = t;

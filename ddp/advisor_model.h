@@ -5,7 +5,8 @@
  * that tests/ddp/test_ddp_advise.c checks it against hand-computed values.
  *
  * Cost of one collective on p participants (latency `lat` per message round, `bw` bytes per
- * second through each participant's link; the shapes of comm/coll_generic.c):
+ * second through each participant's link as that collective achieves it, measured for the
+ * ring allreduce, the alltoall and the sendrecv ring; the shapes of comm/coll_generic.c):
  *   allreduce of s bytes   s < 64 KiB: ceil(log2 p) (lat + s/bw)   (recursive doubling)
  *                          else 2(p-1) lat + 2(p-1)/p s/bw          (ring)
  *   alltoall, allgather    (p-1) lat + (p-1)/p s/bw                (s: the whole buffer)
@@ -47,6 +48,9 @@ typedef struct {
   /* Among node leaders (all ranks when r == 1): the latency of one message round and the
    * bytes per second through one rank's link. */
   double inter_lat, inter_bw;
+  /* The same link as an alltoall and as a ring of sendrecvs achieve it (bytes one rank sends
+   * per second); 0: inter_bw. */
+  double inter_bw_a2a, inter_bw_p2p;
   /* Within a node (read only when r > 1). */
   double intra_lat, intra_bw;
   /* f32 bytes per second through one MinMaxUInt8 compression or decompression pass;
