@@ -330,7 +330,11 @@ bagua_status_t bagua__ddp_advise_start(bagua_ddp_t *d) {
   a->step = calloc((size_t)a->nsteps, sizeof(double));
   if (!a->compute || !a->backward || !a->step) return BAGUA_ERR_NO_MEMORY;
   double t0 = bagua__now_s();
-  BAGUA_CHECK(bagua_comm_split(d->comm, 0, bagua_comm_rank(d->comm), &a->comm));
+  bagua_comm_t *c = NULL;
+  BAGUA_CHECK(bagua_comm_split(d->comm, 0, bagua_comm_rank(d->comm), &c));
+  pthread_mutex_lock(&d->comm_mu);
+  a->comm = c;
+  pthread_mutex_unlock(&d->comm_mu);
   BAGUA_CHECK(probe_network(d, a));
   BAGUA_CHECK(probe_cpus(d, a));
   a->probe_s = bagua__now_s() - t0;
@@ -546,6 +550,19 @@ static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
   return switch_to(d, pick, pred);
 }
 
+/* Under comm_mu: bagua_ddp_abort() may be aborting the communicator from another thread. */
+static void drop_comm(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
+  pthread_mutex_lock(&d->comm_mu);
+  bagua_comm_t *c = a->comm;
+  a->comm = NULL;
+  pthread_mutex_unlock(&d->comm_mu);
+  bagua_comm_destroy(c);
+}
+
+void bagua__ddp_advise_abort(bagua_ddp_t *d) {
+  if (d->advise) bagua_comm_abort(d->advise->comm);
+}
+
 bagua_status_t bagua__ddp_advise_step(bagua_ddp_t *d, double first_ready) {
   struct bagua__ddp_advise_s *a = d->advise;
   if (!a || a->done) return BAGUA_OK;
@@ -561,8 +578,7 @@ bagua_status_t bagua__ddp_advise_step(bagua_ddp_t *d, double first_ready) {
   if (a->seen >= a->nsteps) {
     a->done = 1;
     bagua_status_t st = decide(d, a);
-    bagua_comm_destroy(a->comm);
-    a->comm = NULL;
+    drop_comm(d, a);
     return st;
   }
   a->t_last = bagua__now_s(); /* the advisor's own time is no step's */
@@ -572,7 +588,7 @@ bagua_status_t bagua__ddp_advise_step(bagua_ddp_t *d, double first_ready) {
 void bagua__ddp_advise_free(bagua_ddp_t *d) {
   struct bagua__ddp_advise_s *a = d->advise;
   if (!a) return;
-  bagua_comm_destroy(a->comm);
+  drop_comm(d, a);
   free(a->compute);
   free(a->backward);
   free(a->step);

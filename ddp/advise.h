@@ -38,6 +38,9 @@ bagua_status_t bagua__ddp_advise_start(bagua_ddp_t *d);
 bagua_status_t bagua__ddp_advise_step(bagua_ddp_t *d, double first_ready);
 
 void bagua__ddp_advise_free(bagua_ddp_t *d);
+/* bagua_ddp_abort() (any thread, under d->comm_mu): aborts the advisor's communicator, so that
+ * a probe or the decision's collectives end at once. */
+void bagua__ddp_advise_abort(bagua_ddp_t *d);
 
 /* The last table rank 0 formatted (NULL before the decision or on other ranks); for tests. */
 const char *bagua__ddp_advise_table(const bagua_ddp_t *d);

@@ -88,6 +88,7 @@ void bagua__ddp_comms_abort(bagua_ddp_t *d) {
   bagua_comm_abort(d->intra);
   bagua_comm_abort(d->inter);
   bagua_comm_abort(d->async_comm);
+  bagua__ddp_advise_abort(d);
   d->s.dev->abort(d);
   pthread_mutex_unlock(&d->comm_mu);
 }
