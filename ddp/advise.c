@@ -453,10 +453,10 @@ size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *
       note = "(needs its own optimizer: not switchable)";
     else if (allow && !(allow & (1u << i)))
       note = "(not allowed)";
-    PUT("advise: %-4d %-28s %-4d %12.4f %7.2fx %10.4f %10.4f %10.2f  %s\n", r + 1,
+    PUT("advise: %-4d %-28s %-4d %12.4f %7.2fx %10.4f %10.4f %10.2f%s%s\n", r + 1,
         bagua__adv_algo_name((bagua__adv_algo_t)i), opts[i].hierarchical, p->step_s,
         p->step_s > 0 && base > 0 ? base / p->step_s : 0.0, p->comm_s, p->exposed_s, p->bytes / 1e6,
-        note);
+        note[0] ? "  " : "", note);
   }
   for (int i = 0; i < BAGUA__ADV_COUNT; i++)
     if (!avail[i])
