@@ -28,6 +28,10 @@
  * above the small-message algorithm's threshold). */
 #define PROBE_BYTES (4u << 20)
 #define PROBE_MIN_BYTES (256u << 10)
+/* The alltoall and sendrecv probes send what the algorithms send (ByteGrad's compressed
+ * largest bucket, low-precision decentralized's compressed model), up to this much: on the
+ * netsim links a 12 MiB sendrecv ran at 6.8 MB/s where a 4 MiB one ran at 10.3 MB/s. */
+#define PROBE_P2P_MAX_BYTES (16u << 20)
 #define LAT_REPEAT 7
 #define BW_REPEAT 3
 /* Elements run through one compression and decompression to time the kernels: the model
@@ -168,22 +172,27 @@ static bagua_status_t time_p2p(bagua_comm_t *c, char *buf, size_t bytes, int sen
   return BAGUA_OK;
 }
 
-/* The alltoall's and the sendrecv ring's bytes per second through one rank's link (what
- * bytegrad and the decentralized algorithms send), with the latency `lat` taken off. */
-static bagua_status_t probe_p2p(bagua_comm_t *c, char *buf, size_t bytes, double lat, double *a2a,
-                                double *p2p) {
+/* The alltoall's (of a2a_bytes) and the sendrecv ring's (of p2p_bytes) bytes per second
+ * through one rank's link, with the latency `lat` taken off. */
+static bagua_status_t probe_p2p(bagua_comm_t *c, char *buf, size_t a2a_bytes, size_t p2p_bytes,
+                                double lat, double *a2a, double *p2p) {
   int n = c ? bagua_comm_size(c) : 1;
   *a2a = *p2p = 0;
   if (n < 2) return BAGUA_OK;
   double t;
-  BAGUA_CHECK(time_p2p(c, buf, bytes, 0, &t));
-  double sent = (double)(n - 1) / n * (double)(bytes / (size_t)n * (size_t)n);
+  a2a_bytes = a2a_bytes / (size_t)n * (size_t)n;
+  BAGUA_CHECK(time_p2p(c, buf, a2a_bytes, 0, &t));
+  double sent = (double)(n - 1) / n * (double)a2a_bytes;
   t -= (n - 1) * lat;
   *a2a = t > 0 ? sent / t : 0.0;
-  BAGUA_CHECK(time_p2p(c, buf, bytes, 1, &t));
+  BAGUA_CHECK(time_p2p(c, buf, p2p_bytes, 1, &t));
   t -= lat;
-  *p2p = t > 0 ? (double)bytes / t : 0.0;
+  *p2p = t > 0 ? (double)p2p_bytes / t : 0.0;
   return BAGUA_OK;
+}
+
+static size_t clamp_size(size_t v, size_t lo, size_t hi) {
+  return v < lo ? lo : v > hi ? hi : v;
 }
 
 /* f32 bytes per second through one MinMaxUInt8 compression plus one decompression, on the
@@ -267,12 +276,23 @@ static bagua_status_t probe_cpus(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) 
 static bagua_status_t probe_network(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
   bagua_comm_t *intra = NULL, *inter = NULL;
   bagua_status_t st = BAGUA_OK;
-  size_t model = 0;
-  for (int i = 0; i < d->ntensors; i++) model += d->tensors[i].count * sizeof(float);
-  size_t bytes = model < PROBE_BYTES ? model : PROBE_BYTES;
-  if (bytes < PROBE_MIN_BYTES) bytes = PROBE_MIN_BYTES;
-  /* Twice the probe: the alltoall and the sendrecv need separate send and receive halves. */
-  float *buf = malloc(2 * bytes);
+  size_t model = 0, largest = 0;
+  for (int i = 0; i < d->ntensors; i++) {
+    size_t b = d->tensors[i].count * sizeof(float);
+    model += b;
+    if (b > largest) largest = b;
+  }
+  size_t bytes = clamp_size(model, PROBE_MIN_BYTES, PROBE_BYTES);
+  /* The layout is not built yet: a bucket holds about max(bucket size, largest tensor). */
+  size_t bucket = d->s.bucket_bytes > largest ? d->s.bucket_bytes : largest;
+  if (bucket > model) bucket = model;
+  size_t a2a_bytes = clamp_size(bucket / 4, PROBE_MIN_BYTES, PROBE_P2P_MAX_BYTES);
+  size_t p2p_bytes = clamp_size(model / 4, PROBE_MIN_BYTES, PROBE_P2P_MAX_BYTES);
+  size_t most = bytes > a2a_bytes ? bytes : a2a_bytes;
+  if (p2p_bytes > most) most = p2p_bytes;
+  /* Twice the largest probe: the alltoall and the sendrecv need separate send and receive
+   * halves. */
+  float *buf = calloc(2, most);
   if (!buf) return BAGUA_ERR_NO_MEMORY;
   int n = bagua_comm_size(a->comm);
   a->nodes = bagua_comm_node_count(a->comm);
@@ -283,15 +303,15 @@ static bagua_status_t probe_network(bagua_ddp_t *d, struct bagua__ddp_advise_s *
     BAGUA_CHECK_GOTO(bagua_comm_split_node(a->comm, &intra, &inter), st, out);
     BAGUA_CHECK_GOTO(probe(intra, buf, bytes, &a->intra_lat, &a->intra_bw), st, out);
     BAGUA_CHECK_GOTO(probe(inter, buf, bytes, &a->inter_lat, &a->inter_bw), st, out);
-    BAGUA_CHECK_GOTO(
-        probe_p2p(inter, (char *)buf, bytes, a->inter_lat, &a->inter_bw_a2a, &a->inter_bw_p2p), st,
-        out);
+    BAGUA_CHECK_GOTO(probe_p2p(inter, (char *)buf, a2a_bytes, p2p_bytes, a->inter_lat,
+                               &a->inter_bw_a2a, &a->inter_bw_p2p),
+                     st, out);
     v[4] = bagua_comm_size(intra);
   } else {
     BAGUA_CHECK_GOTO(probe(a->comm, buf, bytes, &a->inter_lat, &a->inter_bw), st, out);
-    BAGUA_CHECK_GOTO(
-        probe_p2p(a->comm, (char *)buf, bytes, a->inter_lat, &a->inter_bw_a2a, &a->inter_bw_p2p),
-        st, out);
+    BAGUA_CHECK_GOTO(probe_p2p(a->comm, (char *)buf, a2a_bytes, p2p_bytes, a->inter_lat,
+                               &a->inter_bw_a2a, &a->inter_bw_p2p),
+                     st, out);
     v[4] = 1;
   }
   BAGUA_CHECK_GOTO(probe_quant(d, &a->quant_bw), st, out);
