@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "advise.h"
 #include "common/params.h"
 #include "common/time.h"
 #include "ddp_internal.h"
@@ -89,6 +90,7 @@ void bagua__ddp_comms_abort(bagua_ddp_t *d) {
   bagua_comm_abort(d->intra);
   bagua_comm_abort(d->inter);
   bagua_comm_abort(d->async_comm);
+  bagua__ddp_advise_abort(d);
   d->s.dev->abort(d);
   pthread_mutex_unlock(&d->comm_mu);
 }
@@ -264,7 +266,10 @@ bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
   if (sticky(d)) return sticky(d);
   if (d->ntensors == 0) return usage("bagua_ddp_ready", "no tensor was registered");
   d->bytes_start = bagua__ddp_bytes_sent(d);
-  bagua_status_t st = bagua__ddp_build(d, NULL);
+  /* The advisor (advise.c) probes the network before the communication thread exists. */
+  bagua_status_t st = bagua__ddp_advise_start(d);
+  if (st != BAGUA_OK) return bagua__ddp_fail(d, st);
+  st = bagua__ddp_build(d, NULL);
   /* Progress reports start with the first ready context: its step count is the program's. */
   if (st == BAGUA_OK) bagua__ddp_progress_open(d);
   return st;
@@ -484,9 +489,13 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   d->st.steps = d->steps;
   update_stats(d, d->t_entry, d->t_waited);
   bagua__ddp_progress_update(d);
+  double first_ready = d->first_ready; /* the advisor's backward window */
   reset_step(d);
   d->waited = 0;
   if (a->next_step) BAGUA_CHECK_GOTO(a->next_step(d), st, fail);
+  /* The advisor: measure this step; on its deciding step predict, print and, for algorithm
+   * "auto", move every rank to the chosen algorithm (advise.c). */
+  if (d->advise) BAGUA_CHECK_GOTO(bagua__ddp_advise_step(d, first_ready), st, fail);
   return BAGUA_OK;
 fail:
   return bagua__ddp_fail(d, st);
@@ -571,6 +580,7 @@ void bagua__ddp_unbuild(bagua_ddp_t *d) {
 void bagua_ddp_destroy(bagua_ddp_t *d) {
   if (!d) return;
   bagua__ddp_progress_close(d);
+  bagua__ddp_advise_free(d);
   bagua__ddp_elastic_detach(d);
   bagua__ddp_unbuild(d);
   bagua__ddp_comms_close(d);

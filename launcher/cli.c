@@ -24,7 +24,8 @@ typedef enum {
   OPT_EXPORT,
   OPT_MODULE,
   OPT_NO_PYTHON,
-  OPT_STANDALONE
+  OPT_STANDALONE,
+  OPT_ADVISE
 } opt_t;
 
 static const struct {
@@ -48,6 +49,8 @@ static const struct {
     {"--module", OPT_MODULE, 0},
     {"--no-python", OPT_NO_PYTHON, 0},
     {"--standalone", OPT_STANDALONE, 0},
+    /* The advisor (docs/advisor.md): the same as -x BAGUA_ADVISE=1. */
+    {"--advise", OPT_ADVISE, 0},
 };
 #define NOPTS ((int)(sizeof(k_opts) / sizeof(k_opts[0])))
 
@@ -330,6 +333,15 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
       case OPT_STANDALONE:
         l->standalone = 1;
         break;
+      case OPT_ADVISE: {
+        /* An exported variable like -x, so that remote workers get it too. */
+        int rc = add_export(l, "BAGUA_ADVISE=1", err, errlen);
+        if (rc != 0) return rc;
+        for (int k = 0; k < l->nenv; k++)
+          if (strcmp(l->env[k].name, "BAGUA_ADVISE") == 0)
+            bagua__launch_origin_set(&l->env[k].origin, LO_FLAG, "--advise");
+        break;
+      }
     }
   }
 program:

@@ -637,6 +637,7 @@ void bagua__launch_usage(FILE *out) {
           "  %-30s run a .py program as it is (default: with --python)\n"
           "  %-30s give every worker NAME (its value here, or VALUE); repeatable\n"
           "  %-30s a private etcd (torchrun's spelling; the default anyway)\n"
+          "  %-30s rank 0 prints each algorithm's predicted step time (BAGUA_ADVISE=1)\n"
           "Other:\n"
           "  %-30s INI file with [job], [rendezvous], [algorithm], [hosts], [env]\n"
           "  %-30s print the configuration and the agent commands; start nothing\n"
@@ -649,6 +650,6 @@ void bagua__launch_usage(FILE *out) {
           "128+N when bagua-launch itself was stopped by signal N (130 for Ctrl-C).\n"
           "See docs/launcher.md.\n",
           "--hosts HOST[:NPROC],...", "--hostfile FILE", "-m MODULE", "--no-python",
-          "-x NAME[=VALUE]", "--standalone", "--config FILE", "--dry-run", "--print-params",
-          "--version", "--help");
+          "-x NAME[=VALUE]", "--standalone", "--advise", "--config FILE", "--dry-run",
+          "--print-params", "--version", "--help");
 }
