@@ -244,28 +244,15 @@ out:
 
 /* FNV-1a of the host name: ranks that share it share a machine's CPUs, whatever node they
  * emulate (several emulated nodes may run on one machine, as in bench/netsim). */
-static int64_t host_hash(void) {
-  char name[256] = "";
-  gethostname(name, sizeof(name) - 1);
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-  return (int64_t)(h >> 1);
-}
-
 /* How well communication overlaps compute here (advisor_model.h): the slowest rank's view of
  * its machine. On a GPU the compute leaves the CPUs to the communication thread. */
 static bagua_status_t probe_cpus(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
-  int n = bagua_comm_size(a->comm);
-  int64_t *all = malloc((size_t)n * sizeof(int64_t)), mine = host_hash();
-  if (!all) return BAGUA_ERR_NO_MEMORY;
-  bagua_status_t st = bagua_allgather(a->comm, &mine, all, 1, BAGUA_I64);
-  a->machine_ranks = 0;
-  for (int i = 0; i < n && st == BAGUA_OK; i++) a->machine_ranks += all[i] == mine;
-  free(all);
-  BAGUA_CHECK(st);
-  cpu_set_t set;
-  a->cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  double v = d->s.dev != &bagua__ddp_dev_cpu
+  /* bagua_ddp_create() counted them; communication held until the backward's end
+   * (BAGUA_OVERLAP=0) overlaps nothing. */
+  a->machine_ranks = d->machine_ranks;
+  a->cores = d->cpus;
+  double v = !d->s.overlap ? 0.0
+             : d->s.dev != &bagua__ddp_dev_cpu
                  ? 1.0
                  : bagua__adv_overlap_efficiency(a->cores, a->machine_ranks);
   BAGUA_CHECK(bagua_allreduce(a->comm, &v, &a->overlap, 1, BAGUA_F64, BAGUA_MIN));

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/log.h"
@@ -105,18 +106,39 @@ void bagua__ddp_comms_close(bagua_ddp_t *d) {
 }
 
 /*
+ * Counts the job's ranks on this machine by host name rather than by node id: emulated nodes
+ * (BAGUA_NODE_ID, network namespaces) on one host share its CPUs. Collective over d->comm.
+ */
+static bagua_status_t count_machine_ranks(bagua_ddp_t *d) {
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+  int64_t mine = (int64_t)(h >> 1), *all = malloc((size_t)d->size * sizeof(int64_t));
+  if (!all) return BAGUA_ERR_NO_MEMORY;
+  bagua_status_t st = bagua_allgather(d->comm, &mine, all, 1, BAGUA_I64);
+  d->machine_ranks = 0;
+  for (int i = 0; i < d->size && st == BAGUA_OK; i++) d->machine_ranks += all[i] == mine;
+  free(all);
+  cpu_set_t set;
+  d->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return st;
+}
+
+/*
  * BAGUA_OVERLAP=-1: whether communicating during the backward pass can pay. On a GPU the
  * computation runs on the device and the communication thread has a CPU to itself. On the CPU
- * device, when this node's ranks are at least its usable CPUs, every CPU already computes, so
- * a communication thread running during backward takes its CPU from a rank's computation and
- * the overlap buys nothing (docs/benchmarks.md §8 measured the wide model's backward 10-20 %
- * slower with it); holding communication until the backward ends costs no more than that.
+ * device, when the job's ranks on this machine are at least its usable CPUs, every CPU already
+ * computes, so a communication thread running during backward takes its CPU from a rank's
+ * computation and the overlap buys nothing (docs/benchmarks.md §8); holding communication
+ * until the backward ends costs no more than that. Every rank must decide alike (the advisor
+ * reads the setting), so the slowest machine's answer wins.
  */
-static int auto_overlap(const bagua_ddp_t *d) {
-  if (d->s.dev != &bagua__ddp_dev_cpu) return 1;
-  cpu_set_t set;
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return bagua_comm_local_size(d->comm) < cpus;
+static bagua_status_t auto_overlap(bagua_ddp_t *d) {
+  int32_t mine = d->s.dev != &bagua__ddp_dev_cpu || d->machine_ranks < d->cpus, all;
+  BAGUA_CHECK(bagua_allreduce(d->comm, &mine, &all, 1, BAGUA_I32, BAGUA_MIN));
+  d->s.overlap = all;
+  return BAGUA_OK;
 }
 
 bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cfg,
@@ -140,7 +162,8 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
   d->lr = s.lr;
   pthread_mutex_init(&d->comm_mu, NULL);
   BAGUA_CHECK_GOTO(bagua__ddp_comms_open(d, comm), st, fail);
-  if (d->s.overlap < 0) d->s.overlap = auto_overlap(d);
+  BAGUA_CHECK_GOTO(count_machine_ranks(d), st, fail);
+  if (d->s.overlap < 0) BAGUA_CHECK_GOTO(auto_overlap(d), st, fail);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
              "ddp: %s on %d ranks (%d nodes), device %s, hierarchical %d, bucket %zu bytes, lr %g, "
              "overlap %d%s",

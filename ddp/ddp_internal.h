@@ -149,6 +149,9 @@ struct bagua_ddp_s {
   bagua_comm_t *intra, *inter; /* node split of `comm` when hierarchical (inter on leaders) */
   bagua_comm_t *async_comm;    /* async: the averaging thread's own communicator */
   int rank, size, node_count;
+  /* Ranks of the job on this machine (same host name, so emulated nodes on one host count
+   * together) and the CPUs this process may use, as bagua_ddp_create() found them. */
+  int machine_ranks, cpus;
 
   bagua__ddp_tensor_t *tensors;
   int ntensors, tensors_cap;
