@@ -52,6 +52,44 @@ static bagua_status_t sticky(const bagua_ddp_t *d) {
 /* creation and registration                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
+/*
+ * Counts the job's ranks on this machine by host name rather than by node id: emulated nodes
+ * (BAGUA_NODE_ID, network namespaces) on one host share its CPUs. Collective over d->comm.
+ */
+static bagua_status_t count_machine_ranks(bagua_ddp_t *d) {
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+  int64_t mine = (int64_t)(h >> 1), *all = malloc((size_t)d->size * sizeof(int64_t));
+  if (!all) return BAGUA_ERR_NO_MEMORY;
+  bagua_status_t st = bagua_allgather(d->comm, &mine, all, 1, BAGUA_I64);
+  d->machine_ranks = 0;
+  for (int i = 0; i < d->size && st == BAGUA_OK; i++) d->machine_ranks += all[i] == mine;
+  free(all);
+  cpu_set_t set;
+  d->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return st;
+}
+
+/*
+ * BAGUA_OVERLAP=-1: whether communicating during the backward pass can pay. On a GPU the
+ * computation runs on the device and the communication thread has a CPU to itself. On the CPU
+ * device, when the job's ranks on this machine are at least its usable CPUs, every CPU already
+ * computes, so a communication thread running during backward takes its CPU from a rank's
+ * computation and the overlap buys nothing (docs/benchmarks.md §8); holding communication
+ * until the backward ends costs no more than that. Every rank must decide alike (the advisor
+ * reads the setting), so the slowest machine's answer wins. Both collectives run whatever
+ * BAGUA_OVERLAP says: an elastic newcomer's bagua_ddp_create() meets the survivors' rebuild,
+ * which opens its communicators the same way.
+ */
+static bagua_status_t resolve_overlap(bagua_ddp_t *d) {
+  int32_t mine = d->s.dev != &bagua__ddp_dev_cpu || d->machine_ranks < d->cpus, all;
+  BAGUA_CHECK(bagua_allreduce(d->comm, &mine, &all, 1, BAGUA_I32, BAGUA_MIN));
+  d->s.overlap = d->overlap_req < 0 ? all : d->overlap_req;
+  return BAGUA_OK;
+}
+
 bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   bagua_comm_t *c = NULL, *intra = NULL, *inter = NULL, *async_comm = NULL;
   bagua_status_t st;
@@ -70,8 +108,10 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   d->size = bagua_comm_size(c);
   d->node_count = bagua_comm_node_count(c);
   pthread_mutex_unlock(&d->comm_mu);
+  st = count_machine_ranks(d);
+  if (st == BAGUA_OK) st = resolve_overlap(d);
   /* The device's communicators (NCCL on CUDA) mirror the CPU ones just made. */
-  st = d->s.dev->open(d);
+  if (st == BAGUA_OK) st = d->s.dev->open(d);
   if (st != BAGUA_OK) {
     bagua__ddp_comms_close(d);
     return st;
@@ -105,42 +145,6 @@ void bagua__ddp_comms_close(bagua_ddp_t *d) {
   for (int i = 0; i < 4; i++) bagua_comm_destroy(c[i]);
 }
 
-/*
- * Counts the job's ranks on this machine by host name rather than by node id: emulated nodes
- * (BAGUA_NODE_ID, network namespaces) on one host share its CPUs. Collective over d->comm.
- */
-static bagua_status_t count_machine_ranks(bagua_ddp_t *d) {
-  char name[256] = "";
-  gethostname(name, sizeof(name) - 1);
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-  int64_t mine = (int64_t)(h >> 1), *all = malloc((size_t)d->size * sizeof(int64_t));
-  if (!all) return BAGUA_ERR_NO_MEMORY;
-  bagua_status_t st = bagua_allgather(d->comm, &mine, all, 1, BAGUA_I64);
-  d->machine_ranks = 0;
-  for (int i = 0; i < d->size && st == BAGUA_OK; i++) d->machine_ranks += all[i] == mine;
-  free(all);
-  cpu_set_t set;
-  d->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return st;
-}
-
-/*
- * BAGUA_OVERLAP=-1: whether communicating during the backward pass can pay. On a GPU the
- * computation runs on the device and the communication thread has a CPU to itself. On the CPU
- * device, when the job's ranks on this machine are at least its usable CPUs, every CPU already
- * computes, so a communication thread running during backward takes its CPU from a rank's
- * computation and the overlap buys nothing (docs/benchmarks.md §8); holding communication
- * until the backward ends costs no more than that. Every rank must decide alike (the advisor
- * reads the setting), so the slowest machine's answer wins.
- */
-static bagua_status_t auto_overlap(bagua_ddp_t *d) {
-  int32_t mine = d->s.dev != &bagua__ddp_dev_cpu || d->machine_ranks < d->cpus, all;
-  BAGUA_CHECK(bagua_allreduce(d->comm, &mine, &all, 1, BAGUA_I32, BAGUA_MIN));
-  d->s.overlap = all;
-  return BAGUA_OK;
-}
-
 bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cfg,
                                 bagua_ddp_t **out) {
   bagua_ddp_config_t def = BAGUA_DDP_CONFIG_INIT;
@@ -160,10 +164,9 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
   if (!d) return BAGUA_ERR_NO_MEMORY;
   d->s = s;
   d->lr = s.lr;
+  d->overlap_req = s.overlap;
   pthread_mutex_init(&d->comm_mu, NULL);
   BAGUA_CHECK_GOTO(bagua__ddp_comms_open(d, comm), st, fail);
-  BAGUA_CHECK_GOTO(count_machine_ranks(d), st, fail);
-  if (d->s.overlap < 0) BAGUA_CHECK_GOTO(auto_overlap(d), st, fail);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
              "ddp: %s on %d ranks (%d nodes), device %s, hierarchical %d, bucket %zu bytes, lr %g, "
              "overlap %d%s",

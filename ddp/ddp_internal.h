@@ -152,6 +152,7 @@ struct bagua_ddp_s {
   /* Ranks of the job on this machine (same host name, so emulated nodes on one host count
    * together) and the CPUs this process may use, as bagua_ddp_create() found them. */
   int machine_ranks, cpus;
+  int overlap_req; /* BAGUA_OVERLAP as set (-1: auto); s.overlap is what runs */
 
   bagua__ddp_tensor_t *tensors;
   int ntensors, tensors_cap;

@@ -389,6 +389,11 @@ static int body_auto(bagua_comm_t *c, void *arg) {
   ASSERT_OK(bagua_ddp_create(c, NULL, &ddp));
   model_register(&m, ddp, 0);
   ASSERT_OK(bagua_ddp_ready(ddp));
+  /* "auto" cannot follow an elastic world: the attach is refused before the elastic context
+   * is looked at (a dummy address stands for one). */
+  static char not_an_elastic_context;
+  ASSERT_STATUS(bagua_ddp_elastic_attach(ddp, (struct bagua_elastic_s *)&not_an_elastic_context),
+                BAGUA_ERR_NOT_SUPPORTED);
   double before = model_union_loss(&m, n);
   const char *start = bagua_ddp_algorithm(ddp);
   ASSERT_STREQ(start, "gradient_allreduce");
