@@ -39,6 +39,38 @@ typedef struct {
 static param_val_t g_val[BAGUA_P__COUNT];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+/* Whether `word` (n bytes) is one of the '|'-separated `choices`, in any case. */
+static int is_choice(const char *choices, const char *word, size_t n) {
+  for (const char *p = choices; *p;) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == n && strncasecmp(p, word, n) == 0) return 1;
+    if (!bar) break;
+    p = bar + 1;
+  }
+  return 0;
+}
+
+/* A list parameter (choices ",a|b|c"): every comma-separated word must be a choice, and the
+ * warning names the first one that is not, so that a typo in a long list is found at once.
+ * An empty value means the parameter's default. */
+static int validate_list(const param_desc_t *d, const char *value, char *err, size_t errlen) {
+  const char *choices = d->choices + 1;
+  if (!value[0]) return 0;
+  for (const char *p = value;;) {
+    const char *comma = strchr(p, ',');
+    size_t n = comma ? (size_t)(comma - p) : strlen(p);
+    if (!is_choice(choices, p, n)) {
+      snprintf(err, errlen,
+               "%s=\"%s\": \"%.*s\" is not accepted; accepted: a comma-separated list of %s",
+               d->env, value, (int)n, p, choices);
+      return -1;
+    }
+    if (!comma) return 0;
+    p = comma + 1;
+  }
+}
+
 /* Validates one value against its descriptor; writes a sentence into err on failure. */
 static int validate(const param_desc_t *d, const char *value, int64_t *out, char *err,
                     size_t errlen) {
@@ -59,16 +91,9 @@ static int validate(const param_desc_t *d, const char *value, int64_t *out, char
     if (out) *out = v;
     return 0;
   }
+  if (d->choices && d->choices[0] == ',') return validate_list(d, value, err, errlen);
   if (d->choices && d->choices[0]) {
-    size_t n = strlen(value);
-    const char *p = d->choices;
-    while (*p) {
-      const char *bar = strchr(p, '|');
-      size_t len = bar ? (size_t)(bar - p) : strlen(p);
-      if (len == n && strncasecmp(p, value, n) == 0) return 0;
-      if (!bar) break;
-      p = bar + 1;
-    }
+    if (is_choice(d->choices, value, strlen(value))) return 0;
     snprintf(err, errlen, "%s=\"%s\" is not accepted; accepted values: %s", d->env, value,
              d->choices);
     return -1;

@@ -480,6 +480,13 @@ bagua_status_t bagua__autotune_step(bagua_ddp_t *d) {
     at = d->autotune;
   }
   if (at->done) return BAGUA_OK;
+  if (d->s.algo == &bagua__ddp_async) {
+    /* Another step-boundary hook (the advisor's algorithm "auto") moved every rank to async,
+     * whose ranks leave the common step: stop here, on the setting in effect. */
+    at->done = 1;
+    if (d->rank == 0) bagua__say(TOOL, "stopped: the context now runs async");
+    return BAGUA_OK;
+  }
   int64_t in_phase = d->steps - at->phase_start;
   double now = bagua__now_s();
   if (in_phase > at->settle_now && in_phase <= at->settle_now + at->sample)

@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "advise.h"
 #include "common/params.h"
 #include "ddp_internal.h"
 
@@ -70,14 +71,17 @@ static int env_int(bagua__param_id_t id, int applies, int dflt, const char *fiel
 static bagua_status_t pick_algorithm(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
   const size_t nalgos = sizeof(algos) / sizeof(algos[0]);
   if (c->algorithm) {
+    if (strcmp(c->algorithm, "auto") == 0) return bagua__ddp_auto_pick(s);
     for (size_t i = 0; i < nalgos; i++)
       if (strcmp(c->algorithm, algos[i]->name) == 0) s->algo = algos[i];
     if (!s->algo)
       return bad_str("algorithm", c->algorithm,
-                     ALGO_NAMES " (NULL: BAGUA_ALGORITHM, else gradient_allreduce)");
+                     ALGO_NAMES ", auto (NULL: BAGUA_ALGORITHM, else gradient_allreduce)");
     return BAGUA_OK;
   }
   const char *name = bagua__param_str(BAGUA_P_ALGORITHM);
+  /* "auto": the advisor picks among BAGUA_AUTO_ALLOW after measuring (advise.c). */
+  if (strcasecmp(name, "auto") == 0) return bagua__ddp_auto_pick(s);
   for (size_t i = 0; i < nalgos; i++)
     if (strcasecmp(name, algos[i]->name) == 0) s->algo = algos[i];
   if (!s->algo) {
@@ -277,6 +281,9 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
       c->sync_interval_ms > 0
           ? c->sync_interval_ms
           : env_int(BAGUA_P_SYNC_INTERVAL_MS, a == &bagua__ddp_async, 500, "sync_interval_ms");
+
+  /* -1 (auto) is resolved by bagua_ddp_create(), which knows the node's ranks. */
+  s->overlap = (int)bagua__param_int(BAGUA_P_OVERLAP);
 
   BAGUA_CHECK(check_device(c, s));
   return check_optimizer(c, s);

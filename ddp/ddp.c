@@ -3,13 +3,17 @@
  * protocol that hands buckets to the communication thread in order, and the step that waits
  * for them and runs the algorithm's update. include/bagua/ddp.h documents the contract.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/log.h"
+#include "advise.h"
 #include "autotune.h"
+#include "common/params.h"
 #include "common/time.h"
 #include "ddp_internal.h"
 
@@ -49,6 +53,44 @@ static bagua_status_t sticky(const bagua_ddp_t *d) {
 /* creation and registration                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
+/*
+ * Counts the job's ranks on this machine by host name rather than by node id: emulated nodes
+ * (BAGUA_NODE_ID, network namespaces) on one host share its CPUs. Collective over d->comm.
+ */
+static bagua_status_t count_machine_ranks(bagua_ddp_t *d) {
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+  int64_t mine = (int64_t)(h >> 1), *all = malloc((size_t)d->size * sizeof(int64_t));
+  if (!all) return BAGUA_ERR_NO_MEMORY;
+  bagua_status_t st = bagua_allgather(d->comm, &mine, all, 1, BAGUA_I64);
+  d->machine_ranks = 0;
+  for (int i = 0; i < d->size && st == BAGUA_OK; i++) d->machine_ranks += all[i] == mine;
+  free(all);
+  cpu_set_t set;
+  d->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return st;
+}
+
+/*
+ * BAGUA_OVERLAP=-1: whether communicating during the backward pass can pay. On a GPU the
+ * computation runs on the device and the communication thread has a CPU to itself. On the CPU
+ * device, when the job's ranks on this machine are at least its usable CPUs, every CPU already
+ * computes, so a communication thread running during backward takes its CPU from a rank's
+ * computation and the overlap buys nothing (docs/benchmarks.md §8); holding communication
+ * until the backward ends costs no more than that. Every rank must decide alike (the advisor
+ * reads the setting), so the slowest machine's answer wins. Both collectives run whatever
+ * BAGUA_OVERLAP says: an elastic newcomer's bagua_ddp_create() meets the survivors' rebuild,
+ * which opens its communicators the same way.
+ */
+static bagua_status_t resolve_overlap(bagua_ddp_t *d) {
+  int32_t mine = d->s.dev != &bagua__ddp_dev_cpu || d->machine_ranks < d->cpus, all;
+  BAGUA_CHECK(bagua_allreduce(d->comm, &mine, &all, 1, BAGUA_I32, BAGUA_MIN));
+  d->s.overlap = d->overlap_req < 0 ? all : d->overlap_req;
+  return BAGUA_OK;
+}
+
 bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   bagua_comm_t *c = NULL, *intra = NULL, *inter = NULL, *async_comm = NULL;
   bagua_status_t st;
@@ -67,8 +109,10 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   d->size = bagua_comm_size(c);
   d->node_count = bagua_comm_node_count(c);
   pthread_mutex_unlock(&d->comm_mu);
+  st = count_machine_ranks(d);
+  if (st == BAGUA_OK) st = resolve_overlap(d);
   /* The device's communicators (NCCL on CUDA) mirror the CPU ones just made. */
-  st = d->s.dev->open(d);
+  if (st == BAGUA_OK) st = d->s.dev->open(d);
   if (st != BAGUA_OK) {
     bagua__ddp_comms_close(d);
     return st;
@@ -88,6 +132,7 @@ void bagua__ddp_comms_abort(bagua_ddp_t *d) {
   bagua_comm_abort(d->intra);
   bagua_comm_abort(d->inter);
   bagua_comm_abort(d->async_comm);
+  bagua__ddp_advise_abort(d);
   d->s.dev->abort(d);
   pthread_mutex_unlock(&d->comm_mu);
 }
@@ -120,12 +165,14 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
   if (!d) return BAGUA_ERR_NO_MEMORY;
   d->s = s;
   d->lr = s.lr;
+  d->overlap_req = s.overlap;
   pthread_mutex_init(&d->comm_mu, NULL);
   BAGUA_CHECK_GOTO(bagua__ddp_comms_open(d, comm), st, fail);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
-             "ddp: %s on %d ranks (%d nodes), device %s, hierarchical %d, bucket %zu bytes, lr %g",
+             "ddp: %s on %d ranks (%d nodes), device %s, hierarchical %d, bucket %zu bytes, lr %g, "
+             "overlap %d%s",
              s.algo->name, d->size, d->node_count, d->s.dev->name, s.hierarchical, s.bucket_bytes,
-             s.lr);
+             s.lr, d->s.overlap, bagua__param_is_set(BAGUA_P_OVERLAP) ? "" : " (auto)");
   *out = d;
   return BAGUA_OK;
 fail:
@@ -246,7 +293,10 @@ bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
   if (sticky(d)) return sticky(d);
   if (d->ntensors == 0) return usage("bagua_ddp_ready", "no tensor was registered");
   d->bytes_start = bagua__ddp_bytes_sent(d);
-  bagua_status_t st = bagua__ddp_build(d, NULL);
+  /* The advisor (advise.c) probes the network before the communication thread exists. */
+  bagua_status_t st = bagua__ddp_advise_start(d);
+  if (st != BAGUA_OK) return bagua__ddp_fail(d, st);
+  st = bagua__ddp_build(d, NULL);
   /* Progress reports start with the first ready context: its step count is the program's. */
   if (st == BAGUA_OK) bagua__ddp_progress_open(d);
   return st;
@@ -466,9 +516,13 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   d->st.steps = d->steps;
   update_stats(d, d->t_entry, d->t_waited);
   bagua__ddp_progress_update(d);
+  double first_ready = d->first_ready; /* the advisor's backward window */
   reset_step(d);
   d->waited = 0;
   if (a->next_step) BAGUA_CHECK_GOTO(a->next_step(d), st, fail);
+  /* The advisor: measure this step; on its deciding step predict, print and, for algorithm
+   * "auto", move every rank to the chosen algorithm (advise.c). */
+  if (d->advise) BAGUA_CHECK_GOTO(bagua__ddp_advise_step(d, first_ready), st, fail);
   /* Autotuning (autotune.c): may move every rank to other settings at this step boundary. */
   BAGUA_CHECK_GOTO(bagua__autotune_step(d), st, fail);
   return BAGUA_OK;
@@ -555,6 +609,7 @@ void bagua__ddp_unbuild(bagua_ddp_t *d) {
 void bagua_ddp_destroy(bagua_ddp_t *d) {
   if (!d) return;
   bagua__ddp_progress_close(d);
+  bagua__ddp_advise_free(d);
   bagua__ddp_elastic_detach(d);
   bagua__ddp_unbuild(d);
   bagua__ddp_comms_close(d);

@@ -78,9 +78,15 @@ typedef struct {
   int optimizer;
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
   int nesterov;
+  /* 1: buckets are communicated during the backward pass; 0: held until its end (see
+   * BAGUA_OVERLAP); -1 until bagua_ddp_create() resolves it against the node's CPUs. */
+  int overlap;
   const bagua__ddp_dev_t *dev; /* where the flat buffers live (dev.h) */
   int cuda_device;
   void *cuda_stream;
+  /* algorithm "auto" (advise.c): bit i allows bagua__adv_algo_t i; 0 when the program or
+   * BAGUA_ALGORITHM named the algorithm, which is then never switched. */
+  unsigned auto_allow;
 } bagua__ddp_settings_t;
 
 typedef struct {
@@ -115,7 +121,11 @@ typedef struct {
   bagua__ddp_job_t *jobs; /* ring of `cap` entries, indexed by sequence number % cap */
   size_t cap;
   uint64_t submitted, completed; /* under mu */
-  int stop;                      /* under mu */
+  /* Jobs up to this sequence number may run (under mu): all submitted ones when the context
+   * overlaps, else only those released by bagua__ddp_release() at the end of the backward. */
+  uint64_t released;
+  int hold; /* !overlap: submissions wait for bagua__ddp_release() */
+  int stop; /* under mu */
 } bagua__ddp_sched_t;
 
 /* What an elastic context (include/bagua/elastic.h) needs of a bagua_ddp_t (ddp/elastic.c):
@@ -139,6 +149,10 @@ struct bagua_ddp_s {
   bagua_comm_t *intra, *inter; /* node split of `comm` when hierarchical (inter on leaders) */
   bagua_comm_t *async_comm;    /* async: the averaging thread's own communicator */
   int rank, size, node_count;
+  /* Ranks of the job on this machine (same host name, so emulated nodes on one host count
+   * together) and the CPUs this process may use, as bagua_ddp_create() found them. */
+  int machine_ranks, cpus;
+  int overlap_req; /* BAGUA_OVERLAP as set (-1: auto); s.overlap is what runs */
 
   bagua__ddp_tensor_t *tensors;
   int ntensors, tensors_cap;
@@ -178,6 +192,8 @@ struct bagua_ddp_s {
   /* Bumped by every bagua__ddp_reconfigure() that re-laid the flat storage: views obtained
    * from bagua_ddp_param()/bagua_ddp_grad() before it point into freed memory. */
   int64_t layout_version;
+  /* The advisor's measurements and choice (advise.c); NULL when it is off. */
+  struct bagua__ddp_advise_s *advise;
   /* Autotuning state (autotune.c), created at the first step when BAGUA_AUTOTUNE=1. */
   struct bagua__autotune_s *autotune;
 };
@@ -272,7 +288,9 @@ uint64_t bagua__ddp_layout_hash(const bagua_ddp_t *d);
 bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap);
 /* Appends a job (training thread only). Never blocks: the ring holds a whole step's jobs. */
 bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg);
-/* Waits until every submitted job has run; returns the context's error, if any. */
+/* Lets every submitted job run (training thread; a no-op when the context overlaps). */
+void bagua__ddp_release(bagua_ddp_t *d);
+/* Releases and waits until every submitted job has run; returns the context's error, if any. */
 bagua_status_t bagua__ddp_wait(bagua_ddp_t *d);
 /* Runs the remaining jobs (they fail fast once the context has an error), then joins. */
 void bagua__ddp_sched_stop(bagua_ddp_t *d);

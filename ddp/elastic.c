@@ -133,6 +133,14 @@ bagua_status_t bagua_ddp_elastic_attach(bagua_ddp_t *d, bagua_elastic_t *e) {
                              : "call it after bagua_ddp_ready()");
     return BAGUA_ERR_INVALID_USAGE;
   }
+  /* A newcomer's bagua_ddp_ready() would run the advisor's probes that the survivors' rebuild
+   * does not, and could not know which algorithm "auto" moved the survivors to. */
+  if (d->advise || d->s.auto_allow) {
+    BAGUA_WARN(
+        "bagua_ddp_elastic_attach: the advisor (BAGUA_ADVISE=1 or algorithm \"auto\") cannot "
+        "follow world changes; run elastic jobs with a named algorithm and without --advise");
+    return BAGUA_ERR_NOT_SUPPORTED;
+  }
   bagua__ddp_elastic_t *el = &d->el;
   size_t n = 0;
   for (int i = 0; i < d->ntensors; i++) n += d->tensors[i].count;

@@ -18,8 +18,8 @@ static void *comm_thread(void *arg) {
   d->s.dev->thread_init(d);
   pthread_mutex_lock(&q->mu);
   for (;;) {
-    while (q->completed == q->submitted && !q->stop) pthread_cond_wait(&q->cv_work, &q->mu);
-    if (q->completed == q->submitted) break; /* stop requested and nothing left */
+    while (q->completed == q->released && !q->stop) pthread_cond_wait(&q->cv_work, &q->mu);
+    if (q->completed == q->released) break; /* stop requested and nothing left */
     size_t slot = (size_t)(q->completed % q->cap);
     bagua__ddp_job_t *job = &q->jobs[slot];
     pthread_mutex_unlock(&q->mu);
@@ -42,6 +42,7 @@ static void *comm_thread(void *arg) {
 bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap) {
   bagua__ddp_sched_t *q = &d->sched;
   q->cap = cap;
+  q->hold = !d->s.overlap;
   q->jobs = calloc(cap, sizeof(*q->jobs));
   if (!q->jobs) return BAGUA_ERR_NO_MEMORY;
   bagua_status_t st = d->s.dev->jobs_init(d, cap);
@@ -90,14 +91,29 @@ bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg
   job->arg = arg;
   job->t_start = job->t_end = 0;
   q->submitted++;
-  pthread_cond_signal(&q->cv_work);
+  if (!q->hold) {
+    q->released = q->submitted;
+    pthread_cond_signal(&q->cv_work);
+  }
   pthread_mutex_unlock(&q->mu);
   return BAGUA_OK;
+}
+
+void bagua__ddp_release(bagua_ddp_t *d) {
+  bagua__ddp_sched_t *q = &d->sched;
+  if (!q->started || !q->hold) return;
+  pthread_mutex_lock(&q->mu);
+  if (q->released != q->submitted) {
+    q->released = q->submitted;
+    pthread_cond_signal(&q->cv_work);
+  }
+  pthread_mutex_unlock(&q->mu);
 }
 
 bagua_status_t bagua__ddp_wait(bagua_ddp_t *d) {
   bagua__ddp_sched_t *q = &d->sched;
   if (!q->started) return atomic_load(&d->error);
+  bagua__ddp_release(d);
   pthread_mutex_lock(&q->mu);
   /* Every job ends by itself: each collective it runs completes, fails, or times out after
    * BAGUA_COMM_TIMEOUT_MS without progress, and bagua_ddp_abort() makes it fail at once.
@@ -115,6 +131,7 @@ void bagua__ddp_sched_stop(bagua_ddp_t *d) {
   bagua__ddp_sched_t *q = &d->sched;
   if (!q->started) return;
   pthread_mutex_lock(&q->mu);
+  q->released = q->submitted; /* held jobs still run (they fail fast after an error) */
   q->stop = 1;
   pthread_cond_broadcast(&q->cv_work);
   pthread_mutex_unlock(&q->mu);

@@ -25,6 +25,7 @@ typedef enum {
   OPT_MODULE,
   OPT_NO_PYTHON,
   OPT_STANDALONE,
+  OPT_ADVISE,
   OPT_AUTOTUNE
 } opt_t;
 
@@ -49,6 +50,8 @@ static const struct {
     {"--module", OPT_MODULE, 0},
     {"--no-python", OPT_NO_PYTHON, 0},
     {"--standalone", OPT_STANDALONE, 0},
+    /* The advisor (docs/advisor.md): the same as -x BAGUA_ADVISE=1. */
+    {"--advise", OPT_ADVISE, 0},
     {"--autotune", OPT_AUTOTUNE, 0},
 };
 #define NOPTS ((int)(sizeof(k_opts) / sizeof(k_opts[0])))
@@ -332,6 +335,15 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
       case OPT_STANDALONE:
         l->standalone = 1;
         break;
+      case OPT_ADVISE: {
+        /* An exported variable like -x, so that remote workers get it too. */
+        int rc = add_export(l, "BAGUA_ADVISE=1", err, errlen);
+        if (rc != 0) return rc;
+        for (int k = 0; k < l->nenv; k++)
+          if (strcmp(l->env[k].name, "BAGUA_ADVISE") == 0)
+            bagua__launch_origin_set(&l->env[k].origin, LO_FLAG, "--advise");
+        break;
+      }
       case OPT_AUTOTUNE: {
         /* --autotune is -x BAGUA_AUTOTUNE=1 (docs/autotune.md): libbagua in every worker
          * tunes itself; the origin names the flag. */

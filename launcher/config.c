@@ -637,6 +637,7 @@ void bagua__launch_usage(FILE *out) {
           "  %-30s run a .py program as it is (default: with --python)\n"
           "  %-30s give every worker NAME (its value here, or VALUE); repeatable\n"
           "  %-30s a private etcd (torchrun's spelling; the default anyway)\n"
+          "  %-30s rank 0 prints each algorithm's predicted step time (BAGUA_ADVISE=1)\n"
           "  %-30s tune bucket size, hierarchical, streams and segment in the first\n"
           "  %-30s steps (BAGUA_AUTOTUNE=1 for every worker; docs/autotune.md)\n"
           "Other:\n"
@@ -651,6 +652,6 @@ void bagua__launch_usage(FILE *out) {
           "128+N when bagua-launch itself was stopped by signal N (130 for Ctrl-C).\n"
           "See docs/launcher.md.\n",
           "--hosts HOST[:NPROC],...", "--hostfile FILE", "-m MODULE", "--no-python",
-          "-x NAME[=VALUE]", "--standalone", "--autotune", "", "--config FILE", "--dry-run",
-          "--print-params", "--version", "--help");
+          "-x NAME[=VALUE]", "--standalone", "--advise", "--autotune", "", "--config FILE",
+          "--dry-run", "--print-params", "--version", "--help");
 }

@@ -79,7 +79,10 @@ typedef struct {
   size_t struct_size; /* sizeof(bagua_ddp_config_t), for ABI growth */
   /* "gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam"
    * or "async"; NULL: BAGUA_ALGORITHM, else "gradient_allreduce". bagua_ddp_algorithm() tells
-   * which one runs. */
+   * which one runs. "auto" (or BAGUA_ALGORITHM=auto): start with the safest algorithm of
+   * BAGUA_AUTO_ALLOW, measure the network and the first BAGUA_ADVISE_STEPS steps, then move
+   * every rank at the end of one bagua_ddp_step() to the predicted fastest allowed one
+   * (docs/advisor.md); the flat storage is then re-laid (bagua_ddp_layout_version()). */
   const char *algorithm;
   /* Bytes per bucket; 0: BAGUA_BUCKET_SIZE (10 MiB). Tensors are fused greedily in
    * registration order and a bucket closes once it holds at least this many bytes. */

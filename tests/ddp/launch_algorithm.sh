@@ -2,7 +2,10 @@
 # bagua-launch's [algorithm] reaches libbagua in the workers (docs/configuration.md):
 #   1. [algorithm] name = bytegrad: every worker's bagua_ddp_create(NULL config) runs bytegrad;
 #   2. BAGUA_ALGORITHM in the launcher's environment beats the INI file (environment > INI);
-#   3. an unknown [algorithm] key stops the launch with exit 2 and a file:line message.
+#   3. an unknown [algorithm] key stops the launch with exit 2 and a file:line message;
+#   4. --advise with name = auto, auto_allow = gradient_allreduce,async: rank 0 prints the
+#      advisor's ranked table of the six algorithms, and both workers end on async (no
+#      exposed communication: always predicted fastest).
 # Usage: launch_algorithm.sh BAGUA_LAUNCH WORKER. Skips (77) without /usr/bin/etcd.
 set -u
 launch=$1 worker=$2
@@ -48,3 +51,14 @@ grep -q 'bad.ini:3: key "warmup" in \[algorithm\]: unknown key; accepted: name,'
   fail "the message does not name the key, file:line and the accepted keys"
 grep -q "ddp worker" "$dir/out" && fail "a worker ran"
 echo "ok: an unknown [algorithm] key is refused with file:line and the accepted keys"
+
+# 4. The advisor through the launcher.
+printf '[job]\nnproc_per_node = 2\n[algorithm]\nname = auto\nauto_allow = gradient_allreduce,async\n' \
+  > "$dir/auto.ini"
+timeout 120 "$launch" --advise -x BAGUA_ADVISE_STEPS=1 --config "$dir/auto.ini" -- "$worker" \
+  > "$dir/out" 2>&1 || fail "bagua-launch --advise with name = auto exited $?"
+n=$(grep -cE 'advise: [1-6] +[a-z_]+ +[01] +[0-9.]+ ' "$dir/out")
+[ "$n" = 6 ] || fail "expected one table of six ranked rows from rank 0, saw $n rows"
+n=$(grep -c "ddp worker: rank [01] of 2 runs async," "$dir/out")
+[ "$n" = 2 ] || fail "expected both workers to end on async under name = auto, saw $n"
+echo "ok: --advise printed the ranked table; name = auto moved both workers to async"

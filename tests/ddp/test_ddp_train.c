@@ -274,6 +274,8 @@ int main(int argc, char **argv) {
       a.decay = atof(v);
     else if (!strcmp(k, "maxloss"))
       a.maxloss = atof(v);
+    else if (!strcmp(k, "overlap")) /* BAGUA_OVERLAP: 0 holds, 1 overlaps (default: auto) */
+      o.setenv_list = !strcmp(v, "1") ? "BAGUA_OVERLAP=1" : "BAGUA_OVERLAP=0";
     else {
       fprintf(stderr, "unknown option %s\n", k);
       return 2;

@@ -111,6 +111,19 @@ def test_bad_values_are_refused_by_name():
     assert "refused: BAGUA_COMMUNICATION_INTERVAL='0' is invalid; accepted: an integer" in out, out
 
 
+def test_auto_is_refused_with_a_reason():
+    """BAGUA_ALGORITHM=auto (the C layer's advisor switch) is refused here, clearly."""
+    out = run("""
+        try:
+            A.from_env()
+        except ValueError as e:
+            print("refused:", e)
+    """, BAGUA_ALGORITHM="auto")
+    assert "refused: BAGUA_ALGORITHM='auto' is supported by libbagua's C data-parallel layer " \
+        "only" in out, out
+    assert "accepted here: gradient_allreduce" in out, out
+
+
 WORKER = """
 import sys
 import torch

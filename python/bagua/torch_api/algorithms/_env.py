@@ -49,8 +49,19 @@ def _get(var):
 
 
 def algorithm_name():
-    """BAGUA_ALGORITHM in lower case (the registry accepts any case), or None."""
+    """BAGUA_ALGORITHM in lower case (the registry accepts any case), or None.
+
+    ``auto`` (the advisor's switch at run time, docs/advisor.md) is refused with a ValueError:
+    the torch front end builds one algorithm object for the whole run and cannot move to
+    another mid-training, and silently running gradient_allreduce instead would hide that the
+    request was not met. ``bagua-launch --advise`` still prints the ranking for a C program.
+    """
     value = _get("BAGUA_ALGORITHM")
+    if value is not None and value.lower() == "auto":
+        raise ValueError(
+            "BAGUA_ALGORITHM='auto' is supported by libbagua's C data-parallel layer only; "
+            "the torch front end needs a named algorithm; accepted here: "
+            + _ACCEPTED["BAGUA_ALGORITHM"])
     return value.lower() if value is not None else None
 
 
