@@ -10,6 +10,7 @@
 #                     [--collectives allreduce] [--impls "bagua gloo mpi"] [--repeat 3]
 #                     [--sizes "100mbit=4M:16M:3 1gbit=16M:64M:5 10gbit=16M:64M:5"]
 #                     [--warmup 1] [--timeout 600] [--raw FILE]
+#   bench/linkrate.sh --table FILE [--impls ...]   (the table again from a --raw FILE)
 #
 # --sizes: per rate, MIN:MAX:ITERS (sizes double from MIN to MAX); a rate not listed gets
 # 16M:64M:5. How ranks start: bagua-bench as one rank per namespace with RANK, WORLD_SIZE,
@@ -23,7 +24,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$here/../build rates="100mbit 1gbit 10gbit" hosts="2 4" colls=allreduce impls="bagua gloo mpi"
-repeat=3 sizes="100mbit=4M:16M:3 1gbit=16M:64M:5 10gbit=16M:64M:5" warmup=1 tmo=600 raw= inner=0
+repeat=3 sizes="100mbit=4M:16M:3 1gbit=16M:64M:5 10gbit=16M:64M:5" warmup=1 tmo=600 raw= table= inner=0
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -36,8 +37,9 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift 2 ;;
     --timeout) tmo=$2; shift 2 ;;
     --raw) raw=$2; shift 2 ;;
+    --table) table=$2; shift 2 ;;
     --inner) inner=1; shift ;;
-    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 done
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "linkrate: no build directory" >&2; exit 2; }
@@ -51,7 +53,9 @@ size_for() {
   echo "16M 64M 5"
 }
 
-if [ "$inner" = 0 ]; then
+if [ -n "$table" ]; then
+  raw=$table
+elif [ "$inner" = 0 ]; then
   [ "$(id -u)" = 0 ] || { echo "linkrate: needs root (network namespaces)" >&2; exit 77; }
   [ -x "$bench" ] || { echo "linkrate: build $bench first (cmake --build build --target bagua-bench)" >&2; exit 2; }
   case " $impls " in *" mpi "*)
@@ -80,8 +84,10 @@ if [ "$inner" = 0 ]; then
       [ $rc -eq 0 ] || { echo "linkrate: the run at $rate with $n hosts failed (rc $rc); raw: $raw" >&2; exit 1; }
     done
   done
+fi
+if [ "$inner" = 0 ]; then
 
-  # "rate hosts collective impl repeat bytes busbw wrong" rows -> the table of medians.
+  # "rate hosts collective impl repeat bytes time_us wrong" rows -> the table of medians.
   "$py" - "$raw" "$impls" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip() and not l.startswith('#')]
@@ -89,8 +95,12 @@ impls = sys.argv[2].split()
 def link_gbs(rate):
     n = float(rate[:-4]); u = rate[-4:]
     return n * {'gbit': 1e9, 'mbit': 1e6, 'kbit': 1e3}[u] / 8 / 1e9
+FACTOR = {'allreduce': lambda n: 2 * (n - 1) / n, 'reduce_scatter': lambda n: (n - 1) / n,
+          'allgather': lambda n: (n - 1) / n, 'alltoall': lambda n: (n - 1) / n}
+def busbw(r):  # GB/s (1e9 B/s), nccl-tests factors, from bytes and the max-over-ranks time
+    return int(r[5]) / (float(r[6]) * 1e-6) / 1e9 * FACTOR.get(r[2], lambda n: 1.0)(int(r[1]))
 def med(sel):
-    v = [float(r[6]) for r in sel]
+    v = [busbw(r) for r in sel]
     return statistics.median(v) if v else None
 def fmt(v, f="{:.4f}"):
     return "n/a" if v is None else f.format(v)
@@ -176,7 +186,9 @@ run_one() { # impl coll repeat -> rows on stdout
     tail -5 "$out.err" >&2
     return 1
   fi
-  awk -v p="$rate $n $coll $impl $k" '$1 ~ /^[0-9]+$/ {print p, $1, $7, $8}' "$out"
+  # time_us ($5) rather than the printed busbw: bagua-bench prints 3 decimals (0.011 GB/s at
+  # 100 Mbit/s would be +-5 %); the table recomputes busbw from bytes and time_us.
+  awk -v p="$rate $n $coll $impl $k" '$1 ~ /^[0-9]+$/ {print p, $1, $5, $8}' "$out"
 }
 
 for ((k = 1; k <= repeat; k++)); do
