@@ -24,7 +24,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$here/../build rates="100mbit 1gbit 10gbit" hosts="2 4" colls=allreduce impls="bagua gloo mpi"
-repeat=3 sizes="100mbit=4M:16M:3 1gbit=16M:64M:5 10gbit=16M:64M:5" warmup=1 tmo=600 raw= table= inner=0
+repeat=3 sizes="100mbit=4M:16M:3 1gbit=16M:64M:5 10gbit=16M:64M:5" warmup=1 tmo=600 raw='' table='' inner=0
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
