@@ -75,6 +75,9 @@ def parse_args(argv):
     # Internal: set by the parent for each child.
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
+    # With --worker: rank 0's address, for one rank per host (bench/linkrate.sh
+    # starts each worker in its own network namespace).
+    p.add_argument("--master-addr", default="127.0.0.1", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.nranks < 1 or a.iters < 1 or a.warmup < 0:
         p.error("--nranks and --iters must be >= 1, --warmup >= 0")
@@ -160,7 +163,7 @@ def worker(a):
 
     torch.set_num_threads(1)
     rank, n = a.worker, a.nranks
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % a.port,
+    dist.init_process_group("gloo", init_method="tcp://%s:%d" % (a.master_addr, a.port),
                             rank=rank, world_size=n)
     coll = a.collective
     f32 = torch.float32
