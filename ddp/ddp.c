@@ -13,7 +13,6 @@
 #include "common/log.h"
 #include "advise.h"
 #include "autotune.h"
-#include "common/params.h"
 #include "common/time.h"
 #include "ddp_internal.h"
 
@@ -74,8 +73,9 @@ static bagua_status_t count_machine_ranks(bagua_ddp_t *d) {
 }
 
 /*
- * BAGUA_OVERLAP=-1: whether communicating during the backward pass can pay. On a GPU the
- * computation runs on the device and the communication thread has a CPU to itself. On the CPU
+ * BAGUA_OVERLAP=-1 (an opt-in heuristic; the default is 1, see docs/algorithms.md for the
+ * measurement that decided it): whether communicating during the backward pass can pay. On a GPU
+ * the computation runs on the device and the communication thread has a CPU to itself. On the CPU
  * device, when the job's ranks on this machine are at least its usable CPUs, every CPU already
  * computes, so a communication thread running during backward takes its CPU from a rank's
  * computation and the overlap buys nothing (docs/benchmarks.md §8); holding communication
@@ -172,7 +172,7 @@ bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cf
              "ddp: %s on %d ranks (%d nodes), device %s, hierarchical %d, bucket %zu bytes, lr %g, "
              "overlap %d%s",
              s.algo->name, d->size, d->node_count, d->s.dev->name, s.hierarchical, s.bucket_bytes,
-             s.lr, d->s.overlap, bagua__param_is_set(BAGUA_P_OVERLAP) ? "" : " (auto)");
+             s.lr, d->s.overlap, d->overlap_req < 0 ? " (BAGUA_OVERLAP=-1)" : "");
   *out = d;
   return BAGUA_OK;
 fail:
