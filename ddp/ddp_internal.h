@@ -79,7 +79,7 @@ typedef struct {
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
   int nesterov;
   /* 1: buckets are communicated during the backward pass; 0: held until its end (see
-   * BAGUA_OVERLAP); -1 until bagua_ddp_create() resolves it against the node's CPUs. */
+   * BAGUA_OVERLAP); -1 until bagua__ddp_comms_open() resolves it against the machine's CPUs. */
   int overlap;
   const bagua__ddp_dev_t *dev; /* where the flat buffers live (dev.h) */
   int cuda_device;

@@ -94,7 +94,6 @@ bagua_status_t bagua__ddp_reconfigure(bagua_ddp_t *d, const bagua__ddp_settings_
   d->s.dev->close(d);
   BAGUA_CHECK_GOTO(swap_comms(d, next), st, fail);
   d->s = *next;
-  d->node_count = bagua_comm_node_count(d->comm);
   BAGUA_CHECK_GOTO(d->s.dev->open(d), st, fail);
   d->bytes_start = bagua__ddp_bytes_sent(d) - carried; /* byte counters continue */
   bagua__ddp_carry_t carry = {.params = p, .m = m, .v = v, .local = 1};
