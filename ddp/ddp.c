@@ -25,8 +25,9 @@ bagua_status_t bagua__ddp_fail(bagua_ddp_t *d, bagua_status_t st) {
 }
 
 uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d) {
+  uint64_t dev = d->s.dev && d->s.dev->bytes_sent && d->dev_state ? d->s.dev->bytes_sent(d) : 0;
   return bagua_comm_bytes_sent(d->comm) + bagua_comm_bytes_sent(d->intra) +
-         bagua_comm_bytes_sent(d->inter) + bagua_comm_bytes_sent(d->async_comm);
+         bagua_comm_bytes_sent(d->inter) + bagua_comm_bytes_sent(d->async_comm) + dev;
 }
 
 float *bagua__ddp_alloc_floats(bagua_ddp_t *d, size_t n) {

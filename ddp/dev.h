@@ -123,6 +123,11 @@ typedef struct {
   bagua_status_t (*sync)(bagua_ddp_t *d, bagua__lane_t l);
   bagua_status_t (*job_mark)(bagua_ddp_t *d, size_t slot);
   bagua_status_t (*job_wait)(bagua_ddp_t *d, size_t slot);
+
+  /* ---- accounting ---- */
+  /* Bytes sent by communicators of the device's own (NCCL), beyond what the CPU communicators
+   * count; NULL where the CPU communicators carry all traffic. Any thread. */
+  uint64_t (*bytes_sent)(const bagua_ddp_t *d);
 } bagua__ddp_dev_t;
 
 extern const bagua__ddp_dev_t bagua__ddp_dev_cpu;

@@ -519,6 +519,13 @@ static bagua_status_t sendrecv(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c,
   return leave(d, l, i, bagua_nccl_sendrecv(S(d)->nc[i], sb, sn, dst, rb, rn, src, dt));
 }
 
+static uint64_t bytes_sent(const bagua_ddp_t *d) {
+  const state_t *s = d->dev_state;
+  uint64_t sum = 0;
+  for (int i = 0; i < NC_COUNT; i++) sum += bagua_nccl_comm_bytes_sent(s->nc[i]);
+  return sum;
+}
+
 static const bagua__ddp_dev_t dev_cuda = {
     .name = "cuda",
     .open = open_,
@@ -556,6 +563,7 @@ static const bagua__ddp_dev_t dev_cuda = {
     .sync = sync_,
     .job_mark = job_mark,
     .job_wait = job_wait,
+    .bytes_sent = bytes_sent,
 };
 
 const bagua__ddp_dev_t *bagua__ddp_dev_cuda(void) {

@@ -83,6 +83,27 @@ static bagua_status_t check_rank(bagua_nccl_comm_t *c, int dev, const char *what
 #define NCCL_RUN(c, dev, call, what) \
   bagua__nccl_leave((c), (dev), bagua__nccl_settle((c), (call), (what), (c)->timeout_ms))
 
+/*
+ * Adds what this rank hands NCCL to send for a successful operation to the communicator's
+ * counter (bagua_nccl_comm_bytes_sent). NCCL picks its algorithm itself, so collectives are
+ * counted as its ring algorithms move data, the usual model for bus bandwidth: each rank sends
+ * 2(n-1)/n of an allreduce buffer, (n-1)/n of a broadcast or reduce buffer, and n-1 blocks of a
+ * reduce-scatter, allgather or alltoall.
+ */
+static bagua_status_t counted(bagua_nccl_comm_t *c, bagua_status_t st, double bytes) {
+  if (st == BAGUA_OK && bytes > 0)
+    atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)bytes, memory_order_relaxed);
+  return st;
+}
+
+/* Bytes of `count` elements, and the share (n-1)/n of them, on communicator c. */
+static double nbytes(size_t count, bagua_dtype_t dt) {
+  return (double)count * (double)bagua_dtype_size(dt);
+}
+static double ring_share(const bagua_nccl_comm_t *c) {
+  return c->size > 1 ? (double)(c->size - 1) / c->size : 0.0;
+}
+
 bagua_status_t bagua_nccl_allreduce(bagua_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
                                     size_t count, bagua_dtype_t dtype, bagua_op_t op) {
   static const char what[] = "bagua_nccl_allreduce";
@@ -95,8 +116,10 @@ bagua_status_t bagua_nccl_allreduce(bagua_nccl_comm_t *c, const void *sendbuf, v
   BAGUA_CHECK(need_buf(what, "recvbuf", recvbuf, count));
   BAGUA_CHECK(bagua__nccl_enter(c, &dev));
   if (count == 0) return bagua__nccl_leave(c, dev, BAGUA_OK);
-  return NCCL_RUN(c, dev, ncclAllReduce(sendbuf, recvbuf, count, t, o, c->nccl, c->stream),
-                  "ncclAllReduce");
+  return counted(c,
+                 NCCL_RUN(c, dev, ncclAllReduce(sendbuf, recvbuf, count, t, o, c->nccl, c->stream),
+                          "ncclAllReduce"),
+                 2 * ring_share(c) * nbytes(count, dtype));
 }
 
 bagua_status_t bagua_nccl_reduce_scatter(bagua_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -111,8 +134,11 @@ bagua_status_t bagua_nccl_reduce_scatter(bagua_nccl_comm_t *c, const void *sendb
   BAGUA_CHECK(need_buf(what, "recvbuf", recvbuf, recvcount));
   BAGUA_CHECK(bagua__nccl_enter(c, &dev));
   if (recvcount == 0) return bagua__nccl_leave(c, dev, BAGUA_OK);
-  return NCCL_RUN(c, dev, ncclReduceScatter(sendbuf, recvbuf, recvcount, t, o, c->nccl, c->stream),
-                  "ncclReduceScatter");
+  return counted(
+      c,
+      NCCL_RUN(c, dev, ncclReduceScatter(sendbuf, recvbuf, recvcount, t, o, c->nccl, c->stream),
+               "ncclReduceScatter"),
+      (c->size - 1) * nbytes(recvcount, dtype));
 }
 
 bagua_status_t bagua_nccl_allgather(bagua_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -125,8 +151,10 @@ bagua_status_t bagua_nccl_allgather(bagua_nccl_comm_t *c, const void *sendbuf, v
   BAGUA_CHECK(need_buf(what, "recvbuf", recvbuf, sendcount));
   BAGUA_CHECK(bagua__nccl_enter(c, &dev));
   if (sendcount == 0) return bagua__nccl_leave(c, dev, BAGUA_OK);
-  return NCCL_RUN(c, dev, ncclAllGather(sendbuf, recvbuf, sendcount, t, c->nccl, c->stream),
-                  "ncclAllGather");
+  return counted(c,
+                 NCCL_RUN(c, dev, ncclAllGather(sendbuf, recvbuf, sendcount, t, c->nccl, c->stream),
+                          "ncclAllGather"),
+                 (c->size - 1) * nbytes(sendcount, dtype));
 }
 
 bagua_status_t bagua_nccl_broadcast(bagua_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -143,8 +171,11 @@ bagua_status_t bagua_nccl_broadcast(bagua_nccl_comm_t *c, const void *sendbuf, v
     return bagua__nccl_leave(c, dev, BAGUA_ERR_INVALID_ARG);
   }
   if (count == 0) return bagua__nccl_leave(c, dev, BAGUA_OK);
-  return NCCL_RUN(c, dev, ncclBroadcast(sendbuf, recvbuf, count, t, root, c->nccl, c->stream),
-                  "ncclBroadcast");
+  return counted(
+      c,
+      NCCL_RUN(c, dev, ncclBroadcast(sendbuf, recvbuf, count, t, root, c->nccl, c->stream),
+               "ncclBroadcast"),
+      ring_share(c) * nbytes(count, dtype));
 }
 
 bagua_status_t bagua_nccl_reduce(bagua_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -163,8 +194,11 @@ bagua_status_t bagua_nccl_reduce(bagua_nccl_comm_t *c, const void *sendbuf, void
     return bagua__nccl_leave(c, dev, BAGUA_ERR_INVALID_ARG);
   }
   if (count == 0) return bagua__nccl_leave(c, dev, BAGUA_OK);
-  return NCCL_RUN(c, dev, ncclReduce(sendbuf, recvbuf, count, t, o, root, c->nccl, c->stream),
-                  "ncclReduce");
+  return counted(
+      c,
+      NCCL_RUN(c, dev, ncclReduce(sendbuf, recvbuf, count, t, o, root, c->nccl, c->stream),
+               "ncclReduce"),
+      ring_share(c) * nbytes(count, dtype));
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -193,7 +227,10 @@ static bagua_status_t run_group(bagua_nccl_comm_t *c, const bagua_nccl_p2p_t *op
   }
   r = ncclGroupEnd();
   if (first != ncclSuccess && first != ncclInProgress) r = first;
-  return bagua__nccl_settle(c, r, what, c->timeout_ms);
+  double sent = 0;
+  for (int i = 0; i < n; i++)
+    if (!ops[i].is_recv && ops[i].peer != c->rank) sent += nbytes(ops[i].count, ops[i].dtype);
+  return counted(c, bagua__nccl_settle(c, r, what, c->timeout_ms), sent);
 }
 
 static bagua_status_t check_p2p(const char *what, const bagua_nccl_p2p_t *op) {
@@ -240,7 +277,7 @@ static bagua_status_t single_p2p(bagua_nccl_comm_t *c, const bagua_nccl_p2p_t *o
   bagua__nccl_dtype(op->dtype, &t, what);
   ncclResult_t r = op->is_recv ? ncclRecv(op->buf, op->count, t, op->peer, c->nccl, c->stream)
                                : ncclSend(op->buf, op->count, t, op->peer, c->nccl, c->stream);
-  return NCCL_RUN(c, dev, r, what);
+  return counted(c, NCCL_RUN(c, dev, r, what), op->is_recv ? 0 : nbytes(op->count, op->dtype));
 }
 
 bagua_status_t bagua_nccl_send(bagua_nccl_comm_t *c, const void *buf, size_t count,

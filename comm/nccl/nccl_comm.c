@@ -301,6 +301,9 @@ int bagua_nccl_comm_device(const bagua_nccl_comm_t *c) {
 void *bagua_nccl_comm_stream(const bagua_nccl_comm_t *c) {
   return c ? (void *)c->stream : NULL;
 }
+uint64_t bagua_nccl_comm_bytes_sent(const bagua_nccl_comm_t *c) {
+  return c ? atomic_load_explicit(&((bagua_nccl_comm_t *)c)->bytes_sent, memory_order_relaxed) : 0;
+}
 
 /* One look at the stream and at NCCL's asynchronous state; lock held. */
 static bagua_status_t poll_once(bagua_nccl_comm_t *c) {

@@ -28,7 +28,8 @@ struct bagua_nccl_comm_s {
   int timeout_ms;         /* bound on waiting for enqueued work (synchronize, finalize) */
   int connect_timeout_ms; /* bound on communicator creation */
   pthread_mutex_t lock;
-  atomic_int error; /* bagua_status_t that poisoned the communicator; BAGUA_OK if none */
+  atomic_int error;            /* bagua_status_t that poisoned the communicator; BAGUA_OK if none */
+  _Atomic uint64_t bytes_sent; /* see counted() in nccl_coll.c */
 };
 
 /*

@@ -30,6 +30,9 @@ int bagua_nccl_comm_device(const bagua_nccl_comm_t *comm) {
 void *bagua_nccl_comm_stream(const bagua_nccl_comm_t *comm) {
   return NULL;
 }
+uint64_t bagua_nccl_comm_bytes_sent(const bagua_nccl_comm_t *comm) {
+  return 0;
+}
 
 /* No communicator can exist in this build, so every operation on one is unsupported. */
 bagua_status_t bagua_nccl_allreduce(bagua_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,

@@ -66,6 +66,13 @@ BAGUA_EXTERN int bagua_nccl_comm_size(const bagua_nccl_comm_t *comm);
 BAGUA_EXTERN int bagua_nccl_comm_device(const bagua_nccl_comm_t *comm);
 /* The communicator's CUDA stream (a cudaStream_t), owned by the communicator. */
 BAGUA_EXTERN void *bagua_nccl_comm_stream(const bagua_nccl_comm_t *comm);
+/*
+ * Bytes this rank has handed NCCL to send to peers since creation, counting operations that
+ * were enqueued. NCCL chooses its algorithms itself, so collectives are counted as its ring
+ * algorithms move data (an allreduce of B bytes on n ranks: 2(n-1)/n * B); point-to-point
+ * sends count exactly. Thread-safe; 0 without NCCL.
+ */
+BAGUA_EXTERN uint64_t bagua_nccl_comm_bytes_sent(const bagua_nccl_comm_t *comm);
 
 /* ---- collectives, enqueued on the communicator's stream ---- */
 BAGUA_EXTERN bagua_status_t bagua_nccl_allreduce(bagua_nccl_comm_t *comm, const void *sendbuf,

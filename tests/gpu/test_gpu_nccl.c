@@ -368,6 +368,11 @@ static void test_stuck(bagua_comm_t *cpu, ctx_t *x, int abort_ms, int timeout_ms
     ASSERT_STATUS(bagua_nccl_allreduce(c, x->d0, x->d0, 4, BAGUA_F32, BAGUA_SUM), st);
     ASSERT_STATUS(bagua_nccl_comm_get_async_error(c), st);
     printf("rank 0: stuck receive ended with %s after %.0f ms\n", bagua_err_name(st), waited_ms);
+  } else {
+    /* Rank 0 reaches the barrier only after its wait, which may take the whole communicator
+     * timeout; the CPU barrier has the same timeout, so rank 1 enters it no earlier than that
+     * wait could end (a first run on a GPU failed here when the barrier gave up first). */
+    usleep((useconds_t)(abort_ms > 0 ? abort_ms : timeout_ms) * 1000);
   }
   ASSERT_OK(bagua_barrier(cpu));
   if (x->rank != 0) bagua_nccl_comm_abort(c);
@@ -399,7 +404,15 @@ static int body(bagua_comm_t *cpu, void *arg) {
   CUDA_OK(cudaMalloc(&x.d0, bytes));
   CUDA_OK(cudaMalloc(&x.d1, bytes));
 
+  /* The byte counter follows the ring model: 2(n-1)/n of an allreduce buffer, none on 1 rank,
+   * and nothing for test_args's refused calls and empty allreduce. */
+  uint64_t sent0 = bagua_nccl_comm_bytes_sent(x.c);
+  ASSERT_TRUE(sent0 == 0);
   test_args(&x);
+  ASSERT_OK(bagua_nccl_allreduce(x.c, x.d0, x.d1, 1000, BAGUA_F32, BAGUA_SUM));
+  ASSERT_OK(bagua_nccl_comm_synchronize(x.c));
+  ASSERT_TRUE(bagua_nccl_comm_bytes_sent(x.c) - sent0 ==
+              (uint64_t)(2 * (x.size - 1) * 4000 / x.size));
   test_allreduce(&x);
   test_reduce_scatter_allgather(&x);
   test_broadcast_reduce(&x);
