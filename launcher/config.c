@@ -142,7 +142,24 @@ static int net_plugin_export(bagua__launch_config_t *cfg, char *err, size_t errl
   v->key = strdup("net_plugin");
   v->value = strdup(value);
   v->origin = np->origin;
-  return v->key && v->value ? 0 : -1;
+  if (!v->key || !v->value) return -1;
+  /* NCCL 2.28 unloads an external plugin when the last communicator using it is destroyed and
+   * then cannot load it again (NVIDIA/nccl#1978), so the communicator an elastic round or a
+   * torch process group rebuilds would fail. A starting reference count of 1 keeps it loaded;
+   * a user's own NCCL_NET_PLUGIN_REF_COUNT is left alone. */
+  if (strcmp(value, "none") == 0) return 0;
+  for (int k = 0; k < cfg->nenv; k++)
+    if (strcmp(cfg->env[k].name, "NCCL_NET_PLUGIN_REF_COUNT") == 0) return 0;
+  bagua__launch_var_t *nv = realloc(cfg->env, sizeof(*nv) * (size_t)(cfg->nenv + 1));
+  if (!nv) return -1;
+  cfg->env = nv;
+  v = &nv[cfg->nenv++];
+  memset(v, 0, sizeof(*v));
+  v->name = strdup("NCCL_NET_PLUGIN_REF_COUNT");
+  v->key = strdup("net_plugin");
+  v->value = strdup("1");
+  v->origin = np->origin;
+  return v->name && v->key && v->value ? 0 : -1;
 }
 
 static int ends_with(const char *s, const char *suffix) {
