@@ -15,6 +15,7 @@
 #include "kernels/kernels.h"
 
 #define SMALL_BYTES (64 * 1024)
+#define CHAIN_SEGMENTS 32
 
 static bagua_status_t sendrecv_bytes(bagua_comm_t *c, const void *s, size_t sb, int dst, void *r,
                                      size_t rb, int src, const void *local, bagua_dtype_t dt,
@@ -202,6 +203,42 @@ static bagua_status_t tree_bcast(bagua_comm_t *c, void *buf, size_t bytes, int r
   return k ? bagua__exchange(c, sends, k, NULL, 0) : BAGUA_OK;
 }
 
+/*
+ * Pipelined chain broadcast in ranks relative to the root: the message is cut into segments,
+ * and in step k rank v receives segment k from v-1 while forwarding segment k-1 to v+1. Every
+ * link carries the message once, so with S segments it takes about (S + n - 2) / S times one
+ * link's transfer time. Scatter-then-allgather needs 2(n-1)/n of it: on 4 hosts behind 1 Gbit/s
+ * ports that capped broadcast at 60-62 % of the link rate (docs/linkrate.md).
+ */
+static bagua_status_t chain_bcast(bagua_comm_t *c, char *buf, size_t count, size_t es, int root) {
+  int n = c->size, vr = bagua__mod(c->rank - root, n);
+  int next = bagua__mod(vr + 1 + root, n), prev = bagua__mod(vr - 1 + root, n);
+  /* At most CHAIN_SEGMENTS segments of at least SMALL_BYTES, whole elements each. */
+  size_t bytes = count * es, seg = bytes / CHAIN_SEGMENTS;
+  if (seg < SMALL_BYTES) seg = SMALL_BYTES;
+  seg = (seg + es - 1) / es * es;
+  size_t nseg = (bytes + seg - 1) / seg;
+  for (size_t k = 0; k <= nseg; k++) {
+    bagua__send_t snd = {next, NULL, 0};
+    bagua__recv_t rcv = {prev, NULL, 0, NULL, 0, 0};
+    int ns = 0, nr = 0;
+    if (vr < n - 1 && (vr == 0 ? k < nseg : k >= 1)) {
+      size_t j = vr == 0 ? k : k - 1, off = j * seg;
+      snd.buf = buf + off;
+      snd.bytes = bytes - off < seg ? bytes - off : seg;
+      ns = 1;
+    }
+    if (vr > 0 && k < nseg) {
+      size_t off = k * seg;
+      rcv.buf = buf + off;
+      rcv.bytes = bytes - off < seg ? bytes - off : seg;
+      nr = 1;
+    }
+    if (ns || nr) BAGUA_CHECK(bagua__exchange(c, &snd, ns, &rcv, nr));
+  }
+  return BAGUA_OK;
+}
+
 static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
                                   bagua_dtype_t dt, int root) {
   size_t es = bagua_dtype_size(dt), bytes = count * es;
@@ -209,6 +246,7 @@ static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_
   if (c->rank == root && s != r) memcpy(r, s, bytes);
   if (n == 1) return BAGUA_OK;
   if (bytes < 4 * SMALL_BYTES || count < (size_t)n) return tree_bcast(c, r, bytes, root);
+  if (n > 2) return chain_bcast(c, r, count, es, root);
   /* Scatter from the root, then ring allgather: the root sends each byte once. */
   if (c->rank == root) {
     bagua__send_t *sends = calloc((size_t)n, sizeof(*sends));
