@@ -2,7 +2,10 @@
 # The PyTorch front end against torch DDP (Gloo) on the same script, machine and run:
 # examples/torch/train.py with --ddp and with each Bagua algorithm, interleaved, on N local
 # ranks (each its own emulated node, so compression and peer exchanges cross "nodes").
-# Prints a markdown table: median samples/s over --repeat runs, the ratio to DDP, rank 0's
+# Prints a markdown table: median samples/s over --repeat runs (the whole run after set-up,
+# evaluation included) and its ratio to DDP; the steady-state step time (the training loop
+# without its first 2 steps and without evaluation: with few steps of a big model, the fixed
+# costs in samples/s pull every ratio towards 1) and DDP's steady step time over it; rank 0's
 # forward+backward time per step and how much of it waited for communication (libbagua's
 # counter; the wait runs inside backward), bytes sent per step, and test accuracy.
 #
@@ -61,15 +64,16 @@ echo "machine: $(nproc --all) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut
 echo "steps: $steps per run (batch 64 per rank), median of $repeat interleaved repeats;" \
   "$([ "$same_node" = 1 ] && echo "all ranks one emulated node" || echo "each rank its own emulated node")"
 echo
-echo "| ranks | model | algorithm | samples/s | vs DDP | fwd+bwd ms/step | of which comm wait ms | bytes/step | test_acc |"
-echo "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| ranks | model | algorithm | samples/s | vs DDP | steady ms/step | steady vs DDP | fwd+bwd ms/step | of which comm wait ms | bytes/step | test_acc |"
+echo "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for n in $nranks; do
   for model in $models; do
-    declare -A sps=() fb=() wait=() bytes=() acc=()
+    declare -A sps=() std=() fb=() wait=() bytes=() acc=()
     for ((i = 0; i < repeat; i++)); do
       for algo in ddp $algorithms; do
         run "$n" "$model" "$algo"
         sps[$algo]+="$(field '[0-9]+ samples/s, fwd' ) "
+        std[$algo]+="$(field 'steady [0-9.]+') "
         fb[$algo]+="$(field 'fwd\+bwd [0-9.]+') "
         wait[$algo]+="$(field 'communication [0-9.]+') "
         bytes[$algo]+="$(field '[0-9]+ bytes/step') "
@@ -77,15 +81,18 @@ for n in $nranks; do
       done
     done
     base=$(tr ' ' '\n' <<<"${sps[ddp]}" | grep . | median)
+    sbase=$(tr ' ' '\n' <<<"${std[ddp]}" | grep . | median)
     for algo in ddp $algorithms; do
       s=$(tr ' ' '\n' <<<"${sps[$algo]}" | grep . | median)
+      t=$(tr ' ' '\n' <<<"${std[$algo]}" | grep . | median)
       f=$(tr ' ' '\n' <<<"${fb[$algo]}" | grep . | median)
       w=$(tr ' ' '\n' <<<"${wait[$algo]}" | grep . | median)
       b=$(tr ' ' '\n' <<<"${bytes[$algo]}" | grep . | median)
       [ "$algo" = ddp ] && { w=n/a; b=n/a; }
       ratio=$(awk -v a="$s" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
-      echo "| $n | $model | $algo | $s | $ratio | $f | $w | $b | ${acc[$algo]} |"
+      sratio=$(awk -v a="$t" -v b="$sbase" 'BEGIN {printf "%.2f", b / a}')
+      echo "| $n | $model | $algo | $s | $ratio | $t | $sratio | $f | $w | $b | ${acc[$algo]} |"
     done
-    unset sps fb wait bytes acc
+    unset sps std fb wait bytes acc
   done
 done

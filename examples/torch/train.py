@@ -120,6 +120,8 @@ def parse():
     ap.add_argument("--data", default=DATA_DIR)
     ap.add_argument("--train-limit", type=int, default=None, help="use the first N images")
     ap.add_argument("--max-steps", type=int, default=None, help="stop after N steps")
+    ap.add_argument("--timing-warmup", type=int, default=2,
+                    help="steps left out of the steady-state step time (first-step set-up)")
     ap.add_argument("--test-limit", type=int, default=None,
                     help="evaluate on the first N test images")
     ap.add_argument("--no-flatten", action="store_true", help="with_bagua(do_flatten=False)")
@@ -132,6 +134,8 @@ def parse():
                     help="in-process elastic training (bagua.torch_api.elastic) under "
                          "bagua-launch --nnodes MIN:MAX: survives nodes dying and joining")
     args = ap.parse_args()
+    if args.timing_warmup < 0:
+        ap.error(f"--timing-warmup {args.timing_warmup}: accepted 0 or more steps")
     # Without --algorithm the launcher's choice applies (flag > environment > default); the
     # torch-only modes never load bagua, so they never read it.
     args.algorithm_from_env = args.algorithm is None and not (args.ddp or args.plain)
@@ -286,6 +290,7 @@ def main():
         model = model.with_bagua([optimizer], algorithm,
                                  do_flatten=not (args.no_flatten or args.fuse))
     step, t0, samples = 0, time.monotonic(), 0
+    t_warm = t0  # end of the warm-up steps; the steady-state step time counts from here
     wait_s, sent, t_fb = 0.0, 0, 0.0  # libbagua's wait for communication, bytes, fwd+bwd
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
@@ -301,6 +306,8 @@ def main():
                 optimizer.step()
             step += 1
             samples += len(x)
+            if step == args.timing_warmup:
+                t_warm = time.monotonic()
             if use_bagua:
                 st = model.bagua_stats()
                 wait_s += st["wait_s_last_step"]
@@ -312,7 +319,12 @@ def main():
         if rank == 0:
             print(f"epoch {epoch + 1}: loss {loss.item():.4f}, "
                   f"{samples * world / (time.monotonic() - t0):.0f} samples/s", flush=True)
-    t_loop = time.monotonic() - t0  # the training loop alone, before any evaluation
+    t_end = time.monotonic()
+    t_loop = t_end - t0  # the training loop alone, before any evaluation
+    # Steady state: the loop without its first steps (buckets, communicators and torch's own
+    # first-call set-up) and without the evaluation, which the samples/s above include.
+    steady = (t_end - t_warm) / max(step - args.timing_warmup, 1) if step > args.timing_warmup \
+        else t_loop / max(step, 1)
     if use_bagua and args.algorithm == "async":
         algorithm.abort(model)
     net = model.module if args.ddp else model
@@ -321,7 +333,8 @@ def main():
     print(f"rank {rank}: {step} steps in {secs:.2f} s, {samples * world / secs:.0f} samples/s, "
           f"fwd+bwd {t_fb / max(step, 1) * 1e3:.2f} ms/step (of which waiting for communication "
           f"{wait_s / max(step, 1) * 1e3:.2f} ms), {sent / max(step, 1):.0f} bytes/step, "
-          f"loop {t_loop / max(step, 1) * 1e3:.3f} ms/step"
+          f"loop {t_loop / max(step, 1) * 1e3:.3f} ms/step, "
+          f"steady {steady * 1e3:.3f} ms/step"
           + (f", algorithm {algorithm.name}" if use_bagua else ""), flush=True)
     print(f"final rank={rank} step={step} params_crc={params_crc(net):08x} test_acc={acc:.4f}",
           flush=True)
