@@ -10,8 +10,11 @@
 #   torch-cnn   examples/torch/train.py --model cnn: one full epoch
 #   torch-wide  examples/torch/train.py --model wide (11.8 M parameters)
 #
-# Prints CSV rows (rate,workload,variant,repeat,samples_per_s,bytes_per_step,test_acc,wall_s)
-# to stdout and to --csv FILE; bench/tradeoff_table.py turns them into the table of
+# Prints CSV rows (rate,workload,variant,repeat,samples_per_s,bytes_per_step,test_acc,wall_s,
+# steady_samples_per_s) to stdout and to --csv FILE. samples_per_s is the script's own figure,
+# which for the torch workloads counts evaluation and the first steps too; steady_samples_per_s
+# (torch workloads only) is the global batch over the steady-state step time (the loop without
+# its first 2 steps and without evaluation), the fairer figure for a few steps of a big model; bench/tradeoff_table.py turns them into the table of
 # docs/benchmarks.md. Needs root (network namespaces). Latency is not emulated (netsim.sh says
 # why).
 #
@@ -42,7 +45,8 @@ py=/usr/bin/python3
 
 if [ "$inner" = 0 ]; then
   [ "$(id -u)" = 0 ] || { echo "tradeoff: needs root (network namespaces)" >&2; exit 77; }
-  echo "rate,workload,variant,repeat,samples_per_s,bytes_per_step,test_acc,wall_s" | tee "$csv"
+  echo "rate,workload,variant,repeat,samples_per_s,bytes_per_step,test_acc,wall_s,steady_samples_per_s" |
+    tee "$csv"
   for rate in $rates; do
     bench/netsim/netsim.sh run --hosts 4 --rate "$rate" --name trade -- \
       "$0" --inner --build "$build" --rates "$rate" --workloads "$workloads" \
@@ -79,14 +83,16 @@ for workload in $workloads; do
         c-wide)
           job "$build/examples/fashion_mnist" --hidden 3072,3072 --epochs 1 \
             --limit-train $((steps * 64 * 4)) --limit-test 1000 --algorithm "$variant"
-          sps=$(first 'samples/s [0-9.]+') bytes=$(first 'bytes/step [0-9]+') ;;
+          sps=$(first 'samples/s [0-9.]+') bytes=$(first 'bytes/step [0-9]+') steady=n/a ;;
         torch-cnn | torch-wide)
           model=${workload#torch-}
           args=(--model "$model" --epochs 1 --test-limit 2000)
           [ "$model" = wide ] && args+=(--max-steps "$steps")
           if [ "$variant" = ddp ]; then args+=(--ddp); else args+=(--algorithm "$variant"); fi
           job $py "$PWD/examples/torch/train.py" "${args[@]}"
-          sps=$(first '[0-9]+ samples/s, fwd') bytes=$(first '[0-9]+ bytes/step') ;;
+          sps=$(first '[0-9]+ samples/s, fwd') bytes=$(first '[0-9]+ bytes/step')
+          steady=$(first 'steady [0-9.]+')
+          steady=$(awk -v t="$steady" 'BEGIN {if (t > 0) printf "%.1f", 64 * 4 * 1000 / t; else print "n/a"}') ;;
         *) echo "tradeoff: unknown workload \"$workload\"" >&2; exit 2 ;;
       esac
       rc=$?
@@ -98,7 +104,7 @@ for workload in $workloads; do
         sps=fail acc=fail
       fi
       [ "$variant" = ddp ] && bytes=n/a
-      echo "$NETSIM_RATE,$workload,$variant,$i,$sps,${bytes:-n/a},$acc,$wall"
+      echo "$NETSIM_RATE,$workload,$variant,$i,$sps,${bytes:-n/a},$acc,$wall,${steady:-n/a}"
     done
   done
 done

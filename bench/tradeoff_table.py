@@ -3,7 +3,9 @@
 
 For every link rate and workload: the median samples/s of each variant over its repeats, its
 ratio to torch DDP on the same workload and rate (to gradient_allreduce for the C workload,
-which has no DDP twin), bytes per step, test accuracy, and which variant wins.
+which has no DDP twin), bytes per step, test accuracy, and which variant wins. Where every row
+of a cell has a steady_samples_per_s figure (newer CSVs, torch workloads), the cell uses it
+and says so ("steady"); older CSVs and the C workload use samples_per_s.
 
 usage: bench/tradeoff_table.py CSV [--png docs/tradeoff.png]
 """
@@ -43,18 +45,22 @@ def main():
     plot = defaultdict(dict)  # workload -> {rate: {variant: ratio}}
     for rate, wl in cells:
         variants = [v for (r, w, v) in rows if (r, w) == (rate, wl)]
+        key = "samples_per_s"
+        if all(median([r.get("steady_samples_per_s") or "n/a"]) is not None
+               for v in variants for r in rows[(rate, wl, v)]):
+            key = "steady_samples_per_s"
         base_name = "ddp" if (rate, wl, "ddp") in rows else "gradient_allreduce"
-        base = median(r["samples_per_s"] for r in rows.get((rate, wl, base_name), []))
-        best = max(variants, key=lambda v: median(r["samples_per_s"]
-                                                  for r in rows[(rate, wl, v)]) or 0)
+        base = median(r[key] for r in rows.get((rate, wl, base_name), []))
+        best = max(variants, key=lambda v: median(r[key] for r in rows[(rate, wl, v)]) or 0)
         for v in variants:
             rs = rows[(rate, wl, v)]
-            sps = median(r["samples_per_s"] for r in rs)
+            sps = median(r[key] for r in rs)
             ratio = sps / base if sps and base else None
             acc = median(r["test_acc"] for r in rs)
             byts = median(r["bytes_per_step"] for r in rs)
             name = f"**{v}**" if v == best else v
-            print(f"| {rate} | {wl} | {name} | {sps:.0f} | "
+            print(f"| {rate} | {wl} | {name} | {sps:.0f}"
+                  f"{' (steady)' if key != 'samples_per_s' else ''} | "
                   f"{'%.2f' % ratio if ratio else 'n/a'} ({base_name}) | "
                   f"{'%.0f' % byts if byts is not None else 'n/a'} | "
                   f"{'%.4f' % acc if acc is not None else 'fail'} | {len(rs)} |"
