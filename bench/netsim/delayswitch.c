@@ -143,22 +143,26 @@ static uint64_t parse_bytes(const char *flag, const char *s, uint64_t lo, uint64
   return (uint64_t)v << shift;
 }
 
-static void parse_ns_list(char *list) {
+/* The names are cut out of a copy: argv stays as it was, so `ps` and netsim.sh (which checks
+ * a pid's command line before it stops a switch) see the list as given. */
+static char *ns_names;
+
+static void parse_ns_list(const char *list) {
   const char *accepted =
       "1 to 254 comma-separated names of /var/run/netns (letters, digits, "
       "'_', '-', '.'; not \".\" or \"..\")";
   const char *chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.";
-  char *copy = strdup(list), *rest = list;
-  if (!copy) exit(1);
+  free(ns_names);
+  char *rest = ns_names = strdup(list);
+  if (!ns_names) exit(1);
   nhosts = 0;
   for (char *n; (n = strsep(&rest, ","));) {
     size_t len = strlen(n);
     if (nhosts == MAX_HOSTS || len == 0 || len > 64 || strspn(n, chars) != len ||
         strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
-      bad_arg("--ns", copy, accepted);
+      bad_arg("--ns", list, accepted);
     hosts[nhosts++].ns = n;
   }
-  free(copy);
 }
 
 static void parse_args(int argc, char **argv, const char **ready_file) {
@@ -178,7 +182,7 @@ static void parse_args(int argc, char **argv, const char **ready_file) {
               "--ns, --prefix, --delay-ms, --rate, --mtu, --queue-bytes, "
               "--ready-file, --help");
     if (i + 1 == argc) bad_arg(a, "", "a value after the flag");
-    char *v = argv[++i];
+    const char *v = argv[++i];
     if (strcmp(a, "--ns") == 0) {
       parse_ns_list(v);
     } else if (strcmp(a, "--prefix") == 0) {
@@ -491,5 +495,6 @@ out:
   if (home_ns >= 0) close(home_ns);
   if (ready_file) unlink(ready_file);
   free(buf);
+  free(ns_names);
   return status;
 }
