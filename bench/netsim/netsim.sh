@@ -115,11 +115,11 @@ stop_cmd() {
 # by the pid file, if its command line shows it serves this cluster (a stale pid file may name
 # an unrelated process by now).
 stop_switch() {
-  local pid=$switch_pid
+  local pid=$switch_pid cmdline
   [ -z "$pid" ] && [ -s "$pidfile" ] && pid=$(cat "$pidfile")
-  if [[ $pid =~ ^[0-9]+$ ]] &&
-     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--ns $name-h1[, ]"; then
-    stop "$pid"
+  if [[ $pid =~ ^[0-9]+$ ]]; then
+    cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) "
+    [[ $cmdline == *"--ns $name-h1"[,\ ]* ]] && stop "$pid"
   fi
   rm -f "$pidfile"
 }

@@ -86,12 +86,13 @@ tag=t$(($$ % 100000)) # cluster names: at most 8 characters (netsim.sh --name)
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # leftovers NAME: nothing of cluster NAME may remain: namespace, link in this namespace, delay
-# switch process, pid file.
+# switch process, pid file. (Outputs are captured before grep: with pipefail, `ip ... | grep -q`
+# fails when grep quits early and ip dies of SIGPIPE.)
 leftovers() {
-  local n=$1 what=""
-  ip netns list | grep -q "^$1-" && what+=" namespaces: $(ip netns list | grep "^$1-" | tr '\n' ' ')"
-  ip -o link show | grep -q ": $1-" && what+=" links: $(ip -o link show | grep ": $1-" | cut -d: -f2)"
-  pgrep -f -- "--ns $n-h1[, ]" >/dev/null && what+=" switch process: $(pgrep -f -- "--ns $n-h1[, ]")"
+  local n=$1 what="" out
+  out=$(ip netns list | grep "^$n-") && what+=" namespaces: $(tr '\n' ' ' <<<"$out")"
+  out=$(ip -o link show | grep ": $n-") && what+=" links: $(cut -d: -f2 <<<"$out" | tr '\n' ' ')"
+  out=$(pgrep -f -- "--ns $n-h1[, ]") && what+=" switch process: $out"
   [ -e "/run/netsim-$n.pid" ] && what+=" pid file /run/netsim-$n.pid"
   [ -z "$what" ] || fail "cluster $n left behind:$what"
 }
@@ -152,7 +153,8 @@ leftovers ${tag}d
 
 # 5. up, then down from another invocation (the switch outlives the first one).
 "$netsim" up --hosts 2 --rate 100mbit --delay 5 --name ${tag}e >/dev/null || fail "up failed"
-ip netns exec ${tag}e-h1 ip -o addr show eth0 | grep -q 198.18.0.1/24 || fail "up: no 198.18.0.1/24"
+addrs=$(ip netns exec ${tag}e-h1 ip -o addr show eth0)
+grep -q 198.18.0.1/24 <<<"$addrs" || fail "up: eth0 of ${tag}e-h1 has no 198.18.0.1/24: $addrs"
 "$netsim" down --name ${tag}e
 leftovers ${tag}e
 
