@@ -15,16 +15,18 @@
 # which for the torch workloads counts evaluation and the first steps too; steady_samples_per_s
 # (torch workloads only) is the global batch over the steady-state step time (the loop without
 # its first 2 steps and without evaluation), the fairer figure for a few steps of a big model; bench/tradeoff_table.py turns them into the table of
-# docs/benchmarks.md. Needs root (network namespaces). Latency is not emulated (netsim.sh says
-# why).
+# docs/benchmarks.md. Needs root (network namespaces). Latency: none beyond a veth pair's by
+# default; --delay MS adds MS each way through netsim's userspace delay switch (netsim.sh), and
+# the rows' rate then reads e.g. "1gbit+25ms". The switch costs CPU (about half a vCPU at
+# 1 Gbit/s), which the workers on this machine then lack.
 #
 # usage: bench/tradeoff.sh [--build build] [--rates "10gbit 1gbit 100mbit"]
 #          [--workloads "c-wide torch-cnn torch-wide"] [--variants "ddp gradient_allreduce ..."]
-#          [--steps 8] [--repeat 1] [--csv FILE]
+#          [--steps 8] [--repeat 1] [--delay MS] [--csv FILE]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build rates="10gbit 1gbit 100mbit" workloads="c-wide torch-cnn torch-wide" steps=8
-repeat=1 csv=/dev/null
+repeat=1 csv=/dev/null delay=0
 variants="ddp gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async"
 inner=0
 while [ $# -gt 0 ]; do
@@ -36,6 +38,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
+    --delay) delay=$2; shift 2 ;;
     --inner) inner=1; shift ;;
     *) echo "tradeoff: unknown argument \"$1\"; see the header of $0" >&2; exit 2 ;;
   esac
@@ -48,7 +51,7 @@ if [ "$inner" = 0 ]; then
   echo "rate,workload,variant,repeat,samples_per_s,bytes_per_step,test_acc,wall_s,steady_samples_per_s" |
     tee "$csv"
   for rate in $rates; do
-    bench/netsim/netsim.sh run --hosts 4 --rate "$rate" --name trade -- \
+    bench/netsim/netsim.sh run --hosts 4 --rate "$rate" --delay "$delay" --name trade -- \
       "$0" --inner --build "$build" --rates "$rate" --workloads "$workloads" \
       --variants "$variants" --steps "$steps" --repeat "$repeat" | tee -a "$csv" ||
       exit 1
@@ -104,7 +107,9 @@ for workload in $workloads; do
         sps=fail acc=fail
       fi
       [ "$variant" = ddp ] && bytes=n/a
-      echo "$NETSIM_RATE,$workload,$variant,$i,$sps,${bytes:-n/a},$acc,$wall,${steady:-n/a}"
+      label=$NETSIM_RATE
+      [ "${NETSIM_DELAY_MS:-0}" != 0 ] && label="$NETSIM_RATE+${NETSIM_DELAY_MS}ms"
+      echo "$label,$workload,$variant,$i,$sps,${bytes:-n/a},$acc,$wall,${steady:-n/a}"
     done
   done
 done
