@@ -66,9 +66,9 @@ def worker(rank, args, port, queue):
         elapsed = (time.perf_counter() - t0) / args.iters
         # After k sums of 1..nranks every element is S * nranks^(k-1), S = nranks(nranks+1)/2.
         s = args.nranks * (args.nranks + 1) / 2.0
+        # Small integers: every element must equal it exactly, wherever NCCL cut the buffer.
         want = s * args.nranks ** (args.iters - 1)
-        got = x[n - 1].item()
-        ok = abs(got - want) <= 1e-5 * want
+        ok = bool((x == want).all().item())
         busbw = 2.0 * (args.nranks - 1) / args.nranks * n * 4 / elapsed / 1e9
         results.append({"bytes": n * 4, "time_us": elapsed * 1e6, "busbw_GBps": busbw,
                         "check": ok})

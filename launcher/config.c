@@ -56,22 +56,35 @@ static int copy_vars(bagua__launch_var_t **dst, int *ndst, const bagua__launch_v
   return 0;
 }
 
+/* The exported variable called `name`, or NULL. */
+static bagua__launch_var_t *env_find(bagua__launch_config_t *cfg, const char *name) {
+  for (int k = 0; k < cfg->nenv; k++)
+    if (strcmp(cfg->env[k].name, name) == 0) return &cfg->env[k];
+  return NULL;
+}
+
+/* The exported variable called `name`, appended (name set, nothing else) when there is none;
+ * NULL when out of memory. */
+static bagua__launch_var_t *env_slot(bagua__launch_config_t *cfg, const char *name) {
+  bagua__launch_var_t *v = env_find(cfg, name);
+  if (v) return v;
+  bagua__launch_var_t *nv = realloc(cfg->env, sizeof(*nv) * (size_t)(cfg->nenv + 1));
+  if (!nv) return NULL;
+  cfg->env = nv;
+  v = &nv[cfg->nenv];
+  memset(v, 0, sizeof(*v));
+  if (!(v->name = strdup(name))) return NULL;
+  cfg->nenv++;
+  return v;
+}
+
 /* -x variables (the command-line layer's env) over the INI's [env]: the same name takes the
  * flag's value, at the INI entry's place. */
 static int merge_exports(bagua__launch_config_t *cfg, const bagua__launch_layer_t *cli) {
   for (int i = 0; i < cli->nenv; i++) {
     const bagua__launch_var_t *x = &cli->env[i];
-    bagua__launch_var_t *v = NULL;
-    for (int k = 0; k < cfg->nenv && !v; k++)
-      if (strcmp(cfg->env[k].name, x->name) == 0) v = &cfg->env[k];
-    if (!v) {
-      bagua__launch_var_t *nv = realloc(cfg->env, sizeof(*nv) * (size_t)(cfg->nenv + 1));
-      if (!nv) return -1;
-      cfg->env = nv;
-      v = &nv[cfg->nenv++];
-      memset(v, 0, sizeof(*v));
-      if (!(v->name = strdup(x->name)) || !(v->key = strdup(x->key))) return -1;
-    }
+    bagua__launch_var_t *v = env_slot(cfg, x->name);
+    if (!v || (!v->key && !(v->key = strdup(x->key)))) return -1;
     char *copy = strdup(x->value);
     if (!copy) return -1;
     free(v->value);
@@ -126,17 +139,8 @@ static int net_plugin_export(bagua__launch_config_t *cfg, char *err, size_t errl
       }
     }
   }
-  bagua__launch_var_t *v = NULL;
-  for (int k = 0; k < cfg->nenv && !v; k++)
-    if (strcmp(cfg->env[k].name, "NCCL_NET_PLUGIN") == 0) v = &cfg->env[k];
-  if (!v) {
-    bagua__launch_var_t *nv = realloc(cfg->env, sizeof(*nv) * (size_t)(cfg->nenv + 1));
-    if (!nv) return -1;
-    cfg->env = nv;
-    v = &nv[cfg->nenv++];
-    memset(v, 0, sizeof(*v));
-    if (!(v->name = strdup("NCCL_NET_PLUGIN"))) return -1;
-  }
+  bagua__launch_var_t *v = env_slot(cfg, "NCCL_NET_PLUGIN");
+  if (!v) return -1;
   free(v->key);
   free(v->value);
   v->key = strdup("net_plugin");
@@ -147,19 +151,12 @@ static int net_plugin_export(bagua__launch_config_t *cfg, char *err, size_t errl
    * then cannot load it again (NVIDIA/nccl#1978), so the communicator an elastic round or a
    * torch process group rebuilds would fail. A starting reference count of 1 keeps it loaded;
    * a user's own NCCL_NET_PLUGIN_REF_COUNT is left alone. */
-  if (strcmp(value, "none") == 0) return 0;
-  for (int k = 0; k < cfg->nenv; k++)
-    if (strcmp(cfg->env[k].name, "NCCL_NET_PLUGIN_REF_COUNT") == 0) return 0;
-  bagua__launch_var_t *nv = realloc(cfg->env, sizeof(*nv) * (size_t)(cfg->nenv + 1));
-  if (!nv) return -1;
-  cfg->env = nv;
-  v = &nv[cfg->nenv++];
-  memset(v, 0, sizeof(*v));
-  v->name = strdup("NCCL_NET_PLUGIN_REF_COUNT");
+  if (strcmp(value, "none") == 0 || env_find(cfg, "NCCL_NET_PLUGIN_REF_COUNT")) return 0;
+  if (!(v = env_slot(cfg, "NCCL_NET_PLUGIN_REF_COUNT"))) return -1;
   v->key = strdup("net_plugin");
   v->value = strdup("1");
   v->origin = np->origin;
-  return v->name && v->key && v->value ? 0 : -1;
+  return v->key && v->value ? 0 : -1;
 }
 
 static int ends_with(const char *s, const char *suffix) {

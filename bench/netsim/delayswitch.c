@@ -80,6 +80,7 @@ static host_t hosts[MAX_HOSTS];
 static int nhosts;
 static unsigned char prefix[3] = {198, 18, 0};
 static uint64_t rate_bps = 1000000000ull, delay_ns, queue_bytes;
+static uint64_t queue_ns; /* queue_bytes at the rate: the longest wait a port may have queued */
 static int mtu = 9000;
 static uint64_t drop_unknown, drop_not_ipv4, write_errors;
 /* How late packets leave the switch against their due time: a switch short of CPU adds delay
@@ -216,6 +217,7 @@ static void parse_args(int argc, char **argv, const char **ready_file) {
     uint64_t bdp = rate_bps / 8 * (2 * delay_ns) / 1000000000ull;
     queue_bytes = 2 * bdp > (1u << 20) ? 2 * bdp : (1u << 20);
   }
+  queue_ns = serialise_ns(queue_bytes);
 }
 
 /* Creates host h's TUN device inside its namespace and configures it there. The fd keeps the
@@ -299,7 +301,7 @@ static void forward(int src, const unsigned char *data, uint32_t len, uint64_t n
     return;
   }
   host_t *s = &hosts[src], *d = &hosts[dst];
-  uint64_t ser = serialise_ns(len), qlimit = serialise_ns(queue_bytes);
+  uint64_t ser = serialise_ns(len), qlimit = queue_ns;
   s->sent_pkts++;
   s->sent_bytes += len;
   /* The host's link: the packet starts when the link is free, and is lost when the backlog
