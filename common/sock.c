@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -123,6 +124,32 @@ bagua_status_t bagua__listen(uint32_t addr, uint16_t port, int *fd, uint16_t *bo
   bagua__sock_set_nonblock(s, 1);
   *fd = s;
   return BAGUA_OK;
+}
+
+int bagua__sock_spare_port(uint32_t addr) {
+  int low = 32768;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f) {
+    if (fscanf(f, "%d", &low) != 1) low = 32768;
+    fclose(f);
+  }
+  /* Up to 12000 ports under the ephemeral range, never the privileged ones. */
+  int base = low - 12000 < 1024 ? 1024 : low - 12000;
+  if (low - base < 256) return -1;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  unsigned seed = (unsigned)ts.tv_nsec ^ ((unsigned)getpid() << 16) ^ (unsigned)ts.tv_sec;
+  for (int i = 0; i < 64; i++) {
+    int port = base + (int)(rand_r(&seed) % (unsigned)(low - base));
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return -1;
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
+    int ok = bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(s);
+    if (ok) return port;
+  }
+  return -1;
 }
 
 /* Waits for `events` on fd in slices of at most 50 ms so that the abort flag is honoured. */

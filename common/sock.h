@@ -27,6 +27,16 @@ bagua_status_t bagua__resolve_ipv4(const char *host, uint32_t *addr);
 /* Listens on addr:port (port 0 picks a free one); returns the fd and the bound port. */
 bagua_status_t bagua__listen(uint32_t addr, uint16_t port, int *fd, uint16_t *bound_port);
 
+/*
+ * A TCP port on addr that nothing listens on now, for a listener that another process will
+ * open a moment later (a test's rank 0, a local etcd). Binding port 0 and closing is racy:
+ * the kernel hands the same ephemeral ports to outgoing connections, so under a parallel test
+ * run a connect() elsewhere can take the port before its listener binds it. This picks a
+ * random port below the ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), where only
+ * explicit binds land, and checks that it binds. Returns the port, or -1 after 64 tries.
+ */
+int bagua__sock_spare_port(uint32_t addr);
+
 /* Connects to addr:port, retrying refused connections until the deadline. */
 bagua_status_t bagua__connect(uint32_t addr, uint16_t port, int64_t deadline_ms,
                               const volatile int *abort_flag, int *fd);

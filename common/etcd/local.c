@@ -65,12 +65,8 @@ int bagua__etcd_local_available(const char *bin) {
 
 int bagua__etcd_local_free_port(const char *addr) {
   uint32_t a;
-  int fd;
-  uint16_t port;
   if (bagua__resolve_ipv4(addr ? addr : "127.0.0.1", &a) != BAGUA_OK) return -1;
-  if (bagua__listen(a, 0, &fd, &port) != BAGUA_OK) return -1;
-  close(fd);
-  return port;
+  return bagua__sock_spare_port(a);
 }
 
 /* Waits up to `ms` for the child `pid`; 1 once it has been reaped (or is not our child). */

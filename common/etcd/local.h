@@ -124,7 +124,8 @@ bagua_status_t bagua__etcd_local_stop(bagua__etcd_local_t *e);
 /* Copies the last `max_bytes` of etcd's log to stderr, between two marker lines. */
 void bagua__etcd_local_dump_log(const bagua__etcd_local_t *e, long max_bytes);
 
-/* A TCP port on `addr` (NULL: 127.0.0.1) that was free a moment ago, or -1. */
+/* A TCP port on `addr` (NULL: 127.0.0.1) that was free a moment ago, or -1; below the
+ * ephemeral range (bagua__sock_spare_port). */
 int bagua__etcd_local_free_port(const char *addr);
 
 /* SIGTERM and SIGCONT to a child `pid`, a wait of up to `stop_timeout_ms`, then SIGKILL and a

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/params.h"
+#include "common/sock.h"
 
 double mp_now(void) {
   struct timespec ts;
@@ -19,13 +20,12 @@ double mp_now(void) {
 }
 
 int mp_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(sa);
-  bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-  getsockname(fd, (struct sockaddr *)&sa, &len);
-  close(fd);
-  return ntohs(sa.sin_port);
+  int port = bagua__sock_spare_port(htonl(INADDR_LOOPBACK));
+  if (port < 0) {
+    fprintf(stderr, "FAIL: no free loopback port\n");
+    exit(1);
+  }
+  return port;
 }
 
 void mp_apply_env(const char *list) {

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/sock.h"
 #include "test.h"
 
 static char *slurp(const char *path) {
@@ -95,14 +96,9 @@ void fm_child_release(fm_child_t *c) {
 }
 
 int fm_child_free_port(void) {
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(sa);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_TRUE(fd >= 0);
-  ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-  ASSERT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-  close(fd);
-  return ntohs(sa.sin_port);
+  int port = bagua__sock_spare_port(htonl(INADDR_LOOPBACK));
+  ASSERT_TRUE(port > 0);
+  return port;
 }
 
 fm_final_t fm_child_final(const fm_child_t *c) {

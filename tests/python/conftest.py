@@ -3,7 +3,6 @@ the way torchrun does (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) a
 their exit codes and output, with a deadline so no test can hang."""
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,9 +12,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port below the ephemeral range (see the front end's _free_port)."""
+    from bagua.torch_api.communication import _free_port
+    return _free_port("127.0.0.1")
 
 
 class Result:

@@ -8,6 +8,7 @@ libbagua is called; failures inside libbagua raise :class:`BaguaError` subclasse
 """
 
 import enum
+import random
 import socket
 
 import torch
@@ -117,10 +118,28 @@ def get_default_group():
     return _default_group
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+def _free_port(host=""):
+    """A TCP port that binds on ``host`` now, below the kernel's ephemeral range.
+
+    Rank 0 publishes the port before libbagua listens on it. Port 0's pick would be racy:
+    outgoing connections get ephemeral ports too and can take it in between (the same
+    reasoning as ``bagua__sock_spare_port`` in common/sock.c).
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    base = max(1024, low - 12000)
+    for _ in range(64):
+        port = random.randrange(base, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free TCP port below the ephemeral range")
 
 
 def init_process_group(store=None, transport=None):
