@@ -22,11 +22,17 @@
 #
 # usage: bench/tradeoff.sh [--build build] [--rates "10gbit 1gbit 100mbit"]
 #          [--workloads "c-wide torch-cnn torch-wide"] [--variants "ddp gradient_allreduce ..."]
-#          [--steps 8] [--repeat 1] [--delay MS] [--csv FILE]
+#          [--steps 8] [--batch 64] [--repeat 1] [--delay MS] [--csv FILE] [--log-dir DIR]
+# --log-dir keeps every job's output as DIR/RATE-WORKLOAD-VARIANT-REPEAT.log (the per-step
+# breakdown: fwd+bwd, waiting for communication, bytes).
+# --batch sets the batch per rank of every workload; a batch other than 64 is written into the
+# workload column ("torch-wide/b8"), so one CSV can hold runs of several batch sizes. A smaller
+# batch shrinks the compute of a step and leaves its communication as it is, which is how the
+# comm-bound regime of the paper's GPU clusters is approached on 2 vCPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build rates="10gbit 1gbit 100mbit" workloads="c-wide torch-cnn torch-wide" steps=8
-repeat=1 csv=/dev/null delay=0
+repeat=1 csv=/dev/null delay=0 batch=64 logdir=
 variants="ddp gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async"
 inner=0
 while [ $# -gt 0 ]; do
@@ -36,14 +42,24 @@ while [ $# -gt 0 ]; do
     --workloads) workloads=$2; shift 2 ;;
     --variants) variants=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
+    --log-dir) logdir=$2; shift 2 ;;
     --inner) inner=1; shift ;;
     *) echo "tradeoff: unknown argument \"$1\"; see the header of $0" >&2; exit 2 ;;
   esac
 done
+for n in "steps=$steps" "batch=$batch" "repeat=$repeat"; do
+  [[ ${n#*=} =~ ^[1-9][0-9]*$ ]] ||
+    { echo "tradeoff: --${n%%=*} \"${n#*=}\" is not a positive integer" >&2; exit 2; }
+done
 build=$(cd "$build" && pwd) || { echo "tradeoff: no build directory" >&2; exit 2; }
+if [ -n "$logdir" ]; then
+  mkdir -p "$logdir" && logdir=$(cd "$logdir" && pwd) ||
+    { echo "tradeoff: cannot create --log-dir \"$logdir\"" >&2; exit 2; }
+fi
 py=/usr/bin/python3
 
 if [ "$inner" = 0 ]; then
@@ -53,7 +69,7 @@ if [ "$inner" = 0 ]; then
   for rate in $rates; do
     bench/netsim/netsim.sh run --hosts 4 --rate "$rate" --delay "$delay" --name trade -- \
       "$0" --inner --build "$build" --rates "$rate" --workloads "$workloads" \
-      --variants "$variants" --steps "$steps" --repeat "$repeat" | tee -a "$csv" ||
+      --variants "$variants" --steps "$steps" --batch "$batch" --repeat "$repeat" ${logdir:+--log-dir "$logdir"} | tee -a "$csv" ||
       exit 1
   done
   exit 0
@@ -85,17 +101,18 @@ for workload in $workloads; do
       case $workload in
         c-wide)
           job "$build/examples/fashion_mnist" --hidden 3072,3072 --epochs 1 \
-            --limit-train $((steps * 64 * 4)) --limit-test 1000 --algorithm "$variant"
+            --limit-train $((steps * batch * 4)) --limit-test 1000 --batch-size "$batch" \
+            --algorithm "$variant"
           sps=$(first 'samples/s [0-9.]+') bytes=$(first 'bytes/step [0-9]+') steady=n/a ;;
         torch-cnn | torch-wide)
           model=${workload#torch-}
-          args=(--model "$model" --epochs 1 --test-limit 2000)
+          args=(--model "$model" --epochs 1 --test-limit 2000 --batch-size "$batch")
           [ "$model" = wide ] && args+=(--max-steps "$steps")
           if [ "$variant" = ddp ]; then args+=(--ddp); else args+=(--algorithm "$variant"); fi
           job $py "$PWD/examples/torch/train.py" "${args[@]}"
           sps=$(first '[0-9]+ samples/s, fwd') bytes=$(first '[0-9]+ bytes/step')
           steady=$(first 'steady [0-9.]+')
-          steady=$(awk -v t="$steady" 'BEGIN {if (t > 0) printf "%.1f", 64 * 4 * 1000 / t; else print "n/a"}') ;;
+          steady=$(awk -v t="$steady" -v b="$batch" 'BEGIN {if (t > 0) printf "%.1f", b * 4 * 1000 / t; else print "n/a"}') ;;
         *) echo "tradeoff: unknown workload \"$workload\"" >&2; exit 2 ;;
       esac
       rc=$?
@@ -109,7 +126,10 @@ for workload in $workloads; do
       [ "$variant" = ddp ] && bytes=n/a
       label=$NETSIM_RATE
       [ "${NETSIM_DELAY_MS:-0}" != 0 ] && label="$NETSIM_RATE+${NETSIM_DELAY_MS}ms"
-      echo "$label,$workload,$variant,$i,$sps,${bytes:-n/a},$acc,$wall,${steady:-n/a}"
+      name=$workload
+      [ "$batch" != 64 ] && name="$workload/b$batch"
+      [ -n "$logdir" ] && cp "$out" "$logdir/$label-${name//\//-}-$variant-$i.log"
+      echo "$label,$name,$variant,$i,$sps,${bytes:-n/a},$acc,$wall,${steady:-n/a}"
     done
   done
 done

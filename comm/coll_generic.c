@@ -112,7 +112,7 @@ out:
 static bagua_status_t g_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,
                                   bagua_dtype_t dt, bagua_op_t op) {
   size_t es = bagua_dtype_size(dt), bytes = count * es;
-  if (c->size == 1 || bytes < SMALL_BYTES || count < (size_t)c->size) {
+  if (c->size == 1 || bytes < c->ring_min_bytes || count < (size_t)c->size) {
     if (s != r) memcpy(r, s, bytes);
     if (c->size > 1) BAGUA_CHECK(rd_allreduce(c, r, count, dt, op));
     if (op == BAGUA_AVG) bagua__div(dt, r, count, c->size);

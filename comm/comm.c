@@ -33,6 +33,7 @@ bagua_status_t bagua__comm_alloc(int rank, int size, bagua_comm_t **out) {
     return BAGUA_ERR_NO_MEMORY;
   }
   c->segment_bytes = (size_t)bagua__param_int(BAGUA_P_NET_SEGMENT_BYTES);
+  c->ring_min_bytes = (size_t)bagua__param_int(BAGUA_P_NET_RING_MIN_BYTES);
   *out = c;
   return BAGUA_OK;
 }
@@ -251,6 +252,7 @@ bagua_status_t bagua__comm_split_streams(bagua_comm_t *c, int color, int key, in
   nc->nstreams = nstreams > 0 ? nstreams : c->nstreams;
   nc->active_streams = c->active_streams;
   nc->segment_bytes = c->segment_bytes;
+  nc->ring_min_bytes = c->ring_min_bytes;
   nc->requested_transport = c->requested_transport;
   nc->timeout_ms = c->timeout_ms;
   nc->connect_timeout_ms = c->connect_timeout_ms;

@@ -61,7 +61,8 @@ struct bagua_comm_s {
   bagua__shm_t *shm; /* shared-memory arena when the shm transport is in use */
   /* Hierarchical mode: node-local communicator and leaders' communicator (NULL if none). */
   bagua_comm_t *intra, *inter;
-  size_t segment_bytes; /* the TCP ring's pipeline segment (tune.h) */
+  size_t segment_bytes;  /* the TCP ring's pipeline segment (tune.h) */
+  size_t ring_min_bytes; /* allreduce: the ring from this size, recursive doubling below */
   int net_spin;  /* busy-poll rounds before poll() in the TCP engine; 0 when oversubscribed */
   void *scratch; /* reduce staging for the TCP engine */
   size_t scratch_bytes;

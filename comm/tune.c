@@ -1,6 +1,6 @@
 /*
  * Settings of a running communicator that autotuning changes between collectives (tune.h):
- * the streams a message is spread over and the ring's pipeline segment.
+ * the streams a message is spread over, the ring's pipeline segment and the ring threshold.
  */
 #include "comm_internal.h"
 #include "common/log.h"
@@ -67,5 +67,31 @@ bagua_status_t bagua__comm_set_segment(bagua_comm_t *c, size_t bytes) {
   c->segment_bytes = bytes;
   if (c->intra) c->intra->segment_bytes = bytes;
   if (c->inter) bagua__comm_set_segment(c->inter, bytes);
+  return BAGUA_OK;
+}
+
+int bagua__comm_uses_generic(const bagua_comm_t *c) {
+  if (!c) return 0;
+  if (c->ops == &bagua__generic_ops && c->size > 1) return 1;
+  return bagua__comm_uses_generic(c->inter);
+}
+
+size_t bagua__comm_ring_min(const bagua_comm_t *c) {
+  return c ? c->ring_min_bytes : 0;
+}
+
+bagua_status_t bagua__comm_set_ring_min(bagua_comm_t *c, size_t bytes) {
+  if (!c) return BAGUA_OK;
+  int64_t lo, hi;
+  bagua__param_bounds(BAGUA_P_NET_RING_MIN_BYTES, &lo, &hi);
+  if (bytes < (size_t)lo || bytes > (size_t)hi) {
+    BAGUA_WARN("communicator: ring threshold %zu bytes is invalid; accepted: %lld..%lld (as %s)",
+               bytes, (long long)lo, (long long)hi,
+               bagua__param_env_name(BAGUA_P_NET_RING_MIN_BYTES));
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  c->ring_min_bytes = bytes;
+  if (c->intra) c->intra->ring_min_bytes = bytes;
+  if (c->inter) bagua__comm_set_ring_min(c->inter, bytes);
   return BAGUA_OK;
 }

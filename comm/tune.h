@@ -1,7 +1,7 @@
 /*
  * Communicator settings that may change while a communicator runs (autotuning, ddp/autotune.c):
- * how many of the established TCP streams per peer a message is spread over, and the ring's
- * pipeline segment. Not installed.
+ * how many of the established TCP streams per peer a message is spread over, the ring's
+ * pipeline segment, and the message size from which allreduce takes the ring. Not installed.
  *
  * Both ends of a transfer must split a message the same way, so every rank of a communicator
  * applies the same value at the same point of its call sequence (between two collectives). The
@@ -32,6 +32,14 @@ size_t bagua__comm_segment(const bagua_comm_t *c);
 /* The ring's pipeline segment: bytes received, reduced and forwarded at a time. Accepted: the
  * bounds of BAGUA_NET_SEGMENT_BYTES. */
 bagua_status_t bagua__comm_set_segment(bagua_comm_t *c, size_t bytes);
+
+/* Whether the generic collectives (TCP) serve this communicator or the leaders' communicator of
+ * its hierarchical transport: only then does the ring threshold matter. */
+int bagua__comm_uses_generic(const bagua_comm_t *c);
+size_t bagua__comm_ring_min(const bagua_comm_t *c);
+/* Allreduce of at least `bytes` runs the ring, smaller ones recursive doubling (every rank must
+ * choose alike). Accepted: the bounds of BAGUA_NET_RING_MIN_BYTES. */
+bagua_status_t bagua__comm_set_ring_min(bagua_comm_t *c, size_t bytes);
 
 /* bagua_comm_split() whose new communicator opens `nstreams` streams to each peer on another
  * node (<= 0: the parent's count), for a caller that may later use more streams than the

@@ -5,7 +5,8 @@
  * steps under a setting, then times `sample` steps, and its score is the slowest rank's median
  * seconds per step (an allreduce of the maximum; in a synchronous algorithm the slowest rank
  * sets the pace of all). The search is coordinate descent: starting from the configured setting,
- * each dimension in turn (bucket size, hierarchical, streams, segment) tries a few candidates
+ * each dimension in turn (bucket size, hierarchical, streams, ring threshold, segment) tries a few
+ * candidates
  * around the best setting so far while the others stay at their best values, and keeps the best. It
  * is deterministic, needs no model of the objective and ends after at most
  * BAGUA_AUTOTUNE_MAX_SAMPLES trials on the best measured setting. A dimension that cannot matter in
@@ -14,7 +15,8 @@
  * Rank 0 decides and broadcasts its decision, so every rank applies the same setting after the
  * same step even if the ranks' measurements or environments differed. Bucket size and
  * hierarchical go through bagua__ddp_reconfigure() (a collective re-bucketing that keeps every
- * rank's own state); streams and segment are communicator settings (comm/tune.h).
+ * rank's own state); streams, segment and ring threshold are communicator settings
+ * (comm/tune.h).
  */
 #include "autotune.h"
 
@@ -35,8 +37,12 @@
 #define MAX_TUNED_STREAMS 4
 #define MAX_CANDIDATES 8
 
-enum { DIM_BUCKET = 0, DIM_HIER, DIM_STREAMS, DIM_SEGMENT, NDIMS };
-static const char *const k_dim_names[NDIMS] = {"bucket size", "hierarchical", "streams", "segment"};
+/* The ring threshold comes before the segment: it decides whether small buckets use the ring at
+ * all, it has at most a few candidates (none when every bucket is large), and the trial budget
+ * (BAGUA_AUTOTUNE_MAX_SAMPLES) may run out before the last dimension. */
+enum { DIM_BUCKET = 0, DIM_HIER, DIM_STREAMS, DIM_RING, DIM_SEGMENT, NDIMS };
+static const char *const k_dim_names[NDIMS] = {"bucket size", "hierarchical", "streams",
+                                               "ring threshold", "segment"};
 
 typedef struct {
   bagua__autotune_point_t p;
@@ -119,13 +125,15 @@ bagua_status_t bagua__autotune_comm_split(bagua_ddp_t *d, bagua_comm_t *comm, ba
 
 static bagua__autotune_point_t current_point(const bagua_ddp_t *d) {
   bagua__autotune_point_t p = {(int64_t)d->s.bucket_bytes, d->s.hierarchical,
-                               bagua__comm_streams(d->comm), (int64_t)bagua__comm_segment(d->comm)};
+                               bagua__comm_streams(d->comm), (int64_t)bagua__comm_segment(d->comm),
+                               (int64_t)bagua__comm_ring_min(d->comm)};
   return p;
 }
 
 static int same_point(const bagua__autotune_point_t *a, const bagua__autotune_point_t *b) {
   return a->bucket_bytes == b->bucket_bytes && a->hierarchical == b->hierarchical &&
-         a->streams == b->streams && a->segment_bytes == b->segment_bytes;
+         a->streams == b->streams && a->segment_bytes == b->segment_bytes &&
+         a->ring_min_bytes == b->ring_min_bytes;
 }
 
 /* Applies `p` on this rank; collective when the layout changes. Every rank calls it with the
@@ -145,6 +153,7 @@ static bagua_status_t apply_point(bagua_ddp_t *d, const bagua__autotune_point_t 
     if (p->streams > 0 && bagua__comm_max_streams(comms[i]) > 0)
       BAGUA_CHECK(bagua__comm_set_streams(comms[i], p->streams));
     BAGUA_CHECK(bagua__comm_set_segment(comms[i], (size_t)p->segment_bytes));
+    BAGUA_CHECK(bagua__comm_set_ring_min(comms[i], (size_t)p->ring_min_bytes));
   }
   return BAGUA_OK;
 }
@@ -166,6 +175,23 @@ static uint64_t partition_sig(const bagua_ddp_t *d, int64_t bucket_bytes) {
     }
   }
   return h;
+}
+
+/* Whether allreduce would take the ring for a bucket of `bytes` under threshold `ring_min`
+ * (coll_generic.c's rule, without its element-count condition, which a threshold cannot
+ * change). */
+static int rings(int64_t bytes, int64_t ring_min) {
+  return bytes >= ring_min;
+}
+
+/* Whether threshold `v` sends some bucket through another algorithm than threshold `cur`:
+ * thresholds that agree on every bucket are the same setting. */
+static int ring_changes(const bagua_ddp_t *d, int64_t v, int64_t cur) {
+  for (int i = 0; i < d->nbuckets; i++) {
+    int64_t bytes = (int64_t)(d->buckets[i].count * sizeof(float));
+    if (rings(bytes, v) != rings(bytes, cur)) return 1;
+  }
+  return 0;
 }
 
 static int add_candidate(struct bagua__autotune_s *at, int64_t v) {
@@ -205,10 +231,19 @@ static void plan_dim(bagua_ddp_t *d, struct bagua__autotune_s *at, int dim) {
     int max = bagua__comm_max_streams(d->comm);
     for (int n = 1; n <= max && n <= MAX_TUNED_STREAMS; n *= 2)
       if (n != b->streams) add_candidate(at, n);
-  } else {
+  } else if (dim == DIM_SEGMENT) {
     static const int64_t segs[] = {1 << 20, 1 << 16, 1 << 22, 1 << 18};
     for (size_t i = 0; i < sizeof(segs) / sizeof(segs[0]); i++)
       if (segs[i] != b->segment_bytes) add_candidate(at, segs[i]);
+  } else {
+    /* On slow links the ring wins from a few KiB, on fast ones recursive doubling up to a few
+     * hundred KiB (docs/autotune.md); only values that move some bucket are measured. */
+    static const int64_t mins[] = {4 << 10, 1 << 20, 16 << 10, 256 << 10};
+    for (size_t i = 0; i < sizeof(mins) / sizeof(mins[0]); i++) {
+      int dup = 0;
+      for (int k = 0; k < at->ncand; k++) dup |= !ring_changes(d, mins[i], at->cand[k]);
+      if (!dup && ring_changes(d, mins[i], b->ring_min_bytes)) add_candidate(at, mins[i]);
+    }
   }
 }
 
@@ -257,6 +292,9 @@ static int next_point(bagua_ddp_t *d, struct bagua__autotune_s *at, bagua__autot
         case DIM_STREAMS:
           p->streams = (int)v;
           break;
+        case DIM_RING:
+          p->ring_min_bytes = v;
+          break;
         default:
           p->segment_bytes = v;
           break;
@@ -285,8 +323,9 @@ static int next_point(bagua_ddp_t *d, struct bagua__autotune_s *at, bagua__autot
 /* ------------------------------------------------------------------------------------------ */
 
 static void say_point(char *buf, size_t len, const bagua__autotune_point_t *p) {
-  snprintf(buf, len, "bucket %lld B, hierarchical %d, streams %d, segment %lld B",
-           (long long)p->bucket_bytes, p->hierarchical, p->streams, (long long)p->segment_bytes);
+  snprintf(buf, len, "bucket %lld B, hierarchical %d, streams %d, segment %lld B, ring from %lld B",
+           (long long)p->bucket_bytes, p->hierarchical, p->streams, (long long)p->segment_bytes,
+           (long long)p->ring_min_bytes);
 }
 
 /* Rewrites BAGUA_LOG_DIR/autotune.csv whole (a few rows): `chosen` marks the best trial so
@@ -305,15 +344,16 @@ static void write_csv(const struct bagua__autotune_s *at) {
     return;
   }
   fprintf(f,
-          "trial,step,bucket_bytes,hierarchical,streams,segment_bytes,seconds_per_step,"
-          "samples_per_s,chosen\n");
+          "trial,step,bucket_bytes,hierarchical,streams,segment_bytes,ring_min_bytes,"
+          "seconds_per_step,samples_per_s,chosen\n");
   for (int i = 0; i < at->ntrials; i++) {
     const trial_t *t = &at->trials[i];
     char sps[32] = "";
     if (t->samples >= 0) snprintf(sps, sizeof(sps), "%.1f", t->samples);
-    fprintf(f, "%d,%lld,%lld,%d,%d,%lld,%.6g,%s,%d\n", i, (long long)t->step,
+    fprintf(f, "%d,%lld,%lld,%d,%d,%lld,%lld,%.6g,%s,%d\n", i, (long long)t->step,
             (long long)t->p.bucket_bytes, t->p.hierarchical, t->p.streams,
-            (long long)t->p.segment_bytes, t->s_step, sps, i == at->best);
+            (long long)t->p.segment_bytes, (long long)t->p.ring_min_bytes, t->s_step, sps,
+            i == at->best);
   }
   int bad = ferror(f);
   if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
@@ -365,12 +405,18 @@ static bagua_status_t start(bagua_ddp_t *d) {
                                                              : "one stream opened per peer";
   if (!why[DIM_SEGMENT] && !bagua__comm_uses_ring(d->comm) && !bagua__comm_uses_ring(d->inter))
     why[DIM_SEGMENT] = "no TCP ring runs (shared memory, or BAGUA_NET_RING_PIPELINE=0)";
+  if (d->s.dev != &bagua__ddp_dev_cpu)
+    why[DIM_RING] = "the buffers are on the GPU, NCCL moves them";
+  else if (!bagua__comm_uses_generic(d->comm) && !bagua__comm_uses_generic(d->inter))
+    why[DIM_RING] = "no TCP collectives run (shared memory)";
+  else if (d->s.algo != &bagua__ddp_gradient_allreduce)
+    why[DIM_RING] = "only gradient_allreduce sends its buckets through allreduce";
   for (int k = 0; k < NDIMS; k++) at->skip[k] = why[k] != NULL;
   at->settle_now = at->warmup > 0 ? at->warmup : 1;
   at->phase_start = 0;
   at->dim = -1;
   if (r0) {
-    char pt[160];
+    char pt[200];
     say_point(pt, sizeof(pt), &at->cur);
     bagua__say(TOOL,
                "%s on %d ranks, %d node(s): up to %d trials of %d timed steps (after %d warm-up, "
@@ -416,7 +462,7 @@ static bagua_status_t end_trial(bagua_ddp_t *d, struct bagua__autotune_s *at) {
   at->best = ranked(at, -1);
 
   /* Rank 0 decides; everyone applies what it decided. */
-  int64_t rec[5] = {0};
+  int64_t rec[6] = {0};
   if (d->rank == 0) {
     if (at->dim < 0) {
       at->dim = 0;
@@ -428,13 +474,14 @@ static bagua_status_t end_trial(bagua_ddp_t *d, struct bagua__autotune_s *at) {
     rec[1] = p.hierarchical;
     rec[2] = p.streams;
     rec[3] = p.segment_bytes;
-    rec[4] = !more;
+    rec[4] = p.ring_min_bytes;
+    rec[5] = !more;
   }
-  BAGUA_CHECK(bagua_broadcast(d->comm, rec, rec, 5, BAGUA_I64, 0));
-  bagua__autotune_point_t next = {rec[0], (int)rec[1], (int)rec[2], rec[3]};
-  int over = (int)rec[4];
+  BAGUA_CHECK(bagua_broadcast(d->comm, rec, rec, 6, BAGUA_I64, 0));
+  bagua__autotune_point_t next = {rec[0], (int)rec[1], (int)rec[2], rec[3], rec[4]};
+  int over = (int)rec[5];
   if (d->rank == 0) {
-    char pt[160], bp[160];
+    char pt[200], bp[200];
     say_point(pt, sizeof(pt), &t->p);
     say_point(bp, sizeof(bp), &at->trials[at->best].p);
     char sps[48] = "", again[64] = "";

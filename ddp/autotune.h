@@ -1,7 +1,8 @@
 /*
  * Autotuning of a data-parallel context (BAGUA_AUTOTUNE=1, docs/autotune.md): during the first
  * steps, rank 0 measures real steps under other settings that do not change the maths (bucket
- * size, hierarchical reduction, TCP streams per peer, the ring's pipeline segment) and every
+ * size, hierarchical reduction, TCP streams per peer, the ring's pipeline segment, the message
+ * size from which allreduce takes the ring) and every
  * rank moves to the same setting at the same step boundary. Not installed.
  */
 #ifndef BAGUA_DDP_AUTOTUNE_H
@@ -16,8 +17,9 @@
 typedef struct {
   int64_t bucket_bytes;
   int hierarchical;
-  int streams;           /* TCP streams per peer on another node; 0: no such peer */
-  int64_t segment_bytes; /* the TCP ring's pipeline segment */
+  int streams;            /* TCP streams per peer on another node; 0: no such peer */
+  int64_t segment_bytes;  /* the TCP ring's pipeline segment */
+  int64_t ring_min_bytes; /* allreduce takes the ring from this size (BAGUA_NET_RING_MIN_BYTES) */
 } bagua__autotune_point_t;
 
 /* What a test or a program may read back (all ranks hold the same values). */

@@ -4,7 +4,10 @@
  * several ring segments (4 KiB, 64 KiB, 1 MiB), set the same way on every rank between
  * collectives, a large allreduce (the pipelined ring, split over the streams) and a broadcast
  * (the exchange engine) give exact results; a split inherits the values; bad values are
- * refused with a warning and change nothing.
+ * refused with a warning and change nothing. The ring threshold (BAGUA_NET_RING_MIN_BYTES) picks
+ * the algorithm of a small allreduce, which the bytes each rank sends show: the ring's 2(n-1)
+ * blocks on every rank, or recursive doubling's whole buffers (twice on the rank that folds
+ * rank 2 in, once elsewhere).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,27 @@ static void check_collectives(bagua_comm_t *c, float *buf, const char *what) {
   ASSERT_OK(bagua_broadcast(c, buf, buf, COUNT, BAGUA_F32, 1));
   for (size_t i = 0; i < COUNT; i++)
     if (buf[i] != (float)(i % 977)) TEST_FAIL("%s: broadcast element %zu is %g", what, i, buf[i]);
+}
+
+/* A 12 KiB allreduce (3 blocks of 4 KiB) under ring threshold `ring_min`: exact sums, and the
+ * bytes this rank sent. */
+static uint64_t small_allreduce(bagua_comm_t *c, size_t ring_min) {
+  enum { N = 3072 };
+  static float buf[N];
+  int rank = bagua_comm_rank(c), n = bagua_comm_size(c);
+  ASSERT_OK(bagua__comm_set_ring_min(c, ring_min));
+  ASSERT_EQ(bagua__comm_ring_min(c), ring_min);
+  for (int i = 0; i < N; i++) buf[i] = (float)((i * 5 + rank * 3) % 61);
+  uint64_t before = bagua_comm_bytes_sent(c);
+  ASSERT_OK(bagua_allreduce(c, buf, buf, N, BAGUA_F32, BAGUA_SUM));
+  uint64_t sent = bagua_comm_bytes_sent(c) - before;
+  for (int i = 0; i < N; i++) {
+    float want = 0;
+    for (int r = 0; r < n; r++) want += (float)((i * 5 + r * 3) % 61);
+    if (buf[i] != want)
+      TEST_FAIL("ring threshold %zu: element %d is %g, want %g", ring_min, i, buf[i], want);
+  }
+  return sent;
 }
 
 static int body(bagua_comm_t *c, void *arg) {
@@ -73,11 +97,26 @@ static int body(bagua_comm_t *c, void *arg) {
   ASSERT_EQ(bagua__comm_streams(c), 2);
   ASSERT_EQ(bagua__comm_segment(c), 1 << 20);
   check_collectives(c, buf, "after refusals");
+  /* The ring threshold: the default, then the ring, then recursive doubling, for 12 KiB. */
+  ASSERT_EQ(bagua__comm_ring_min(c), 65536);
+  uint64_t ring = small_allreduce(c, 0), rd = small_allreduce(c, 1 << 20);
+  ASSERT_EQ(ring, 4 * 4096);
+  ASSERT_EQ(rd, bagua_comm_rank(c) == 1 ? 2 * 12288 : 12288);
+  ASSERT_STATUS(bagua__comm_set_ring_min(c, (size_t)1 << 31), BAGUA_ERR_INVALID_ARG);
+  if (!strstr(bagua_last_error(), "BAGUA_NET_RING_MIN_BYTES"))
+    TEST_FAIL("warning: %s", bagua_last_error());
+  ASSERT_EQ(bagua__comm_ring_min(c), 1 << 20);
+  bagua_comm_t *sub2 = NULL;
+  ASSERT_OK(bagua_comm_split(c, 0, bagua_comm_rank(c), &sub2));
+  ASSERT_EQ(bagua__comm_ring_min(sub2), 1 << 20);
+  bagua_comm_destroy(sub2);
   bagua_comm_destroy(wide);
   bagua_comm_destroy(sub);
   free(buf);
   if (bagua_comm_rank(c) == 0)
-    printf("comm_tune: 12 stream/segment settings, splits and refusals checked\n");
+    printf(
+        "comm_tune: 12 stream/segment settings, the ring threshold, splits and refusals "
+        "checked\n");
   return 0;
 }
 

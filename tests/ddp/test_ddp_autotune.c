@@ -3,18 +3,16 @@
  *
  *   same   2 ranks on 2 emulated nodes over TCP, gradient_allreduce: after every step each rank
  *          records the settings in effect (layout version, bucket size, hierarchical, streams,
- *          segment, bucket count, read from the context and its communicator, not from the
- *          tuner); the records are equal on every rank at every step, at least one setting
- *          changed (the layout at least once), tuning ended within the step budget, the
- *          weights are bit-identical across ranks and the loss went down.
- *   hier   4 ranks, 2 per node: hierarchical is a searched dimension and really applied (the
- *          context ran steps with hierarchical 0 and with 1), same checks as above.
- *   csv    2 ranks on one node (shared memory): BAGUA_LOG_DIR/autotune.csv has the header, one
- *          row per trial with the settings measured and exactly one chosen row; streams and
- *          segment cannot matter here, so every row keeps them.
- *   released  as same, after bagua_ddp_release_params() (the Python front end's zero-copy
- *          views): the layout never moves (layout version 0), streams and segment are tuned.
- *   bad    BAGUA_AUTOTUNE=2 and =yes are refused by bagua_ddp_create() with
+ *          segment, bucket count, ring threshold, read from the context and its communicator, not
+ * from the tuner); the records are equal on every rank at every step, at least one setting changed
+ * (the layout at least once), tuning ended within the step budget, the weights are bit-identical
+ * across ranks and the loss went down. hier   4 ranks, 2 per node: hierarchical is a searched
+ * dimension and really applied (the context ran steps with hierarchical 0 and with 1), same checks
+ * as above. csv    2 ranks on one node (shared memory): BAGUA_LOG_DIR/autotune.csv has the header,
+ * one row per trial with the settings measured and exactly one chosen row; streams and segment
+ * cannot matter here, so every row keeps them. released  as same, after bagua_ddp_release_params()
+ * (the Python front end's zero-copy views): the layout never moves (layout version 0), streams and
+ * segment are tuned. bad    BAGUA_AUTOTUNE=2 and =yes are refused by bagua_ddp_create() with
  *          BAGUA_ERR_INVALID_ARG and a warning naming the variable and what is accepted; ranks
  *          with different values are refused with BAGUA_ERR_INVALID_USAGE on every rank.
  */
@@ -32,7 +30,7 @@
 #include "problem.h"
 
 #define STEPS 40
-#define NREC 6
+#define NREC 7
 
 static problem_t prob = {.d_in = 128, .d_out = 32, .n = 32, .nsplit = 8, .noise = 0.1f};
 
@@ -50,6 +48,7 @@ static void record(bagua_ddp_t *d, int64_t *rec) {
   rec[3] = bagua__comm_streams(d->comm);
   rec[4] = (int64_t)bagua__comm_segment(d->comm);
   rec[5] = d->nbuckets;
+  rec[6] = (int64_t)bagua__comm_ring_min(d->comm);
 }
 
 static void check_csv(const char *dir, const bagua__autotune_info_t *info) {
@@ -59,23 +58,24 @@ static void check_csv(const char *dir, const bagua__autotune_info_t *info) {
   if (!f) TEST_FAIL("%s was not written", path);
   if (!fgets(line, sizeof(line), f)) TEST_FAIL("%s is empty", path);
   ASSERT_STREQ(line,
-               "trial,step,bucket_bytes,hierarchical,streams,segment_bytes,seconds_per_step,"
-               "samples_per_s,chosen\n");
+               "trial,step,bucket_bytes,hierarchical,streams,segment_bytes,ring_min_bytes,"
+               "seconds_per_step,samples_per_s,chosen\n");
   int rows = 0, chosen = 0;
   long long buckets[64];
   while (fgets(line, sizeof(line), f)) {
     int trial, hier, streams, ch;
-    long long step, bucket, seg;
+    long long step, bucket, seg, ring;
     double sps;
     /* samples_per_s is empty: this program counts no samples. */
-    if (sscanf(line, "%d,%lld,%lld,%d,%d,%lld,%lf,,%d", &trial, &step, &bucket, &hier, &streams,
-               &seg, &sps, &ch) != 8)
+    if (sscanf(line, "%d,%lld,%lld,%d,%d,%lld,%lld,%lf,,%d", &trial, &step, &bucket, &hier,
+               &streams, &seg, &ring, &sps, &ch) != 9)
       TEST_FAIL("row %d of %s does not parse: %s", rows, path, line);
     ASSERT_EQ(trial, rows);
     ASSERT_TRUE(sps > 0);
     ASSERT_EQ(streams, 0);  /* one node: no TCP peer, not tuned */
     ASSERT_EQ(seg, 262144); /* the default segment, not tuned over shared memory */
     ASSERT_EQ(hier, 0);     /* one node: not tuned */
+    ASSERT_EQ(ring, 65536); /* the default threshold: no TCP collective over shared memory */
     chosen += ch;
     if (rows < 64) buckets[rows] = bucket;
     rows++;
