@@ -17,6 +17,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "comm/tune.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"
@@ -507,6 +508,7 @@ static bagua_status_t switch_to(bagua_ddp_t *d, int i, const bagua__adv_pred_t *
 static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
   double bucket_bytes[d->nbuckets > 0 ? d->nbuckets : 1];
   for (int b = 0; b < d->nbuckets; b++) bucket_bytes[b] = (double)d->buckets[b].count * 4.0;
+  size_t ring_min = bagua__comm_ring_min(d->comm);
   bagua__adv_meas_t m = {.ranks = d->size,
                          .nodes = a->nodes,
                          .ranks_per_node = a->rpn,
@@ -519,7 +521,9 @@ static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
                          .intra_lat = a->intra_lat,
                          .intra_bw = a->intra_bw,
                          .quant_bw = a->quant_bw,
-                         .overlap = a->overlap};
+                         .overlap = a->overlap,
+                         /* 0 means "always the ring" here, the model's 0 the default. */
+                         .ring_min_bytes = ring_min > 0 ? (double)ring_min : 1.0};
   double measured;
   BAGUA_CHECK(gather_compute(a, &m.compute_s, &m.backward_s, &measured));
   int running = algo_index(d->s.algo);

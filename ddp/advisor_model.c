@@ -8,8 +8,9 @@
 
 #include <math.h>
 
-/* Messages below this size take the latency-optimal allreduce (comm/coll_generic.c). */
-#define SMALL_BYTES 65536.0
+/* Messages below the ring threshold take the latency-optimal allreduce (comm/coll_generic.c);
+ * this is BAGUA_NET_RING_MIN_BYTES's default. */
+#define DEFAULT_RING_MIN 65536.0
 
 static const char *const k_names[BAGUA__ADV_COUNT] = {
     "gradient_allreduce",          "bytegrad", "decentralized",
@@ -30,6 +31,7 @@ typedef struct {
   int p;
   double lat, bw; /* bw: ring allreduce and allgather */
   double bw_a2a, bw_p2p;
+  double ring_min; /* allreduce: the ring from this many bytes */
 } net_t;
 
 static double log2_ceil(int p) {
@@ -47,7 +49,7 @@ static double xfer(const net_t *n, double bytes) {
 /* Allreduce of s bytes; *sent gets the bytes this participant sends. */
 static double allreduce(const net_t *n, double s, double *sent) {
   if (n->p <= 1) return 0.0;
-  if (s < SMALL_BYTES) {
+  if (s < n->ring_min) {
     *sent += log2_ceil(n->p) * s;
     return log2_ceil(n->p) * (n->lat + xfer(n, s));
   }
@@ -94,12 +96,13 @@ static ctx_t context(const bagua__adv_meas_t *m, int hier) {
   double bw = single_node && r > 1 ? m->intra_bw : m->inter_bw;
   double a2a = m->inter_bw_a2a > 0 ? m->inter_bw_a2a : m->inter_bw;
   double p2p = m->inter_bw_p2p > 0 ? m->inter_bw_p2p : m->inter_bw;
+  double ring_min = m->ring_min_bytes > 0 ? m->ring_min_bytes : DEFAULT_RING_MIN;
   if (hier) {
-    c.top = (net_t){m->nodes, m->inter_lat, m->inter_bw, a2a, p2p};
+    c.top = (net_t){m->nodes, m->inter_lat, m->inter_bw, a2a, p2p, ring_min};
     c.flat = c.top;
   } else {
     if (single_node && r > 1) a2a = p2p = bw;
-    c.top = (net_t){m->ranks, lat, bw, a2a, p2p};
+    c.top = (net_t){m->ranks, lat, bw, a2a, p2p, ring_min};
     /* A ring crosses each node boundary once per direction, so it runs at one link's
      * speed; an alltoall or a peer exchange puts all r ranks of a node on its one link. */
     c.flat = c.top;

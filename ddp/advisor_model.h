@@ -7,7 +7,8 @@
  * Cost of one collective on p participants (latency `lat` per message round, `bw` bytes per
  * second through each participant's link as that collective achieves it, measured for the
  * ring allreduce, the alltoall and the sendrecv ring; the shapes of comm/coll_generic.c):
- *   allreduce of s bytes   s < 64 KiB: ceil(log2 p) (lat + s/bw)   (recursive doubling)
+ *   allreduce of s bytes   s < T: ceil(log2 p) (lat + s/bw)        (recursive doubling; T: the
+ *                                                                   ring threshold)
  *                          else 2(p-1) lat + 2(p-1)/p s/bw          (ring)
  *   alltoall, allgather    (p-1) lat + (p-1)/p s/bw                (s: the whole buffer)
  *   sendrecv               lat + s/bw                               (full duplex)
@@ -60,6 +61,10 @@ typedef struct {
    * alone (0 .. 1): 1 when every communication thread has a core of its own, 0 when the
    * compute threads take every core (bagua__adv_overlap_efficiency). */
   double overlap;
+  /* The communicator's ring threshold (BAGUA_NET_RING_MIN_BYTES): allreduce of fewer bytes
+   * takes recursive doubling. 0: the variable's default, 64 KiB (so a caller that means
+   * "always the ring" passes 1). */
+  double ring_min_bytes;
 } bagua__adv_meas_t;
 
 /* The options of the algorithm being predicted (docs/algorithms.md). */

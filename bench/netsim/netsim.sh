@@ -124,10 +124,26 @@ stop_switch() {
   rm -f "$pidfile"
 }
 
-down() {
+# The processes still inside the namespaces `$@`, one pid per line.
+ns_pids() {
   local ns
+  for ns in "$@"; do ip netns pids "$ns" 2>/dev/null; done
+}
+
+down() {
+  local ns nss i
   stop_switch
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-(sw|h[0-9]+)$"); do
+  nss=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-(sw|h[0-9]+)$")
+  # Deleting a namespace does not stop what runs in it. A command may have put children in
+  # process groups of their own (timeout(1) does, and so do launchers), which the signal to the
+  # command's group misses; they would go on running, cut off from every link. So whatever is
+  # left inside the cluster gets SIGTERM, up to 5 s, then SIGKILL.
+  if [ -n "$nss" ] && [ -n "$(ns_pids $nss)" ]; then
+    ns_pids $nss | xargs -r kill -TERM 2>/dev/null
+    for ((i = 0; i < 50; i++)); do [ -z "$(ns_pids $nss)" ] && break; sleep 0.1; done
+    ns_pids $nss | xargs -r kill -KILL 2>/dev/null
+  fi
+  for ns in $nss; do
     ip netns del "$ns" 2>/dev/null
   done
 }

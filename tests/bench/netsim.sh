@@ -134,12 +134,17 @@ rc=$?
 leftovers ${tag}c
 
 # 4. SIGTERM while the command runs: the command is stopped and the cluster torn down at once,
-# not when the command would have ended.
+# not when the command would have ended. A child that left the command's process group (as
+# timeout(1) and launchers do; here setsid inside host 2) is stopped too.
 pidf=$(mktemp)
 "$netsim" run --hosts 2 --rate 100mbit --delay 5 --name ${tag}d -- \
-  bash -c 'echo $$ >"$0"; exec sleep 60' "$pidf" &
+  bash -c 'ip netns exec ${NETSIM_HOSTS#*,} setsid sleep 60 & echo $! >"$0.esc";
+           echo $$ >"$0"; exec sleep 60' "$pidf" &
 runner=$!
-for ((i = 0; i < 100; i++)); do [ -s "$pidf" ] && break; sleep 0.1; done
+for ((i = 0; i < 100; i++)); do [ -s "$pidf" ] && [ -s "$pidf.esc" ] && break; sleep 0.1; done
+esc=$(cat "$pidf.esc")
+# ip netns exec, then setsid, exec themselves into sleep under the same pid.
+for ((i = 0; i < 50; i++)); do [ "$(cat /proc/$esc/comm 2>/dev/null)" = sleep ] && break; sleep 0.1; done
 t0=$SECONDS
 kill -TERM $runner
 wait $runner
@@ -148,7 +153,11 @@ rc=$?
 [ $((SECONDS - t0)) -le 10 ] || fail "SIGTERM: the tear-down took $((SECONDS - t0)) s"
 cmd=$(cat "$pidf")
 [ -n "$cmd" ] && kill -0 "$cmd" 2>/dev/null && fail "SIGTERM: the command (pid $cmd) still runs"
-rm -f "$pidf"
+# A killed orphan may stay a zombie until init reaps it: that counts as stopped.
+st=$(awk '{print $3}' "/proc/$esc/stat" 2>/dev/null)
+[ -n "$esc" ] && [ -n "$st" ] && [ "$st" != Z ] &&
+  fail "SIGTERM: a process of the cluster outside the command's group (pid $esc, state $st) still runs"
+rm -f "$pidf" "$pidf.esc"
 leftovers ${tag}d
 
 # 5. up, then down from another invocation (the switch outlives the first one).

@@ -148,6 +148,20 @@ static int mode_model(void) {
   NEAR(predict(&ov, BAGUA__ADV_GRADIENT_ALLREDUCE, -1, 0).exposed_s, 3.3012);
   ov.overlap = 0;
   NEAR(predict(&ov, BAGUA__ADV_GRADIENT_ALLREDUCE, -1, 0).exposed_s, 2 * 2.4006);
+
+  /* The ring threshold: a 52e3-byte bucket (the torch example's CNN) takes recursive doubling
+   * under the default 64 KiB, 2 rounds of 1e-4 + 52e3/12.5e6 s sending 104e3 bytes, and the
+   * ring under a threshold of 4 KiB, 6*1e-4 + 1.5*52e3/12.5e6 s sending 78e3 bytes. */
+  double cnn[1] = {52e3};
+  bagua__adv_meas_t small = slow;
+  small.bucket_bytes = cnn;
+  bagua__adv_pred_t rd = predict(&small, BAGUA__ADV_GRADIENT_ALLREDUCE, -1, 0);
+  NEAR(rd.bytes, 104e3);
+  NEAR(rd.comm_s, 2 * (1e-4 + 52e3 / 12.5e6));
+  small.ring_min_bytes = 4096;
+  bagua__adv_pred_t ring = predict(&small, BAGUA__ADV_GRADIENT_ALLREDUCE, -1, 0);
+  NEAR(ring.bytes, 78e3);
+  NEAR(ring.comm_s, 6e-4 + 1.5 * 52e3 / 12.5e6);
   /* The same for decentralized's exchange over the 0.2 s of compute. */
   bagua__adv_meas_t busy = slow;
   busy.overlap = 0;
