@@ -17,10 +17,13 @@
 # Needs root (network namespaces).
 #
 # usage: bench/advise.sh [--build build] [--rates "100mbit 1gbit"] [--steps 3] [--csv FILE]
-#          [--algos "gradient_allreduce bytegrad ..."]
+#          [--algos "gradient_allreduce bytegrad ..."] [--delay MS] [--hidden 3072,3072]
+# --delay adds MS each way through netsim's delay switch (the rate column then reads
+# "1gbit+5ms"); --hidden sets the MLP's hidden layers (a small model, e.g. 64, makes the
+# steps latency-bound).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=build rates="100mbit 1gbit" steps=3 csv=/dev/null inner=0
+build=build rates="100mbit 1gbit" steps=3 csv=/dev/null inner=0 delay=0 hidden=3072,3072
 algos="gradient_allreduce bytegrad decentralized low_precision_decentralized async"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,18 +32,25 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
     --algos) algos=$2; shift 2 ;;
+    --delay) delay=$2; shift 2 ;;
+    --hidden) hidden=$2; shift 2 ;;
     --inner) inner=1; shift ;;
     *) echo "advise: unknown argument \"$1\"; see the header of $0" >&2; exit 2 ;;
   esac
 done
+[[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "advise: --steps \"$steps\" is not a positive integer" >&2; exit 2; }
+[[ $delay =~ ^[0-9]+$ ]] || { echo "advise: --delay \"$delay\" is not a whole number of ms" >&2; exit 2; }
+[[ $hidden =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+  { echo "advise: --hidden \"$hidden\" is not a comma-separated list of layer widths" >&2; exit 2; }
 build=$(cd "$build" && pwd) || { echo "advise: no build directory" >&2; exit 2; }
 
 if [ "$inner" = 0 ]; then
   [ "$(id -u)" = 0 ] || { echo "advise: needs root (network namespaces)" >&2; exit 77; }
   echo "rate,algorithm,predicted_s,measured_s,error_pct" | tee "$csv"
   for rate in $rates; do
-    bench/netsim/netsim.sh run --hosts 4 --rate "$rate" --name adv -- \
-      "$0" --inner --build "$build" --steps "$steps" --algos "$algos" | tee -a "$csv" || exit 1
+    bench/netsim/netsim.sh run --hosts 4 --rate "$rate" --delay "$delay" --name adv -- \
+      "$0" --inner --build "$build" --steps "$steps" --algos "$algos" --hidden "$hidden" |
+      tee -a "$csv" || exit 1
   done
   exit 0
 fi
@@ -60,7 +70,7 @@ for algo in $algos; do
   ip netns exec "${H[0]}" timeout 900 "$build/launcher/bagua-launch" --hosts "$hostspec" \
     --remote-cmd "ip netns exec {host}" --rdzv-host 198.18.0.1 --max-restarts 0 \
     --job-id "adv-$$-$RANDOM" --advise -x "BAGUA_ADVISE_STEPS=$steps" "${extra[@]}" -- \
-    "$build/examples/fashion_mnist" --hidden 3072,3072 --epochs 1 --limit-train "$limit" \
+    "$build/examples/fashion_mnist" --hidden "$hidden" --epochs 1 --limit-train "$limit" \
     --limit-test 100 --algorithm "$algo" >"$out" 2>&1
   rc=$?
   # Rank 0's table rows: "advise: RANK NAME HIER PRED VS COMM EXPOSED MB NOTE".
@@ -80,6 +90,9 @@ for algo in $algos; do
   fi
 done
 
+label=$NETSIM_RATE
+[ "${NETSIM_DELAY_MS:-0}" != 0 ] && label="$NETSIM_RATE+${NETSIM_DELAY_MS}ms"
+NETSIM_RATE=$label
 for algo in $algos; do
   p=${pred[$algo]:-} m=${meas[$algo]:-}
   err=""

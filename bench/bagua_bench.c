@@ -30,10 +30,13 @@ typedef enum {
   C_BROADCAST,
   C_REDUCE,
   C_BARRIER,
+  C_SENDRECV,
   C__COUNT
 } coll_t;
+/* sendrecv is a ring shift: every rank sends the buffer to rank+1 and receives rank-1's, the
+ * exchange decentralized algorithms make with each neighbour. */
 static const char *k_coll[C__COUNT] = {"allreduce", "reduce_scatter", "allgather", "alltoall",
-                                       "broadcast", "reduce",         "barrier"};
+                                       "broadcast", "reduce",         "barrier",   "sendrecv"};
 
 typedef struct {
   coll_t coll;
@@ -52,7 +55,8 @@ static void usage(FILE *f) {
           "                   [--op sum|avg|min|max] [--min-bytes 8] [--max-bytes 256M]\n"
           "                   [--iters 20] [--warmup 5] [--check]\n"
           "       bagua-bench kernel NAME --bytes 64M\n"
-          "COLLECTIVE: allreduce reduce_scatter allgather alltoall broadcast reduce barrier\n");
+          "COLLECTIVE: allreduce reduce_scatter allgather alltoall broadcast reduce barrier\n"
+          "            sendrecv (a ring shift: send to rank+1, receive from rank-1)\n");
 }
 
 static int parse_size(const char *s, size_t *out) {
@@ -241,6 +245,9 @@ static bagua_status_t run_once(const opts_t *o, bagua_comm_t *c, void *s, void *
       return bagua_reduce(c, s, r, count, o->dt, o->op, 0);
     case C_BARRIER:
       return bagua_barrier(c);
+    case C_SENDRECV:
+      return bagua_sendrecv(c, s, count, (bagua_comm_rank(c) + 1) % n, r, count,
+                            (bagua_comm_rank(c) + n - 1) % n, o->dt);
     default:
       return BAGUA_ERR_INVALID_ARG;
   }
@@ -281,6 +288,10 @@ static size_t count_wrong(const opts_t *o, int rank, int n, const void *r, size_
     case C_BROADCAST:
       for (size_t i = 0; i < count; i++)
         wrong += !close_enough(o->dt, load(o->dt, r, i), val(0, i));
+      break;
+    case C_SENDRECV:
+      for (size_t i = 0; i < count; i++)
+        wrong += !close_enough(o->dt, load(o->dt, r, i), val((rank + n - 1) % n, i));
       break;
     default:
       break;

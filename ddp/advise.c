@@ -33,7 +33,7 @@
  * largest bucket, low-precision decentralized's compressed model), up to this much: on the
  * netsim links a 12 MiB sendrecv ran at 6.8 MB/s where a 4 MiB one ran at 10.3 MB/s. */
 #define PROBE_P2P_MAX_BYTES (16u << 20)
-#define LAT_REPEAT 7
+#define LAT_REPEAT 12
 #define BW_REPEAT 3
 /* Elements run through one compression and decompression to time the kernels: the model
  * (as low-precision decentralized compresses it), at least 16 MiB and at most 64 MiB of
@@ -118,18 +118,29 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Median seconds of `repeat` allreduces of `bytes` (after one untimed warm-up). */
+/*
+ * Seconds per allreduce of `bytes` over `repeat` of them (after one untimed warm-up): the
+ * median of the calls' times, or with `period` their total over `repeat`. The ranks of a
+ * loop of back-to-back collectives settle into a fixed skew: the last to arrive finds its
+ * peers' messages waiting and returns at once, the first waits for the others, so one rank's
+ * calls may each take a tenth of the period and another's nearly two (4 netsim hosts with a
+ * 10 ms round trip: per-call medians of 1.5 to 19 ms for a period of 10 ms on every rank).
+ * Latency therefore comes from the period; the skew then errs by at most itself over
+ * `repeat`. Large transfers take the median, which a burst of load elsewhere cannot move
+ * and next to which the skew is small.
+ */
 static bagua_status_t time_allreduce(bagua_comm_t *c, float *buf, size_t bytes, int repeat,
-                                     double *out) {
+                                     int period, double *out) {
   double t[LAT_REPEAT > BW_REPEAT ? LAT_REPEAT : BW_REPEAT];
   size_t n = bytes / sizeof(float);
   BAGUA_CHECK(bagua_allreduce(c, buf, buf, n, BAGUA_F32, BAGUA_SUM));
+  double start = bagua__now_s();
   for (int i = 0; i < repeat; i++) {
     double t0 = bagua__now_s();
     BAGUA_CHECK(bagua_allreduce(c, buf, buf, n, BAGUA_F32, BAGUA_SUM));
     t[i] = bagua__now_s() - t0;
   }
-  *out = median(t, repeat);
+  *out = period ? (bagua__now_s() - start) / repeat : median(t, repeat);
   return BAGUA_OK;
 }
 
@@ -144,8 +155,8 @@ static bagua_status_t probe(bagua_comm_t *c, float *buf, size_t bytes, double *l
   if (n < 2) return BAGUA_OK;
   double t_small, t_big;
   memset(buf, 0, bytes);
-  BAGUA_CHECK(time_allreduce(c, buf, 2 * sizeof(float), LAT_REPEAT, &t_small));
-  BAGUA_CHECK(time_allreduce(c, buf, bytes, BW_REPEAT, &t_big));
+  BAGUA_CHECK(time_allreduce(c, buf, 2 * sizeof(float), LAT_REPEAT, 1, &t_small));
+  BAGUA_CHECK(time_allreduce(c, buf, bytes, BW_REPEAT, 0, &t_big));
   *lat = t_small / ceil(log2((double)n));
   double t = t_big - 2.0 * (n - 1) * *lat;
   /* A latency estimate that eats most of the transfer is noise: keep half of it at least. */
