@@ -126,6 +126,19 @@ bagua_status_t bagua__listen(uint32_t addr, uint16_t port, int *fd, uint16_t *bo
   return BAGUA_OK;
 }
 
+/* Binds `port` on addr (0: a port the kernel picks) and returns the port bound, or -1. */
+static int try_bind(uint32_t addr, int port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return -1;
+  struct sockaddr_in sa = {
+      .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
+  socklen_t len = sizeof(sa);
+  int ok = bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+           getsockname(s, (struct sockaddr *)&sa, &len) == 0;
+  close(s);
+  return ok ? ntohs(sa.sin_port) : -1;
+}
+
 int bagua__sock_spare_port(uint32_t addr) {
   int low = 32768;
   FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
@@ -133,23 +146,19 @@ int bagua__sock_spare_port(uint32_t addr) {
     if (fscanf(f, "%d", &low) != 1) low = 32768;
     fclose(f);
   }
-  /* Up to 12000 ports under the ephemeral range, never the privileged ones. */
+  /* Up to 12000 ports under the ephemeral range, never the privileged ones. A system whose
+   * ephemeral range starts near 1024 leaves no such room: there the kernel's pick is all
+   * there is. */
   int base = low - 12000 < 1024 ? 1024 : low - 12000;
-  if (low - base < 256) return -1;
+  if (low - base < 256) return try_bind(addr, 0);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   unsigned seed = (unsigned)ts.tv_nsec ^ ((unsigned)getpid() << 16) ^ (unsigned)ts.tv_sec;
   for (int i = 0; i < 64; i++) {
-    int port = base + (int)(rand_r(&seed) % (unsigned)(low - base));
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0) return -1;
-    struct sockaddr_in sa = {
-        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
-    int ok = bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-    close(s);
-    if (ok) return port;
+    int port = try_bind(addr, base + (int)(rand_r(&seed) % (unsigned)(low - base)));
+    if (port > 0) return port;
   }
-  return -1;
+  return try_bind(addr, 0);
 }
 
 /* Waits for `events` on fd in slices of at most 50 ms so that the abort flag is honoured. */

@@ -33,7 +33,9 @@ bagua_status_t bagua__listen(uint32_t addr, uint16_t port, int *fd, uint16_t *bo
  * the kernel hands the same ephemeral ports to outgoing connections, so under a parallel test
  * run a connect() elsewhere can take the port before its listener binds it. This picks a
  * random port below the ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), where only
- * explicit binds land, and checks that it binds. Returns the port, or -1 after 64 tries.
+ * explicit binds land, and checks that it binds. Where that range starts too low to leave
+ * room, or 64 tries found nothing, it falls back to the kernel's pick. Returns the port, or
+ * -1 when nothing binds at all.
  */
 int bagua__sock_spare_port(uint32_t addr);
 

@@ -119,7 +119,7 @@ def get_default_group():
 
 
 def _free_port(host=""):
-    """A TCP port that binds on ``host`` now, below the kernel's ephemeral range.
+    """A TCP port that binds on ``host`` now, below the kernel's ephemeral range if it can.
 
     Rank 0 publishes the port before libbagua listens on it. Port 0's pick would be racy:
     outgoing connections get ephemeral ports too and can take it in between (the same
@@ -131,15 +131,17 @@ def _free_port(host=""):
     except (OSError, ValueError, IndexError):
         low = 32768
     base = max(1024, low - 12000)
-    for _ in range(64):
-        port = random.randrange(base, low)
+    # Where the ephemeral range starts near 1024 there is no room below it: the kernel's
+    # pick is all there is, as after 64 unlucky tries.
+    candidates = [random.randrange(base, low) for _ in range(64)] if low - base >= 256 else []
+    for port in candidates + [0]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
-            return port
-    raise RuntimeError("no free TCP port below the ephemeral range")
+            return s.getsockname()[1]
+    raise RuntimeError("no free TCP port")
 
 
 def init_process_group(store=None, transport=None):
