@@ -82,6 +82,8 @@ set_tests_properties(example_fm_gpu_mlp PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 
 add_executable(test_fm_gpu_run fashion_mnist/gpu_test/test_fm_gpu_run.c
                                ${PROJECT_SOURCE_DIR}/tests/examples/fm_child.c)
 target_include_directories(test_fm_gpu_run PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+# fm_child.c picks its rendezvous ports with libbagua's bagua__sock_spare_port.
+target_link_libraries(test_fm_gpu_run PRIVATE bagua_static)
 set(_fm_gpu_tests example_fm_gpu_mlp)
 foreach(cfg "1;gradient_allreduce" "2;gradient_allreduce" "2;bytegrad" "2;decentralized"
             "2;low_precision_decentralized" "2;qadam" "2;async")
