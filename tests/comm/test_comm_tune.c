@@ -7,7 +7,9 @@
  * refused with a warning and change nothing. The ring threshold (BAGUA_NET_RING_MIN_BYTES) picks
  * the algorithm of a small allreduce, which the bytes each rank sends show: the ring's 2(n-1)
  * blocks on every rank, or recursive doubling's whole buffers (twice on the rank that folds
- * rank 2 in, once elsewhere).
+ * rank 2 in, once elsewhere). Two ranks whose thresholds disagree (a misconfigured job) both
+ * fail their first allreduce between the two with BAGUA_ERR_PROTOCOL and a message that names
+ * the mismatch, at once rather than at the communicator's timeout.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,11 +122,33 @@ static int body(bagua_comm_t *c, void *arg) {
   return 0;
 }
 
+/* Rank 0 takes the ring for 16 KiB, rank 1 recursive doubling. */
+static int mismatch_body(bagua_comm_t *c, void *arg) {
+  (void)arg;
+  static float buf[4096];
+  int rank = bagua_comm_rank(c);
+  ASSERT_OK(bagua__comm_set_ring_min(c, rank == 0 ? 0 : 1 << 20));
+  double t0 = mp_now();
+  ASSERT_STATUS(bagua_allreduce(c, buf, buf, 4096, BAGUA_F32, BAGUA_SUM), BAGUA_ERR_PROTOCOL);
+  if (!strstr(bagua_last_error(), "mismatched collective calls or counts"))
+    TEST_FAIL("rank %d: the error does not name the mismatch: %s", rank, bagua_last_error());
+  if (mp_now() - t0 > 5)
+    TEST_FAIL("rank %d: the mismatch took %.1f s to fail", rank, mp_now() - t0);
+  if (rank == 0) printf("comm_tune: disagreeing ring thresholds fail at once on both ranks\n");
+  return 0;
+}
+
 int main(void) {
   mp_opts_t o = {.nranks = 3,
                  .transport = BAGUA_TRANSPORT_TCP,
                  .ranks_per_node = 1,
                  .deadline_s = 100,
                  .setenv_list = "BAGUA_NET_NSTREAMS=4"};
-  return mp_run(&o, body, NULL);
+  if (mp_run(&o, body, NULL) != 0) return 1;
+  mp_opts_t two = {.nranks = 2,
+                   .transport = BAGUA_TRANSPORT_TCP,
+                   .ranks_per_node = 1,
+                   .timeout_ms = 30000,
+                   .deadline_s = 60};
+  return mp_run(&two, mismatch_body, NULL);
 }
