@@ -43,12 +43,27 @@ bagua_status_t bagua__comm_set_streams(bagua_comm_t *c, int n) {
   return BAGUA_OK;
 }
 
-int bagua__comm_uses_ring(const bagua_comm_t *c) {
-  if (!c || !bagua__param_int(BAGUA_P_NET_RING_PIPELINE)) return 0;
-  /* The generic collectives over TCP run the ring (coll_generic.c); a hierarchical transport
-   * runs it among the node leaders. Shared memory never does. */
+int bagua__comm_uses_generic(const bagua_comm_t *c) {
+  if (!c) return 0;
+  /* The generic collectives serve TCP (coll_generic.c); a hierarchical transport runs them
+   * among the node leaders. Shared memory never does. */
   if (c->ops == &bagua__generic_ops && c->size > 1) return 1;
-  return bagua__comm_uses_ring(c->inter);
+  return bagua__comm_uses_generic(c->inter);
+}
+
+int bagua__comm_uses_ring(const bagua_comm_t *c) {
+  return bagua__param_int(BAGUA_P_NET_RING_PIPELINE) && bagua__comm_uses_generic(c);
+}
+
+/* Whether `bytes` is within the bounds of parameter `id`; warns naming `what` and the variable
+ * otherwise. */
+static int in_bounds(bagua__param_id_t id, const char *what, size_t bytes) {
+  int64_t lo, hi;
+  bagua__param_bounds(id, &lo, &hi);
+  if (bytes >= (size_t)lo && bytes <= (size_t)hi) return 1;
+  BAGUA_WARN("communicator: %s %zu bytes is invalid; accepted: %lld..%lld (as %s)", what, bytes,
+             (long long)lo, (long long)hi, bagua__param_env_name(id));
+  return 0;
 }
 
 size_t bagua__comm_segment(const bagua_comm_t *c) {
@@ -57,23 +72,11 @@ size_t bagua__comm_segment(const bagua_comm_t *c) {
 
 bagua_status_t bagua__comm_set_segment(bagua_comm_t *c, size_t bytes) {
   if (!c) return BAGUA_OK;
-  int64_t lo, hi;
-  bagua__param_bounds(BAGUA_P_NET_SEGMENT_BYTES, &lo, &hi);
-  if (bytes < (size_t)lo || bytes > (size_t)hi) {
-    BAGUA_WARN("communicator: segment %zu bytes is invalid; accepted: %lld..%lld (as %s)", bytes,
-               (long long)lo, (long long)hi, bagua__param_env_name(BAGUA_P_NET_SEGMENT_BYTES));
-    return BAGUA_ERR_INVALID_ARG;
-  }
+  if (!in_bounds(BAGUA_P_NET_SEGMENT_BYTES, "segment", bytes)) return BAGUA_ERR_INVALID_ARG;
   c->segment_bytes = bytes;
   if (c->intra) c->intra->segment_bytes = bytes;
   if (c->inter) bagua__comm_set_segment(c->inter, bytes);
   return BAGUA_OK;
-}
-
-int bagua__comm_uses_generic(const bagua_comm_t *c) {
-  if (!c) return 0;
-  if (c->ops == &bagua__generic_ops && c->size > 1) return 1;
-  return bagua__comm_uses_generic(c->inter);
 }
 
 size_t bagua__comm_ring_min(const bagua_comm_t *c) {
@@ -82,14 +85,7 @@ size_t bagua__comm_ring_min(const bagua_comm_t *c) {
 
 bagua_status_t bagua__comm_set_ring_min(bagua_comm_t *c, size_t bytes) {
   if (!c) return BAGUA_OK;
-  int64_t lo, hi;
-  bagua__param_bounds(BAGUA_P_NET_RING_MIN_BYTES, &lo, &hi);
-  if (bytes < (size_t)lo || bytes > (size_t)hi) {
-    BAGUA_WARN("communicator: ring threshold %zu bytes is invalid; accepted: %lld..%lld (as %s)",
-               bytes, (long long)lo, (long long)hi,
-               bagua__param_env_name(BAGUA_P_NET_RING_MIN_BYTES));
-    return BAGUA_ERR_INVALID_ARG;
-  }
+  if (!in_bounds(BAGUA_P_NET_RING_MIN_BYTES, "ring threshold", bytes)) return BAGUA_ERR_INVALID_ARG;
   c->ring_min_bytes = bytes;
   if (c->intra) c->intra->ring_min_bytes = bytes;
   if (c->inter) bagua__comm_set_ring_min(c->inter, bytes);

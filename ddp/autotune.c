@@ -399,17 +399,16 @@ static bagua_status_t start(bagua_ddp_t *d) {
   if (!why[DIM_HIER] && (d->node_count < 2 || d->node_count >= d->size))
     why[DIM_HIER] = d->node_count < 2 ? "all ranks share one node" : "one rank per node";
   if (d->s.dev != &bagua__ddp_dev_cpu)
-    why[DIM_STREAMS] = why[DIM_SEGMENT] = "the buffers are on the GPU, NCCL moves them";
+    why[DIM_STREAMS] = why[DIM_SEGMENT] = why[DIM_RING] =
+        "the buffers are on the GPU, NCCL moves them";
   if (!why[DIM_STREAMS] && bagua__comm_max_streams(d->comm) < 2)
     why[DIM_STREAMS] = bagua__comm_max_streams(d->comm) == 0 ? "no peer on another node"
                                                              : "one stream opened per peer";
   if (!why[DIM_SEGMENT] && !bagua__comm_uses_ring(d->comm) && !bagua__comm_uses_ring(d->inter))
     why[DIM_SEGMENT] = "no TCP ring runs (shared memory, or BAGUA_NET_RING_PIPELINE=0)";
-  if (d->s.dev != &bagua__ddp_dev_cpu)
-    why[DIM_RING] = "the buffers are on the GPU, NCCL moves them";
-  else if (!bagua__comm_uses_generic(d->comm) && !bagua__comm_uses_generic(d->inter))
+  if (!why[DIM_RING] && !bagua__comm_uses_generic(d->comm) && !bagua__comm_uses_generic(d->inter))
     why[DIM_RING] = "no TCP collectives run (shared memory)";
-  else if (d->s.algo != &bagua__ddp_gradient_allreduce)
+  else if (!why[DIM_RING] && d->s.algo != &bagua__ddp_gradient_allreduce)
     why[DIM_RING] = "only gradient_allreduce sends its buckets through allreduce";
   for (int k = 0; k < NDIMS; k++) at->skip[k] = why[k] != NULL;
   at->settle_now = at->warmup > 0 ? at->warmup : 1;

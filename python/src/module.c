@@ -6,12 +6,28 @@
  */
 #include "ext.h"
 
+#include "common/sock.h"
+
 static PyObject *py_param_get(PyObject *self, PyObject *args) {
   const char *name;
   if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
   const char *v = bagua_param_get(name);
   if (!v) Py_RETURN_NONE;
   return PyUnicode_FromString(v);
+}
+
+/* A port that binds on `host` now ("" for every address), below the kernel's ephemeral range
+ * where it can (bagua__sock_spare_port); OSError when nothing binds, ValueError for a host
+ * that does not resolve. */
+static PyObject *py_spare_port(PyObject *self, PyObject *args) {
+  const char *host;
+  if (!PyArg_ParseTuple(args, "s", &host)) return NULL;
+  uint32_t addr = 0; /* INADDR_ANY */
+  if (host[0] && bagua__resolve_ipv4(host, &addr) != BAGUA_OK)
+    return PyErr_Format(PyExc_ValueError, "spare_port: host \"%s\" does not resolve", host);
+  int port = bagua__sock_spare_port(addr);
+  if (port < 0) return PyErr_Format(PyExc_OSError, "spare_port: no TCP port binds on \"%s\"", host);
+  return PyLong_FromLong(port);
 }
 
 static PyObject *py_dtype_size(PyObject *self, PyObject *args) {
@@ -26,6 +42,10 @@ static PyMethodDef methods[] = {
      "param_get(name) -> str or None: a BAGUA_* or worker variable as libbagua's registry reads "
      "it (None for an unknown name)."},
     {"dtype_size", py_dtype_size, METH_VARARGS, "dtype_size(code) -> bytes per element."},
+    {"spare_port", py_spare_port, METH_VARARGS,
+     "spare_port(host) -> a TCP port that binds on host now (\"\": every address), below the "
+     "kernel's ephemeral range where it can, so that no outgoing connection takes it before "
+     "its listener binds it."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

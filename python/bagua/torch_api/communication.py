@@ -8,7 +8,6 @@ libbagua is called; failures inside libbagua raise :class:`BaguaError` subclasse
 """
 
 import enum
-import random
 import socket
 
 import torch
@@ -122,26 +121,9 @@ def _free_port(host=""):
     """A TCP port that binds on ``host`` now, below the kernel's ephemeral range if it can.
 
     Rank 0 publishes the port before libbagua listens on it. Port 0's pick would be racy:
-    outgoing connections get ephemeral ports too and can take it in between (the same
-    reasoning as ``bagua__sock_spare_port`` in common/sock.c).
+    outgoing connections get ephemeral ports too and can take it in between.
     """
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    base = max(1024, low - 12000)
-    # Where the ephemeral range starts near 1024 there is no room below it: the kernel's
-    # pick is all there is, as after 64 unlucky tries.
-    candidates = [random.randrange(base, low) for _ in range(64)] if low - base >= 256 else []
-    for port in candidates + [0]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise RuntimeError("no free TCP port")
+    return _C.spare_port(host)
 
 
 def init_process_group(store=None, transport=None):
