@@ -258,12 +258,6 @@ int main(int argc, char **argv) {
                              .stale_status_rev = stale_rev};
   rc = bagua__launch_supervise(&run);
   if (!agents[nagents - 1].started && rc == 0) rc = 1;
-  /* Local agents killed with SIGKILL could not remove their private directories. The agents
-   * inherited TMPDIR from here ([env] may have set it). */
-  const char *tmp = getenv("TMPDIR");
-  for (int i = 0; i < nagents; i++)
-    if (agents[i].local && agents[i].started && agents[i].exited)
-      bagua__launch_sweep_agent_dirs(tmp, agents[i].pid);
 out:
   bagua__etcd_destroy(etcd);
   if (have_priv) bagua__launch_etcd_stop(&priv);

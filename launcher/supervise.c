@@ -609,13 +609,15 @@ int bagua__launch_supervise(bagua__launch_run_t *r) {
   /* What the remote commands printed last (their pipes may outlive them a little). */
   for (int i = 0; i < r->nagents; i++) bagua__launch_pump_stderr(&r->agents[i]);
   bagua__launch_progress_clear(stderr);
-  int rc = outcome(&s);
-  /* Agents discovery added are this function's: their private directories (local agents
-   * killed with SIGKILL leave them) are swept here, as the caller does for its own. */
-  const char *tmp = getenv("TMPDIR"); /* as main.c: [env] may have exported it */
-  for (int i = ncaller; i < r->nagents; i++)
+  /* Local agents killed with SIGKILL (or stopped before they set up their handlers) could
+   * not remove their private directories. They are swept before the verdict is printed, so
+   * that the verdict stays the job's last line. The agents inherited TMPDIR from here ([env]
+   * may have exported it). */
+  const char *tmp = getenv("TMPDIR");
+  for (int i = 0; i < r->nagents; i++)
     if (r->agents[i].local && r->agents[i].pid > 0 && r->agents[i].exited)
       bagua__launch_sweep_agent_dirs(tmp, r->agents[i].pid);
+  int rc = outcome(&s);
   bagua__launch_free_agents_in_place(r->agents + ncaller, r->nagents - ncaller);
   memcpy(caller, r->agents, sizeof(*caller) * (size_t)ncaller);
   free(r->agents);

@@ -51,7 +51,8 @@ static int remove_dir(int parent, const char *name) {
 }
 
 int bagua__launch_sweep_agent_dirs(const char *parent, pid_t pid) {
-  DIR *d = opendir(parent && parent[0] ? parent : "/tmp");
+  if (!parent || !parent[0]) parent = "/tmp";
+  DIR *d = opendir(parent);
   if (!d) return 0;
   int removed = 0;
   struct dirent *e;

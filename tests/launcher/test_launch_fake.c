@@ -333,12 +333,23 @@ static int mode_secret_env(void) {
  * words, instead of waiting for the rendezvous timeout; an elastic job that still has MIN
  * nodes goes on without it.
  */
+static int count_entries(const char *dir, const char *prefix);
+
 static int mode_start_failure(int elastic) {
-  char failssh[256], script[256], tmpl[300];
+  char failssh[256], script[256], tmpl[300], tmpenv[192];
+  /* The local agent is stopped as soon as the other host fails, often before it could remove
+   * its private directory. Leaving it (and failing the other host only after half a second,
+   * when the local agent has made it) makes the launcher's sweep and its log line part of
+   * every run, which must still end with the verdict. The elastic job gets no such wait: it
+   * would succeed before the other host failed. */
+  snprintf(tmpenv, sizeof(tmpenv), "TMPDIR=%s", g_dir);
+  g_extra_env[g_extra_env_n++] = tmpenv;
+  g_extra_env[g_extra_env_n++] = "BAGUA_FAKE_LEAVE_DIR=1";
   snprintf(failssh, sizeof(failssh), "%s/fail-ssh", g_dir);
   snprintf(script, sizeof(script),
-           "#!/bin/sh\necho \"ssh: Could not resolve hostname $1: Name or service not known\" "
-           ">&2\nexit 255\n");
+           "#!/bin/sh\nsleep %s\necho \"ssh: Could not resolve hostname $1: Name or service "
+           "not known\" >&2\nexit 255\n",
+           elastic ? "0" : "0.5");
   write_file(failssh, script, 1);
   snprintf(tmpl, sizeof(tmpl), "%s {host}", failssh);
   long long t0 = lu_now_ms();
@@ -366,6 +377,7 @@ static int mode_start_failure(int elastic) {
            "the last line names the host and ssh's error");
     free(last);
   }
+  expect(count_entries(g_dir, "bagua-agent\\.") == 0, "the local agent's directory was removed");
   free(out);
   assert_clean();
   return 0;
@@ -390,6 +402,7 @@ static int count_entries(const char *dir, const char *prefix) {
  */
 static int mode_agent_tmpdir(void) {
   char tmpenv[192], live[256], other[256];
+  /* (The elastic job must not finish first: it has no half-second wait.) */
   snprintf(tmpenv, sizeof(tmpenv), "TMPDIR=%s", g_dir);
   g_extra_env[g_extra_env_n++] = tmpenv;
   g_extra_env[g_extra_env_n++] = "BAGUA_FAKE_LEAVE_DIR=1";
