@@ -131,6 +131,8 @@ static bagua_status_t g_reduce_scatter(bagua_comm_t *c, const void *s, void *r, 
   size_t es = bagua_dtype_size(dt), block = count * es;
   if (c->size == 1) {
     if (s != r) memmove(r, s, block);
+  } else if (bagua__ring_usable(c)) {
+    return bagua__ring_reduce_scatter(c, s, r, count, dt, op); /* divides for AVG */
   } else {
     char *pp = malloc(2 * block + 1);
     if (!pp) return BAGUA_ERR_NO_MEMORY;

@@ -95,6 +95,7 @@ void bagua_comm_destroy(bagua_comm_t *c) {
   free(c->peers);
   free(c->eps);
   free(c->scratch);
+  free(c->partials);
   free(c);
 }
 

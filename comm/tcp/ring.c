@@ -1,5 +1,5 @@
 /*
- * Pipelined ring for large allreduce and allgather over TCP.
+ * Pipelined ring for large allreduce, reduce-scatter and allgather over TCP.
  *
  * In a ring, every byte a rank sends to its successor is either its own input (the first
  * message) or a byte it has just received from its predecessor (reduced with its own
@@ -45,11 +45,20 @@ typedef struct {
   size_t staged;
 } lane_t;
 
+/* What a ring computes. A reduce-scatter is an allreduce's first n-1 messages. */
+#define RS_SLOTS 3
+typedef enum { RING_ALLREDUCE, RING_REDUCE_SCATTER, RING_ALLGATHER } ring_kind_t;
+
 typedef struct {
   bagua_comm_t *c;
-  int n, r, next, prev, nmsg, lanes, allreduce;
+  int n, r, next, prev, nmsg, lanes;
+  ring_kind_t kind;
   const char *sbuf;
-  char *rbuf;
+  char *rbuf; /* allreduce and allgather: the full-layout result */
+  /* Reduce-scatter: where this rank's fully reduced chunk goes, and RS_SLOTS chunk-sized slots
+   * for the partial sums that pass through this rank (message m's in slot m % RS_SLOTS). */
+  char *out, *slots;
+  size_t slot_bytes;
   size_t count, es;
   bagua_dtype_t dt;
   bagua_op_t op;
@@ -60,17 +69,48 @@ static void chunk(const ring_t *g, int i, size_t *off, size_t *len) {
   bagua__block(g->count, g->n, i, g->es, off, len);
 }
 
+/* Whether received message m is reduced with this rank's input (the reduce-scatter steps). */
+static int reduces(const ring_t *g, int m) {
+  return g->kind != RING_ALLGATHER && m < g->n - 1;
+}
+
 /* Chunk carried by received message m. Allreduce: reduce-scatter steps, then allgather. */
 static int recv_chunk(const ring_t *g, int m) {
-  if (g->allreduce)
-    return m < g->n - 1 ? bagua__mod(g->r - m - 2, g->n)
-                        : bagua__mod(g->r - (m - (g->n - 1)) - 1, g->n);
+  if (reduces(g, m)) return bagua__mod(g->r - m - 2, g->n);
+  if (g->kind == RING_ALLREDUCE) return bagua__mod(g->r - (m - (g->n - 1)) - 1, g->n);
   return bagua__mod(g->r - m - 1, g->n);
 }
 
 static int send_chunk(const ring_t *g, int k) {
-  if (k == 0) return g->allreduce ? bagua__mod(g->r - 1, g->n) : g->r;
+  if (k == 0) return g->kind == RING_ALLGATHER ? g->r : bagua__mod(g->r - 1, g->n);
   return recv_chunk(g, k - 1);
+}
+
+/* Where received message m's chunk (at offset coff of the full layout) is written. */
+static char *recv_dst(const ring_t *g, int m, size_t coff) {
+  if (g->kind != RING_REDUCE_SCATTER) return g->rbuf + coff;
+  if (m == g->n - 2) return g->out;
+  return g->slots + (size_t)(m % RS_SLOTS) * g->slot_bytes;
+}
+
+/* Where send message k's chunk (at offset coff) is read: the input first, then what was
+ * received (and processed) from the predecessor. */
+static const char *send_src(const ring_t *g, int k, size_t coff) {
+  if (k == 0 && g->kind != RING_ALLGATHER) return g->sbuf + coff;
+  if (g->kind == RING_REDUCE_SCATTER)
+    return g->slots + (size_t)((k - 1) % RS_SLOTS) * g->slot_bytes;
+  return g->rbuf + coff;
+}
+
+/*
+ * Whether message m may be received now. A reduce-scatter's slot for message m last held
+ * message m - RS_SLOTS, which send message m - RS_SLOTS + 1 reads; every lane must have sent
+ * it, because the lanes split chunks of different lengths at different offsets. Waiting
+ * cannot deadlock: what it waits for depends only on lower-numbered messages. Three slots
+ * (rather than two) leave a predecessor a whole message of slack.
+ */
+static int may_recv(const ring_t *g, int m, int min_ks) {
+  return g->kind != RING_REDUCE_SCATTER || m >= g->n - 2 || min_ks > m - RS_SLOTS + 1;
 }
 
 /* Byte range of stream `s` within a chunk of `len` bytes (the exchange engine's split). */
@@ -150,8 +190,8 @@ static bagua_status_t step_recv(ring_t *g, lane_t *L, int s, int *progress) {
       return BAGUA_ERR_PROTOCOL;
     }
   }
-  char *dst = g->rbuf + coff + poff;
-  int reduce = g->allreduce && L->km < g->n - 1;
+  char *dst = recv_dst(g, L->km, coff) + poff;
+  int reduce = reduces(g, L->km);
   if (L->got < plen) {
     char *into = reduce ? L->stage + L->staged : dst + L->got;
     size_t cap = plen - L->got;
@@ -200,7 +240,7 @@ static bagua_status_t step_send(ring_t *g, lane_t *L, int s, int *progress) {
     L->shdr_ready = 1;
   }
   size_t avail = send_avail(g, L, plen);
-  const char *src = (L->ks == 0 && g->allreduce ? g->sbuf : g->rbuf) + coff + poff;
+  const char *src = send_src(g, L->ks, coff) + poff;
   struct iovec iov[2];
   int ni = 0;
   if (L->shdr_done < sizeof(L->shdr)) {
@@ -241,6 +281,14 @@ static bagua_status_t step_send(ring_t *g, lane_t *L, int s, int *progress) {
   return BAGUA_OK;
 }
 
+/* The first message some lane has not finished sending. */
+static int min_sent(const lane_t *lanes, int ns) {
+  int m = lanes[0].ks;
+  for (int s = 1; s < ns; s++)
+    if (lanes[s].ks < m) m = lanes[s].ks;
+  return m;
+}
+
 static bagua_status_t run(ring_t *g) {
   bagua_comm_t *c = g->c;
   bagua_status_t st = BAGUA_OK;
@@ -262,12 +310,12 @@ static bagua_status_t run(ring_t *g) {
   }
   int64_t last_progress = bagua__now_ms();
   for (;;) {
-    int active = 0, progress = 0;
+    int active = 0, progress = 0, min_ks = min_sent(lanes, ns);
     if (bagua__flag_get(&c->abort_flag)) return BAGUA_ERR_ABORTED;
     for (int s = 0; s < ns; s++) {
       lane_t *L = &lanes[s];
       skip_empty(g, L, s);
-      if (L->km < g->nmsg) BAGUA_CHECK(step_recv(g, L, s, &progress));
+      if (L->km < g->nmsg && may_recv(g, L->km, min_ks)) BAGUA_CHECK(step_recv(g, L, s, &progress));
       skip_empty(g, L, s);
       if (L->ks < g->nmsg) BAGUA_CHECK(step_send(g, L, s, &progress));
       skip_empty(g, L, s);
@@ -279,9 +327,11 @@ static bagua_status_t run(ring_t *g) {
       continue;
     }
     int np = 0;
+    min_ks = min_sent(lanes, ns);
     for (int s = 0; s < ns; s++) {
       lane_t *L = &lanes[s];
-      if (L->km < g->nmsg) pfd[np++] = (struct pollfd){L->fd_prev, POLLIN, 0};
+      if (L->km < g->nmsg && may_recv(g, L->km, min_ks))
+        pfd[np++] = (struct pollfd){L->fd_prev, POLLIN, 0};
       if (L->ks < g->nmsg) {
         size_t coff, clen, poff, plen;
         chunk(g, send_chunk(g, L->ks), &coff, &clen);
@@ -310,41 +360,59 @@ int bagua__ring_usable(const bagua_comm_t *c) {
   return bagua__peer_streams(c, next) == bagua__peer_streams(c, prev);
 }
 
+/* A ring over this rank's neighbours, with as many lanes as streams to the next rank. */
+static ring_t ring_init(bagua_comm_t *c, ring_kind_t kind, size_t count, size_t es) {
+  int n = c->size, r = c->rank;
+  ring_t g = {.c = c,
+              .n = n,
+              .r = r,
+              .next = (r + 1) % n,
+              .prev = (r + n - 1) % n,
+              .nmsg = kind == RING_ALLREDUCE ? 2 * (n - 1) : n - 1,
+              .kind = kind,
+              .count = count,
+              .es = es,
+              .dt = BAGUA_U8,
+              .op = BAGUA_SUM};
+  g.lanes = bagua__peer_streams(c, g.next);
+  return g;
+}
+
 bagua_status_t bagua__ring_allreduce(bagua_comm_t *c, const void *sbuf, void *rbuf, size_t count,
                                      bagua_dtype_t dt, bagua_op_t op) {
-  ring_t g = {c,
-              c->size,
-              c->rank,
-              (c->rank + 1) % c->size,
-              (c->rank + c->size - 1) % c->size,
-              2 * (c->size - 1),
-              bagua__peer_streams(c, (c->rank + 1) % c->size),
-              1,
-              sbuf,
-              rbuf,
-              count,
-              bagua_dtype_size(dt),
-              dt,
-              op,
-              0};
+  ring_t g = ring_init(c, RING_ALLREDUCE, count, bagua_dtype_size(dt));
+  g.sbuf = sbuf;
+  g.rbuf = rbuf;
+  g.dt = dt;
+  g.op = op;
+  return run(&g);
+}
+
+bagua_status_t bagua__ring_reduce_scatter(bagua_comm_t *c, const void *sbuf, void *rbuf,
+                                          size_t count, bagua_dtype_t dt, bagua_op_t op) {
+  size_t es = bagua_dtype_size(dt);
+  ring_t g = ring_init(c, RING_REDUCE_SCATTER, count * (size_t)c->size, es);
+  g.sbuf = sbuf;
+  g.out = rbuf;
+  g.dt = dt;
+  g.op = op;
+  /* Partial sums need a home until they are forwarded: the input is the caller's and const.
+   * Chunk 0 is the longest. With two ranks the only received chunk is the final one. */
+  size_t off0;
+  bagua__block(g.count, g.n, 0, es, &off0, &g.slot_bytes);
+  size_t need = c->size > 2 ? RS_SLOTS * g.slot_bytes : 0;
+  if (c->partials_bytes < need) {
+    free(c->partials);
+    c->partials_bytes = 0;
+    if (!(c->partials = malloc(need))) return BAGUA_ERR_NO_MEMORY;
+    c->partials_bytes = need;
+  }
+  g.slots = c->partials;
   return run(&g);
 }
 
 bagua_status_t bagua__ring_allgather(bagua_comm_t *c, void *buf, size_t count, size_t es) {
-  ring_t g = {c,
-              c->size,
-              c->rank,
-              (c->rank + 1) % c->size,
-              (c->rank + c->size - 1) % c->size,
-              c->size - 1,
-              bagua__peer_streams(c, (c->rank + 1) % c->size),
-              0,
-              NULL,
-              buf,
-              count,
-              es,
-              BAGUA_U8,
-              BAGUA_SUM,
-              0};
+  ring_t g = ring_init(c, RING_ALLGATHER, count, es);
+  g.rbuf = buf;
   return run(&g);
 }
