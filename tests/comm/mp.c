@@ -32,8 +32,7 @@ void mp_apply_env(const char *list) {
   if (!list) return;
   char buf[512];
   snprintf(buf, sizeof(buf), "%s", list);
-  for (char *save = NULL, *tok = strtok_r(buf, ";,", &save); tok;
-       tok = strtok_r(NULL, ";,", &save)) {
+  for (char *save = NULL, *tok = strtok_r(buf, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
     char *eq = strchr(tok, '=');
     if (!eq) continue;
     *eq = '\0';

@@ -28,7 +28,6 @@ int mp_free_port(void);
 /* Fills cfg for rank r of the run (bootstrap, node id, transport); the strings live in static
  * storage of the child. */
 void mp_config(const mp_opts_t *o, int port, int rank, bagua_comm_config_t *cfg);
-/* Sets each NAME=VALUE of `list` (separated by ';' or ',') and reloads the parameters. */
 void mp_apply_env(const char *list);
 double mp_now(void);
 

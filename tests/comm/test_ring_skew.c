@@ -52,7 +52,7 @@ int main(void) {
                  .transport = BAGUA_TRANSPORT_TCP,
                  .ranks_per_node = 1,
                  .deadline_s = 100,
-                 .setenv_list = "BAGUA_NET_SOCKBUF_BYTES=65536,BAGUA_NET_RING_PIPELINE=1"};
+                 .setenv_list = "BAGUA_NET_SOCKBUF_BYTES=65536;BAGUA_NET_RING_PIPELINE=1"};
   int rc = mp_run(&o, body, NULL);
   printf("%s: reduce-scatter on 6 ranks, each late in turn\n", rc ? "FAILED" : "passed");
   return rc;
