@@ -188,3 +188,27 @@ bagua_status_t bagua_sendrecv(bagua_comm_t *c, const void *sbuf, size_t scount, 
   bagua__recv_t r = {src, rbuf, rcount * es, NULL, 0, 0};
   return finish(c, bagua__exchange(c, &s, 1, &r, 1));
 }
+
+bagua_status_t bagua_neighbor_exchange(bagua_comm_t *c, const void *sbuf, size_t count, int left,
+                                       void *lbuf, int right, void *rbuf, bagua_dtype_t dt) {
+  const char *fn = "bagua_neighbor_exchange";
+  BAGUA_CHECK(check_args(c, fn, dt, -1, -1, count, 1));
+  BAGUA_CHECK(check_peer(c, fn, left, 0));
+  BAGUA_CHECK(check_peer(c, fn, right, 0));
+  if (count == 0) return BAGUA_OK;
+  NEED_BUF(sbuf, fn, "sendbuf");
+  NEED_BUF(lbuf, fn, "leftbuf");
+  NEED_BUF(rbuf, fn, "rightbuf");
+  size_t bytes = count * bagua_dtype_size(dt);
+  /* The exchange engine takes at most one send and one receive per peer. */
+  if (left == right) {
+    bagua__send_t s = {left, sbuf, bytes};
+    bagua__recv_t r = {left, lbuf, bytes, NULL, 0, 0};
+    BAGUA_CHECK(finish(c, bagua__exchange(c, &s, 1, &r, 1)));
+    memcpy(rbuf, lbuf, bytes);
+    return BAGUA_OK;
+  }
+  bagua__send_t s[2] = {{left, sbuf, bytes}, {right, sbuf, bytes}};
+  bagua__recv_t r[2] = {{left, lbuf, bytes, NULL, 0, 0}, {right, rbuf, bytes, NULL, 0, 0}};
+  return finish(c, bagua__exchange(c, s, 2, r, 2));
+}

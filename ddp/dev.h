@@ -117,6 +117,10 @@ typedef struct {
                               void *r, size_t n, bagua_dtype_t dt);
   bagua_status_t (*sendrecv)(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c, const void *s,
                              size_t sn, int dst, void *r, size_t rn, int src, bagua_dtype_t dt);
+  /* bagua_neighbor_exchange(): s to both neighbours, theirs into rl and rr, concurrently.
+   * Callers pass left != right (with two ranks they use sendrecv). */
+  bagua_status_t (*neighbors)(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c, const void *s,
+                              size_t n, int left, void *rl, int right, void *rr, bagua_dtype_t dt);
 
   /* ---- ordering ---- */
   bagua_status_t (*order)(bagua_ddp_t *d, bagua__lane_t from, bagua__lane_t to);

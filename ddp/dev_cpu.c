@@ -196,6 +196,14 @@ static bagua_status_t sendrecv(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c,
   return bagua_sendrecv(c, s, sn, dst, r, rn, src, dt);
 }
 
+static bagua_status_t neighbors(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c, const void *s,
+                                size_t n, int left, void *rl, int right, void *rr,
+                                bagua_dtype_t dt) {
+  (void)d;
+  (void)l;
+  return bagua_neighbor_exchange(c, s, n, left, rl, right, rr, dt);
+}
+
 static bagua_status_t order(bagua_ddp_t *d, bagua__lane_t from, bagua__lane_t to) {
   (void)d;
   (void)from;
@@ -248,6 +256,7 @@ const bagua__ddp_dev_t bagua__ddp_dev_cpu = {
     .alltoall = alltoall,
     .allgather = allgather,
     .sendrecv = sendrecv,
+    .neighbors = neighbors,
     .order = order,
     .sync = sync_,
     .job_mark = job,

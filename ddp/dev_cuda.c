@@ -519,6 +519,19 @@ static bagua_status_t sendrecv(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c,
   return leave(d, l, i, bagua_nccl_sendrecv(S(d)->nc[i], sb, sn, dst, rb, rn, src, dt));
 }
 
+/* One NCCL group, so that both neighbours' transfers progress together. */
+static bagua_status_t neighbors(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c, const void *sb,
+                                size_t n, int left, void *rl, int right, void *rr,
+                                bagua_dtype_t dt) {
+  int i;
+  BAGUA_CHECK(enter(d, l, c, &i));
+  bagua_nccl_p2p_t ops[4] = {{left, 0, (void *)sb, n, dt},
+                             {right, 0, (void *)sb, n, dt},
+                             {left, 1, rl, n, dt},
+                             {right, 1, rr, n, dt}};
+  return leave(d, l, i, bagua_nccl_group_p2p(S(d)->nc[i], ops, 4));
+}
+
 static uint64_t bytes_sent(const bagua_ddp_t *d) {
   const state_t *s = d->dev_state;
   uint64_t sum = 0;
@@ -559,6 +572,7 @@ static const bagua__ddp_dev_t dev_cuda = {
     .alltoall = alltoall,
     .allgather = allgather,
     .sendrecv = sendrecv,
+    .neighbors = neighbors,
     .order = order,
     .sync = sync_,
     .job_mark = job_mark,

@@ -73,13 +73,14 @@ static bagua_status_t exchange(bagua_ddp_t *d, void *arg) {
       }
       case BAGUA__PEER_RING: {
         int left = (me + size - 1) % size, right = (me + 1) % size;
-        BAGUA_CHECK(dev->sendrecv(d, L, c, s->peer, n, right, s->recv[0], n, left, BAGUA_F32));
         /* With two ranks both neighbours are the same peer: one exchange, counted twice. */
         if (size == 2) {
+          BAGUA_CHECK(dev->sendrecv(d, L, c, s->peer, n, right, s->recv[0], n, left, BAGUA_F32));
           BAGUA_CHECK(dev->add(d, L, s->peer, s->recv[0], n));
           BAGUA_CHECK(dev->add(d, L, s->peer, s->recv[0], n));
         } else {
-          BAGUA_CHECK(dev->sendrecv(d, L, c, s->peer, n, left, s->recv[1], n, right, BAGUA_F32));
+          BAGUA_CHECK(
+              dev->neighbors(d, L, c, s->peer, n, left, s->recv[0], right, s->recv[1], BAGUA_F32));
           BAGUA_CHECK(dev->add(d, L, s->peer, s->recv[0], n));
           BAGUA_CHECK(dev->add(d, L, s->peer, s->recv[1], n));
         }

@@ -39,14 +39,15 @@ static bagua_status_t ring_exchange(bagua_ddp_t *d, void *arg) {
     int left = (me + size - 1) % size, right = (me + 1) % size;
     BAGUA_CHECK(dev->lpdec_diff(d, L, diff, x, s->s, s->w, n));
     BAGUA_CHECK(dev->compress(d, L, diff, n, 1, s->mine));
-    BAGUA_CHECK(dev->sendrecv(d, L, s->comm, s->mine, s->region, right, s->from_left, s->region,
-                              left, BAGUA_U8));
     /* With two ranks the left and right neighbour are one peer: one exchange, added twice. */
     const uint8_t *second = s->from_left;
     if (size > 2) {
-      BAGUA_CHECK(dev->sendrecv(d, L, s->comm, s->mine, s->region, left, s->from_right, s->region,
-                                right, BAGUA_U8));
+      BAGUA_CHECK(dev->neighbors(d, L, s->comm, s->mine, s->region, left, s->from_left, right,
+                                 s->from_right, BAGUA_U8));
       second = s->from_right;
+    } else {
+      BAGUA_CHECK(dev->sendrecv(d, L, s->comm, s->mine, s->region, right, s->from_left, s->region,
+                                left, BAGUA_U8));
     }
     BAGUA_CHECK(dev->decompress_add(d, L, s->from_left, n, 1, s->s));
     BAGUA_CHECK(dev->decompress_add(d, L, second, n, 1, s->s));

@@ -144,6 +144,17 @@ BAGUA_EXTERN bagua_status_t bagua_recv(bagua_comm_t *comm, void *buf, size_t cou
 BAGUA_EXTERN bagua_status_t bagua_sendrecv(bagua_comm_t *comm, const void *sendbuf,
                                            size_t sendcount, int dst, void *recvbuf,
                                            size_t recvcount, int src, bagua_dtype_t dtype);
+/*
+ * The exchange of a ring neighbourhood (decentralized training) in one step: sends sendbuf
+ * (count elements) to both `left` and `right` and receives count elements from each, into
+ * leftbuf and rightbuf, all concurrently. Both neighbours must call it with this rank as their
+ * right and left neighbour respectively. With left == right (two ranks) it is one exchange
+ * with that peer, and rightbuf gets a copy of leftbuf. Neither may be this rank; leftbuf and
+ * rightbuf must not overlap each other or sendbuf.
+ */
+BAGUA_EXTERN bagua_status_t bagua_neighbor_exchange(bagua_comm_t *comm, const void *sendbuf,
+                                                    size_t count, int left, void *leftbuf,
+                                                    int right, void *rightbuf, bagua_dtype_t dtype);
 BAGUA_EXTERN bagua_status_t bagua_barrier(bagua_comm_t *comm);
 
 #ifdef __cplusplus

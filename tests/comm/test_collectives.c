@@ -221,6 +221,22 @@ static int body(bagua_comm_t *c, void *arg) {
       ASSERT_OK(bagua_recv(c, &in, 1, BAGUA_I64, 0));
       ASSERT_EQ(in, 0);
     }
+    /* Both ring neighbours at once, large enough to be split over the streams; with two
+     * ranks both are one peer and the right buffer gets a copy. */
+    enum { NB = 100003 };
+    int left = (me + n - 1) % n, right = (me + 1) % n;
+    int32_t *mine = malloc(3 * NB * sizeof(int32_t)), *fl = mine + NB, *fr = mine + 2 * NB;
+    for (int i = 0; i < NB; i++) mine[i] = me * 1000003 + i;
+    ASSERT_OK(bagua_neighbor_exchange(c, mine, NB, left, fl, right, fr, BAGUA_I32));
+    for (int i = 0; i < NB; i++) {
+      if (fl[i] != left * 1000003 + i || fr[i] != right * 1000003 + i) {
+        TEST_FAIL(
+            "neighbor_exchange element %d: from the left %d (want %d), from the right %d "
+            "(want %d)",
+            i, fl[i], left * 1000003 + i, fr[i], right * 1000003 + i);
+      }
+    }
+    free(mine);
   }
   ASSERT_OK(bagua_barrier(c));
   return g_fail ? 1 : 0;

@@ -252,6 +252,15 @@ static int badargs_body(bagua_comm_t *c, void *arg) {
   ASSERT_TRUE(strstr(bagua_last_error(), "sbuf") != NULL);
   ASSERT_STATUS(bagua_sendrecv(c, f, 2, me, NULL, 2, me, BAGUA_F32), BAGUA_ERR_INVALID_ARG);
   ASSERT_TRUE(strstr(bagua_last_error(), "rbuf") != NULL);
+  /* The neighbour exchange: not with oneself, and a NULL buffer is named. */
+  ASSERT_STATUS(bagua_neighbor_exchange(c, f, 2, me, f + 2, 1 - me, f + 4, BAGUA_F32),
+                BAGUA_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(bagua_last_error(), "other than this rank") != NULL);
+  ASSERT_STATUS(bagua_neighbor_exchange(c, f, 2, 1 - me, NULL, 1 - me, f + 4, BAGUA_F32),
+                BAGUA_ERR_INVALID_ARG);
+  ASSERT_TRUE(strstr(bagua_last_error(), "leftbuf") != NULL);
+  ASSERT_STATUS(bagua_neighbor_exchange(NULL, f, 2, 0, f + 2, 0, f + 4, BAGUA_F32),
+                BAGUA_ERR_INVALID_ARG);
   ASSERT_STATUS(bagua_comm_get_async_error(c), BAGUA_OK);
   /* Still usable after refused arguments. */
   ASSERT_OK(bagua_allreduce(c, f, f, 8, BAGUA_F32, BAGUA_SUM));
