@@ -314,10 +314,13 @@ static bagua_status_t run(ring_t *g) {
     if (bagua__flag_get(&c->abort_flag)) return BAGUA_ERR_ABORTED;
     for (int s = 0; s < ns; s++) {
       lane_t *L = &lanes[s];
-      skip_empty(g, L, s);
-      if (L->km < g->nmsg && may_recv(g, L->km, min_ks)) BAGUA_CHECK(step_recv(g, L, s, &progress));
+      /* Sending first, as the exchange engine does, puts this rank's first header on the wire
+       * before it can find a mismatch in the peer's: when two ranks disagree on a collective,
+       * both then report the mismatch instead of one seeing the other hang up. */
       skip_empty(g, L, s);
       if (L->ks < g->nmsg) BAGUA_CHECK(step_send(g, L, s, &progress));
+      skip_empty(g, L, s);
+      if (L->km < g->nmsg && may_recv(g, L->km, min_ks)) BAGUA_CHECK(step_recv(g, L, s, &progress));
       skip_empty(g, L, s);
       active += (L->km < g->nmsg) + (L->ks < g->nmsg);
     }
