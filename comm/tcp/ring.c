@@ -46,8 +46,10 @@ typedef struct {
 } lane_t;
 
 /* What a ring computes. A reduce-scatter is an allreduce's first n-1 messages. */
-#define RS_SLOTS 3
 typedef enum { RING_ALLREDUCE, RING_REDUCE_SCATTER, RING_ALLGATHER } ring_kind_t;
+
+/* Chunk-sized slots for a reduce-scatter's partial sums (see may_recv). */
+#define RS_SLOTS 3
 
 typedef struct {
   bagua_comm_t *c;
