@@ -58,18 +58,28 @@ static double allreduce(const net_t *n, double s, double *sent) {
   return 2.0 * (n->p - 1) * n->lat + xfer(n, b);
 }
 
-/* Alltoall (a2a 1) or allgather (ring) of a buffer of s bytes in p blocks. */
+/* Alltoall (a2a 1) or allgather (ring) of a buffer of s bytes in p blocks. The ring takes
+ * p - 1 rounds; the alltoall sends every block at once (TCP and NCCL alike), so one. */
 static double exchange_all(const net_t *n, double s, int a2a, double *sent) {
   if (n->p <= 1) return 0.0;
   double b = (double)(n->p - 1) / n->p * s;
   *sent += b;
-  return (n->p - 1) * n->lat + xfer_at(a2a ? n->bw_a2a : n->bw, b);
+  return (a2a ? 1 : n->p - 1) * n->lat + xfer_at(a2a ? n->bw_a2a : n->bw, b);
 }
 
 static double sendrecv(const net_t *n, double s, double *sent) {
   if (n->p <= 1) return 0.0;
   *sent += s;
   return n->lat + xfer_at(n->bw_p2p, s);
+}
+
+/* One exchange with both ring neighbours at once (bagua_neighbor_exchange): s bytes to each,
+ * so 2s through this rank's link, and one round of latency instead of two. With two ranks
+ * both neighbours are one peer and the algorithms make a single sendrecv. */
+static double neighbors(const net_t *n, double s, double *sent) {
+  if (n->p <= 2) return sendrecv(n, s, sent);
+  *sent += 2 * s;
+  return n->lat + xfer_at(n->bw_p2p, 2 * s);
 }
 
 /* Bytes of MinMaxUInt8 regions for `elems` f32 elements in `chunks` chunks (kernels.h). */
@@ -191,14 +201,12 @@ static double model_bytes(const bagua__adv_meas_t *m) {
  * forward and backward passes that follow the step that launched it. */
 static void decentralized(ctx_t *c, const bagua__adv_opts_t *o, bagua__adv_pred_t *out) {
   double s = model_bytes(c->m), t = node_cost(c, s);
-  int p = c->top.p;
   switch (o->peer_mode) {
     case 1: /* shift_one */
       t += sendrecv(&c->flat, s, &c->sent);
       break;
-    case 2: /* ring: one exchange with two ranks, two otherwise */
-      t += sendrecv(&c->flat, s, &c->sent);
-      if (p > 2) t += sendrecv(&c->flat, s, &c->sent);
+    case 2: /* ring: both neighbours at once */
+      t += neighbors(&c->flat, s, &c->sent);
       break;
     default:
       t += allreduce(&c->top, s, &c->sent);
@@ -216,8 +224,7 @@ static void low_precision(ctx_t *c, bagua__adv_pred_t *out) {
   int p = c->top.p;
   if (p > 1) {
     double cb = compressed(s / 4.0, 1);
-    t += sendrecv(&c->flat, cb, &c->sent);
-    if (p > 2) t += sendrecv(&c->flat, cb, &c->sent);
+    t += neighbors(&c->flat, cb, &c->sent);
     /* Passes over the model, in units of one compression (or decompression): the
      * difference (four arrays, two units), its compression, two decompress-adds, the own
      * decompression, the axpy (one and a half) and the copy into the replica (one). */
