@@ -327,14 +327,24 @@ static int mode_secret_env(void) {
   return 0;
 }
 
+/* Counts the entries of `dir` whose name starts with `prefix`. */
+static int count_entries(const char *dir, const char *prefix) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "ls -a %s | grep -c '^%s' > %s/count.txt", dir, prefix, dir);
+  if (system(cmd) < 0) return -1;
+  snprintf(cmd, sizeof(cmd), "%s/count.txt", dir);
+  char *t = lu_read(cmd);
+  int n = t ? atoi(t) : -1;
+  free(t);
+  return n;
+}
+
 /*
  * Issue 15, fail fast: a host whose remote command exits before its agent registers (ssh:
  * "Could not resolve hostname") fails a job that needs it at once, exit 3, with the host's own
  * words, instead of waiting for the rendezvous timeout; an elastic job that still has MIN
  * nodes goes on without it.
  */
-static int count_entries(const char *dir, const char *prefix);
-
 static int mode_start_failure(int elastic) {
   char failssh[256], script[256], tmpl[300], tmpenv[192];
   /* The local agent is stopped as soon as the other host fails, often before it could remove
@@ -381,18 +391,6 @@ static int mode_start_failure(int elastic) {
   free(out);
   assert_clean();
   return 0;
-}
-
-/* Counts the entries of `dir` whose name starts with `prefix`. */
-static int count_entries(const char *dir, const char *prefix) {
-  char cmd[512];
-  snprintf(cmd, sizeof(cmd), "ls -a %s | grep -c '^%s' > %s/count.txt", dir, prefix, dir);
-  if (system(cmd) < 0) return -1;
-  snprintf(cmd, sizeof(cmd), "%s/count.txt", dir);
-  char *t = lu_read(cmd);
-  int n = t ? atoi(t) : -1;
-  free(t);
-  return n;
 }
 
 /*

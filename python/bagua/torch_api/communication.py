@@ -8,7 +8,6 @@ libbagua is called; failures inside libbagua raise :class:`BaguaError` subclasse
 """
 
 import enum
-import socket
 
 import torch
 import torch.distributed as dist
