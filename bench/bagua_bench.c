@@ -31,12 +31,16 @@ typedef enum {
   C_REDUCE,
   C_BARRIER,
   C_SENDRECV,
+  C_NEIGHBORS,
   C__COUNT
 } coll_t;
-/* sendrecv is a ring shift: every rank sends the buffer to rank+1 and receives rank-1's, the
- * exchange decentralized algorithms make with each neighbour. */
-static const char *k_coll[C__COUNT] = {"allreduce", "reduce_scatter", "allgather", "alltoall",
-                                       "broadcast", "reduce",         "barrier",   "sendrecv"};
+/* sendrecv is a ring shift: every rank sends the buffer to rank+1 and receives rank-1's.
+ * neighbors is bagua_neighbor_exchange, what the decentralized algorithms make with both ring
+ * neighbours at once: every rank sends half of the size to each neighbour (so the size is what
+ * each rank sends in all, and busbw its egress rate) and receives both neighbours' halves. */
+static const char *k_coll[C__COUNT] = {"allreduce", "reduce_scatter", "allgather",
+                                       "alltoall",  "broadcast",      "reduce",
+                                       "barrier",   "sendrecv",       "neighbors"};
 
 typedef struct {
   coll_t coll;
@@ -56,7 +60,8 @@ static void usage(FILE *f) {
           "                   [--iters 20] [--warmup 5] [--check]\n"
           "       bagua-bench kernel NAME --bytes 64M\n"
           "COLLECTIVE: allreduce reduce_scatter allgather alltoall broadcast reduce barrier\n"
-          "            sendrecv (a ring shift: send to rank+1, receive from rank-1)\n");
+          "            sendrecv (a ring shift: send to rank+1, receive from rank-1)\n"
+          "            neighbors (half of the size to each ring neighbour at once)\n");
 }
 
 static int parse_size(const char *s, size_t *out) {
@@ -248,6 +253,12 @@ static bagua_status_t run_once(const opts_t *o, bagua_comm_t *c, void *s, void *
     case C_SENDRECV:
       return bagua_sendrecv(c, s, count, (bagua_comm_rank(c) + 1) % n, r, count,
                             (bagua_comm_rank(c) + n - 1) % n, o->dt);
+    case C_NEIGHBORS: {
+      int rank = bagua_comm_rank(c);
+      char *right = (char *)r + count / 2 * bagua_dtype_size(o->dt);
+      return bagua_neighbor_exchange(c, s, count / 2, (rank + n - 1) % n, r, (rank + 1) % n, right,
+                                     o->dt);
+    }
     default:
       return BAGUA_ERR_INVALID_ARG;
   }
@@ -292,6 +303,12 @@ static size_t count_wrong(const opts_t *o, int rank, int n, const void *r, size_
     case C_SENDRECV:
       for (size_t i = 0; i < count; i++)
         wrong += !close_enough(o->dt, load(o->dt, r, i), val((rank + n - 1) % n, i));
+      break;
+    case C_NEIGHBORS:
+      for (size_t i = 0; i < count / 2 * 2; i++) {
+        int from = i < count / 2 ? (rank + n - 1) % n : (rank + 1) % n;
+        wrong += !close_enough(o->dt, load(o->dt, r, i), val(from, i % (count / 2)));
+      }
       break;
     default:
       break;
@@ -340,6 +357,7 @@ static int run_rank(const opts_t *o, bagua_comm_config_t *cfg) {
     size_t count = bytes / es;
     if (o->coll == C_REDUCE_SCATTER || o->coll == C_ALLGATHER || o->coll == C_ALLTOALL)
       count = count / (size_t)n * (size_t)n;
+    if (o->coll == C_NEIGHBORS) count = count / 2 * 2;
     if (o->coll == C_BARRIER) count = 0;
     fill(o, rank, n, s, count);
     for (int i = 0; i < o->warmup && st == BAGUA_OK; i++) st = run_once(o, c, s, r, count);
