@@ -29,9 +29,9 @@
  * above the small-message algorithm's threshold). */
 #define PROBE_BYTES (4u << 20)
 #define PROBE_MIN_BYTES (256u << 10)
-/* The alltoall and sendrecv probes send what the algorithms send (ByteGrad's compressed
- * largest bucket, low-precision decentralized's compressed model), up to this much: on the
- * netsim links a 12 MiB sendrecv ran at 6.8 MB/s where a 4 MiB one ran at 10.3 MB/s. */
+/* The alltoall and neighbour-exchange probes send what the algorithms send (ByteGrad's
+ * compressed largest bucket, low-precision decentralized's compressed model), up to this much:
+ * on the netsim links a 12 MiB sendrecv ran at 6.8 MB/s where a 4 MiB one ran at 10.3 MB/s. */
 #define PROBE_P2P_MAX_BYTES (16u << 20)
 #define LAT_REPEAT 12
 #define BW_REPEAT 3
@@ -169,17 +169,23 @@ static bagua_status_t probe(bagua_comm_t *c, float *buf, size_t bytes, double *l
   return BAGUA_OK;
 }
 
-/* Median seconds of `repeat` alltoalls (sendrecv 0) or ring sendrecvs (sendrecv 1) of
- * `bytes` from buf to buf + bytes (after one untimed warm-up). */
-static bagua_status_t time_p2p(bagua_comm_t *c, char *buf, size_t bytes, int sendrecv,
+/* Median seconds of `repeat` alltoalls (exchange 0) or neighbour exchanges (exchange 1) of
+ * `bytes` from buf to buf + bytes (after one untimed warm-up). The neighbour exchange sends
+ * half of `bytes` to each ring neighbour at once, as the decentralized algorithms do, so that
+ * `bytes` pass through each rank's link either way; with two ranks, where the algorithms make
+ * one sendrecv, it is a sendrecv of `bytes`. */
+static bagua_status_t time_p2p(bagua_comm_t *c, char *buf, size_t bytes, int exchange,
                                double *out) {
   double t[BW_REPEAT];
   int n = bagua_comm_size(c), me = bagua_comm_rank(c);
+  int left = (me + n - 1) % n, right = (me + 1) % n;
   for (int i = 0; i <= BW_REPEAT; i++) {
     double t0 = bagua__now_s();
-    if (sendrecv)
-      BAGUA_CHECK(bagua_sendrecv(c, buf, bytes, (me + 1) % n, buf + bytes, bytes, (me + n - 1) % n,
-                                 BAGUA_U8));
+    if (exchange && n > 2)
+      BAGUA_CHECK(bagua_neighbor_exchange(c, buf, bytes / 2, left, buf + bytes, right,
+                                          buf + bytes + bytes / 2, BAGUA_U8));
+    else if (exchange)
+      BAGUA_CHECK(bagua_sendrecv(c, buf, bytes, right, buf + bytes, bytes, left, BAGUA_U8));
     else
       BAGUA_CHECK(bagua_alltoall(c, buf, buf + bytes, bytes / (size_t)n, BAGUA_U8));
     if (i > 0) t[i - 1] = bagua__now_s() - t0;
@@ -188,8 +194,9 @@ static bagua_status_t time_p2p(bagua_comm_t *c, char *buf, size_t bytes, int sen
   return BAGUA_OK;
 }
 
-/* The alltoall's (of a2a_bytes) and the sendrecv ring's (of p2p_bytes) bytes per second
- * through one rank's link, with the latency `lat` taken off. */
+/* The alltoall's (of a2a_bytes) and the neighbour exchange's (of p2p_bytes) bytes per second
+ * through one rank's link, with the latency `lat` taken off: one round each, as the model
+ * charges them (both send every block at once). */
 static bagua_status_t probe_p2p(bagua_comm_t *c, char *buf, size_t a2a_bytes, size_t p2p_bytes,
                                 double lat, double *a2a, double *p2p) {
   int n = c ? bagua_comm_size(c) : 1;
@@ -199,8 +206,9 @@ static bagua_status_t probe_p2p(bagua_comm_t *c, char *buf, size_t a2a_bytes, si
   a2a_bytes = a2a_bytes / (size_t)n * (size_t)n;
   BAGUA_CHECK(time_p2p(c, buf, a2a_bytes, 0, &t));
   double sent = (double)(n - 1) / n * (double)a2a_bytes;
-  t -= (n - 1) * lat;
+  t -= lat;
   *a2a = t > 0 ? sent / t : 0.0;
+  p2p_bytes &= ~(size_t)1;
   BAGUA_CHECK(time_p2p(c, buf, p2p_bytes, 1, &t));
   t -= lat;
   *p2p = t > 0 ? (double)p2p_bytes / t : 0.0;
@@ -293,14 +301,14 @@ static bagua_status_t probe_network(bagua_ddp_t *d, struct bagua__ddp_advise_s *
   size_t p2p_bytes = clamp_size(model / 4, PROBE_MIN_BYTES, PROBE_P2P_MAX_BYTES);
   size_t most = bytes > a2a_bytes ? bytes : a2a_bytes;
   if (p2p_bytes > most) most = p2p_bytes;
-  /* Twice the largest probe: the alltoall and the sendrecv need separate send and receive
-   * halves. */
+  /* Twice the largest probe: the alltoall and the neighbour exchange need separate send and
+   * receive halves. */
   float *buf = calloc(2, most);
   if (!buf) return BAGUA_ERR_NO_MEMORY;
   int n = bagua_comm_size(a->comm);
   a->nodes = bagua_comm_node_count(a->comm);
   /* [0..3] seconds per unit (the slowest rank wins the MAX), [4] ranks on this node, [5]
-   * compression, [6..7] alltoall and sendrecv seconds per byte. */
+   * compression, [6..7] alltoall and neighbour-exchange seconds per byte. */
   double v[8] = {0};
   if (a->nodes < n) {
     BAGUA_CHECK_GOTO(bagua_comm_split_node(a->comm, &intra, &inter), st, out);
@@ -435,8 +443,8 @@ size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *
   format_bytes(inter, sizeof(inter), m->inter_bw);
   format_bytes(a2a, sizeof(a2a), m->inter_bw_a2a);
   format_bytes(p2p, sizeof(p2p), m->inter_bw_p2p);
-  snprintf(inter + strlen(inter), sizeof(inter) - strlen(inter), " (alltoall %s, sendrecv %s)", a2a,
-           p2p);
+  snprintf(inter + strlen(inter), sizeof(inter) - strlen(inter), " (alltoall %s, neighbours %s)",
+           a2a, p2p);
   format_bytes(intra, sizeof(intra), m->ranks_per_node > 1 ? m->intra_bw : 0);
   format_bytes(quant, sizeof(quant), m->quant_bw);
   PUT("advise: %d ranks on %d node%s (up to %d per node), model %.1f MB in %d bucket%s\n", m->ranks,
