@@ -198,23 +198,31 @@ static double model_bytes(const bagua__adv_meas_t *m) {
 }
 
 /* Decentralized: one exchange of the weights every comm_interval steps, overlapping the
- * forward and backward passes that follow the step that launched it. */
+ * forward and backward passes that follow the step that launched it. Besides the network it
+ * makes passes over the model, in the units low_precision() uses (one unit: a copy): the copy
+ * of the weights into the exchange buffer, shift_one's add (1.5) and halving (1), ring's two
+ * adds and division, all on the exchange's side; and the copy of the average back into the
+ * weights before the update, on the step's own path, where nothing hides it. */
 static void decentralized(ctx_t *c, const bagua__adv_opts_t *o, bagua__adv_pred_t *out) {
-  double s = model_bytes(c->m), t = node_cost(c, s);
+  double s = model_bytes(c->m), t = node_cost(c, s), passes = 1.0;
   switch (o->peer_mode) {
     case 1: /* shift_one */
       t += sendrecv(&c->flat, s, &c->sent);
+      passes += 2.5;
       break;
     case 2: /* ring: both neighbours at once */
       t += neighbors(&c->flat, s, &c->sent);
+      passes += 4.0;
       break;
     default:
       t += allreduce(&c->top, s, &c->sent);
   }
+  t += quant(c, passes * s);
+  double back = quant(c, s);
   double exposed = finish(0.0, t, c->m->compute_s, eta(c->m)) - c->m->compute_s;
   if (exposed < 0) exposed = 0.0;
-  out->comm_s = t;
-  out->exposed_s = exposed;
+  out->comm_s = t + back;
+  out->exposed_s = exposed + back;
 }
 
 /* Low-precision decentralized: after the optimizer, compressed differences to both ring
