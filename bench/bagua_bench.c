@@ -37,7 +37,8 @@ typedef enum {
 /* sendrecv is a ring shift: every rank sends the buffer to rank+1 and receives rank-1's.
  * neighbors is bagua_neighbor_exchange, what the decentralized algorithms make with both ring
  * neighbours at once: every rank sends half of the size to each neighbour (so the size is what
- * each rank sends in all, and busbw its egress rate) and receives both neighbours' halves. */
+ * each rank sends in all, and busbw its egress rate) and receives both neighbours' halves.
+ * With two ranks both halves come from the one peer, which sends its half once. */
 static const char *k_coll[C__COUNT] = {"allreduce", "reduce_scatter", "allgather",
                                        "alltoall",  "broadcast",      "reduce",
                                        "barrier",   "sendrecv",       "neighbors"};
@@ -324,6 +325,9 @@ static double busbw_factor(coll_t c, int n) {
     case C_ALLGATHER:
     case C_ALLTOALL:
       return (double)(n - 1) / n;
+    case C_NEIGHBORS:
+      /* With two ranks both neighbours are one peer: one half crosses the link, once. */
+      return n == 2 ? 0.5 : 1.0;
     default:
       return 1.0;
   }

@@ -12,6 +12,10 @@
 #                     [--warmup 1] [--timeout 600] [--raw FILE]
 #   bench/linkrate.sh --table FILE [--impls ...]   (the table again from a --raw FILE)
 #
+# Collectives: bagua-bench's (allreduce reduce_scatter allgather alltoall broadcast reduce
+# barrier sendrecv neighbors); the peers skip sendrecv and neighbors, the decentralized
+# algorithms' patterns, and Gloo skips reduce_scatter.
+#
 # --sizes: per rate, MIN:MAX:ITERS (sizes double from MIN to MAX); a rate not listed gets
 # 16M:64M:5. How ranks start: bagua-bench as one rank per namespace with RANK, WORLD_SIZE,
 # MASTER_ADDR, MASTER_PORT (env:// bootstrap) and BAGUA_NODE_ID=<namespace>; Gloo as one
@@ -96,7 +100,8 @@ def link_gbs(rate):
     n = float(rate[:-4]); u = rate[-4:]
     return n * {'gbit': 1e9, 'mbit': 1e6, 'kbit': 1e3}[u] / 8 / 1e9
 FACTOR = {'allreduce': lambda n: 2 * (n - 1) / n, 'reduce_scatter': lambda n: (n - 1) / n,
-          'allgather': lambda n: (n - 1) / n, 'alltoall': lambda n: (n - 1) / n}
+          'allgather': lambda n: (n - 1) / n, 'alltoall': lambda n: (n - 1) / n,
+          'neighbors': lambda n: 0.5 if n == 2 else 1.0}  # 2 ranks: one peer, one half sent
 def busbw(r):  # GB/s (1e9 B/s), nccl-tests factors, from bytes and the max-over-ranks time
     return int(r[5]) / (float(r[6]) * 1e-6) / 1e9 * FACTOR.get(r[2], lambda n: 1.0)(int(r[1]))
 def med(sel):
@@ -165,7 +170,9 @@ run_one() { # impl coll repeat -> rows on stdout
       done
       waitall; rc=$? ;;
     gloo)
-      [ "$coll" = reduce_scatter ] && return 0 # not in torch 1.13's Gloo (README-peers.md)
+      case $coll in # not in torch 1.13's Gloo (README-peers.md), or bagua-bench's own patterns
+        reduce_scatter | sendrecv | neighbors) return 0 ;;
+      esac
       for ((i = 0; i < n; i++)); do
         ip netns exec "${H[$i]}" env GLOO_SOCKET_IFNAME=eth0 timeout "$tmo" "$py" \
           "$here/peer_gloo.py" "$coll" --nranks "$n" --worker $i --port $port \
@@ -174,6 +181,7 @@ run_one() { # impl coll repeat -> rows on stdout
       done
       waitall; rc=$? ;;
     mpi)
+      case $coll in sendrecv | neighbors) return 0 ;; esac # bagua-bench's own patterns
       ip netns exec "${H[0]}" timeout "$tmo" mpirun --allow-run-as-root -H "$NETSIM_HOSTS" -np "$n" \
         --map-by node --bind-to none --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include eth0 \
         --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0 \
