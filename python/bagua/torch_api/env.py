@@ -58,3 +58,23 @@ def get_master_addr():
 def get_bootstrap():
     """How libbagua's ranks find each other (BAGUA_BOOTSTRAP: env://, tcp://, etcd://)."""
     return _C.param_get("BAGUA_BOOTSTRAP") or "env://"
+
+
+def get_node_rank():
+    """Index of this worker's node (GROUP_RANK, which bagua-launch and torchrun set; else
+    RANK // LOCAL_WORLD_SIZE, as upstream computes it)."""
+    value = _C.param_get("GROUP_RANK")
+    if value not in (None, ""):
+        return _int("GROUP_RANK", 0)
+    return get_rank() // get_local_size()
+
+
+def get_default_bucket_size():
+    """libbagua's bucket size in bytes (BAGUA_BUCKET_SIZE through the registry)."""
+    return _int("BAGUA_BUCKET_SIZE", 10 * 1024 * 1024)
+
+
+def find_free_network_port():
+    """A TCP port free on every interface now, below the ephemeral range where possible
+    (libbagua's picker: port 0's pick races with outgoing connections)."""
+    return _C.spare_port("")

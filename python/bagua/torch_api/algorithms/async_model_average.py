@@ -8,7 +8,8 @@ class AsyncModelAverageAlgorithm(Algorithm):
     libbagua's averaging thread averages all ranks' weights every ``sync_interval_ms``.
 
     Call :meth:`abort` (all ranks) to stop averaging, leaving every rank the same model, and
-    :meth:`resume` to restart it, as upstream's examples do.
+    :meth:`resume` to restart it, as upstream's examples do; both are no-ops when averaging
+    is already stopped or running.
     """
 
     name = "async"
@@ -30,9 +31,23 @@ class AsyncModelAverageAlgorithm(Algorithm):
                 "warmup_steps": self.warmup_steps}
 
     def abort(self, bagua_module):
-        """Stops background averaging on every rank (collective) and averages once more."""
-        bagua_module._bagua.async_pause()
+        """Stops background averaging on every rank (collective) and averages once more, so
+        every rank holds the same model. A no-op when averaging is stopped already."""
+        _context(bagua_module, "abort").async_pause()
 
     def resume(self, bagua_module):
-        """Restarts background averaging (collective)."""
-        bagua_module._bagua.async_resume()
+        """Restarts background averaging (collective); a no-op when it runs already."""
+        _context(bagua_module, "resume").async_resume()
+
+
+def _context(obj, what):
+    """The with_bagua context of a module, or of the module inside a DistributedDataParallel
+    wrapper."""
+    ctx = getattr(obj, "_bagua", None)
+    if ctx is None:
+        ctx = getattr(getattr(obj, "module", None), "_bagua", None)
+    if ctx is None or ctx.algorithm.name != "async":
+        raise ValueError(f"AsyncModelAverageAlgorithm.{what}() needs the module prepared with "
+                         "with_bagua(..., AsyncModelAverageAlgorithm(...)), or its "
+                         "DistributedDataParallel wrapper")
+    return ctx

@@ -1,5 +1,7 @@
 """QAdam: Adam whose momentum is averaged through 8-bit compression after a warm-up."""
 
+import math
+
 import torch
 
 from bagua.torch_api.algorithms.base import Algorithm, hier_flag
@@ -8,10 +10,11 @@ from bagua.torch_api.algorithms.base import Algorithm, hier_flag
 class QAdamOptimizer(torch.optim.Optimizer):
     """The optimizer of :class:`QAdamAlgorithm` (upstream Bagua's names and defaults).
 
-    For ``warmup_steps`` steps it is Adam over allreduced gradients; afterwards the momentum
-    is averaged with MinMaxUInt8 compression and the second moment is frozen. The update runs
-    in libbagua as one fused call over the flat storage, so this optimizer steps only inside a
-    module prepared with ``with_bagua([opt], QAdamAlgorithm(opt))``.
+    For ``warmup_steps`` steps it is Adam; afterwards the second moment is frozen. Inside a
+    module prepared with ``with_bagua([opt], QAdamAlgorithm(opt))`` the gradients are
+    allreduced during the warm-up, the momentum is then averaged with MinMaxUInt8 compression,
+    and the update runs in libbagua as one fused call over the flat storage. On its own (no
+    ``with_bagua``) it steps each parameter here, with the same arithmetic as upstream's.
     """
 
     def __init__(self, params, lr=1e-3, warmup_steps=100, betas=(0.9, 0.999), eps=1e-8,
@@ -27,16 +30,49 @@ class QAdamOptimizer(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
         self.warmup_steps = int(warmup_steps)
-        self._bagua_step = None  # set by with_bagua
+        self._bagua_qadam = None  # the with_bagua context whose fused update this is
 
     def step(self, closure=None):
-        """Runs libbagua's fused QAdam update (after ``with_bagua``)."""
-        if self._bagua_step is None:
-            raise RuntimeError("QAdamOptimizer steps inside a module prepared with "
-                               "model.with_bagua([optimizer], QAdamAlgorithm(optimizer))")
-        loss = closure() if closure is not None else None
-        self._bagua_step()
+        """One QAdam step: libbagua's fused update after ``with_bagua`` (it runs at the end of
+        the step; here only the learning rate, which a scheduler may have changed, is handed
+        over), else the update of every parameter with a gradient."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._bagua_qadam is not None:
+            self._bagua_qadam.set_lr(self.param_groups[0]["lr"])
+            return loss
+        with torch.no_grad():
+            for group in self.param_groups:
+                self._step_group(group)
         return loss
+
+    def _step_group(self, group):
+        lr, weight_decay, eps = group["lr"], group["weight_decay"], group["eps"]
+        beta1, beta2 = group["betas"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["step"] += 1
+            step = state["step"]
+            grad = p.grad
+            if weight_decay != 0:
+                grad = grad.add(p, alpha=weight_decay)
+            # The moments follow the gradient during the warm-up only; afterwards they are
+            # frozen here (with with_bagua the momentum goes on, averaged across ranks).
+            if step < self.warmup_steps:
+                state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            bias_correction1 = 1 - beta1 ** step
+            bias_correction2 = 1 - beta2 ** step
+            denom = (state["exp_avg_sq"].sqrt() / math.sqrt(bias_correction2)).add_(eps)
+            p.addcdiv_(state["exp_avg"], denom, value=-lr / bias_correction1)
 
 
 class QAdamAlgorithm(Algorithm):

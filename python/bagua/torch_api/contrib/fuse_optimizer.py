@@ -9,7 +9,9 @@ a shadow copy of the optimizer once over one fused parameter per run, and expose
 state to the original parameters as views, so ``optimizer.state`` stays meaningful (and a
 plain ``optimizer.step()`` keeps working on the same state). Parameters that are not
 contiguous (laid out elsewhere later, or with a gradient of their own) are stepped as they
-are, in the same call. With Bagua, use ``model.with_bagua([opt], algo, do_flatten=False)``.
+are, in the same call. On a ``with_bagua`` module, in either order of the two calls,
+``fuse_step()`` includes the data-parallel layer's end of step as ``step()`` does; with
+``do_flatten=True`` there the parameters already lie in libbagua's flat storage and stay.
 """
 
 import copy
@@ -17,6 +19,8 @@ import types
 from collections import defaultdict
 
 import torch
+
+from bagua.torch_api import _step
 
 
 def _flatten_group(params, state):
@@ -158,12 +162,31 @@ def _group_layout(self, index, group):
     return fused, leftovers
 
 
-def fuse_step(self, closure=None):
-    """One optimizer step over fused runs of contiguous parameters (see the module doc)."""
-    loss = None
-    if closure is not None:
-        with torch.enable_grad():
-            loss = closure()
+def _per_element(v, n):
+    """True for a state tensor with one value per element of an `n`-element parameter."""
+    return isinstance(v, torch.Tensor) and v.numel() == n and n > 1
+
+
+def _copy_scalar(dst_state, key, value):
+    """Gives `dst_state` its own copy of a scalar state value (Adam's step count, ...)."""
+    old = dst_state.get(key)
+    if isinstance(value, torch.Tensor):
+        if isinstance(old, torch.Tensor) and old.shape == value.shape and old is not value:
+            old.copy_(value)
+        else:
+            dst_state[key] = value.clone()
+    else:
+        dst_state[key] = value
+
+
+def _fused_update(self):
+    """Steps the shadow optimizer once over the fused runs and the leftovers.
+
+    Per-element state is shared: the originals see views of the fused state. Scalar state
+    (a step count) is not: each original parameter keeps its own copy, brought up to date
+    after every fused step, and the fused run takes its members' value before the step. A
+    plain ``step()`` between two ``fuse_step()`` calls then advances each count once, as it
+    should, instead of once per member of a shared one."""
     shadow = self._bagua_shadow
     shadow.param_groups = []
     all_runs = []
@@ -175,23 +198,47 @@ def fuse_step(self, closure=None):
         g["params"] = [r.param for r in fused] + leftovers
         shadow.param_groups.append(g)
         all_runs += fused
-    with torch.no_grad():
-        shadow.step()
     for run in all_runs:
-        # The originals see their part of the fused state as views; redone only when the
-        # optimizer created or replaced a state tensor (torch updates them in place).
-        fs = shadow.state[run.param]
+        fs, first = shadow.state[run.param], self.state.get(run.members[0], {})
+        n = run.param.numel()
+        for k, v in first.items():
+            if k in fs and not _per_element(fs[k], n):
+                _copy_scalar(fs, k, v)
+    with torch.no_grad():
+        # The class's own step: the instance's may be a wrapper (with_bagua's, a learning-rate
+        # scheduler's) bound to the original optimizer, copied along by copy.copy.
+        type(shadow).step(shadow)
+    for run in all_runs:
+        fs, n = shadow.state[run.param], run.param.numel()
         ids = tuple((k, id(v)) for k, v in fs.items())
-        if ids == run.state_ids:
-            continue
-        off, n = 0, run.param.numel()
-        for p in run.members:
-            self.state[p] = {
-                k: (v.narrow(0, off, p.numel()).view_as(p) if isinstance(v, torch.Tensor)
-                    and v.numel() == n and n > 1 else v)
-                for k, v in fs.items()}
-            off += p.numel()
-        run.state_ids = ids
+        if ids != run.state_ids:
+            # The originals see their part of the fused state as views; redone only when
+            # the optimizer created or replaced a state tensor (torch updates them in place).
+            off = 0
+            for p in run.members:
+                self.state[p] = {k: v.narrow(0, off, p.numel()).view_as(p)
+                                 for k, v in fs.items() if _per_element(v, n)}
+                off += p.numel()
+            run.state_ids = ids
+        for k, v in fs.items():
+            if not _per_element(v, n):
+                for p in run.members:
+                    _copy_scalar(self.state[p], k, v)
+
+
+def fuse_step(self, closure=None):
+    """One optimizer step over fused runs of contiguous parameters (see the module doc).
+
+    On an optimizer of a ``with_bagua`` module the step includes the data-parallel layer's
+    work exactly as ``step()`` does. QAdam's update under ``with_bagua`` is already one fused
+    call in libbagua, so there ``fuse_step()`` is ``step()``."""
+    if getattr(self, "_bagua_qadam", None) is not None:
+        return self.step(closure)
+    loss = None
+    if closure is not None:
+        with torch.enable_grad():
+            loss = closure()
+    _step.run_step(self, _fused_update, self)
     return loss
 
 
@@ -210,6 +257,10 @@ def fuse_optimizer(optimizer, do_flatten=True, check_flatten=True):
                         f"{type(optimizer).__name__}")
     if getattr(optimizer, "_bagua_fused", False):
         raise RuntimeError("fuse_optimizer() was already called on this optimizer")
+    if any(getattr(ctx, "do_flatten", False) for ctx in _step.owners(optimizer)):
+        # with_bagua(do_flatten=True) already laid the parameters and gradients out in
+        # libbagua's flat storage, which they must not leave.
+        do_flatten = False
     if do_flatten:
         for group in optimizer.param_groups:
             by_dtype = defaultdict(list)
@@ -218,6 +269,8 @@ def fuse_optimizer(optimizer, do_flatten=True, check_flatten=True):
             for params in by_dtype.values():
                 _flatten_group(params, optimizer.state)
     shadow = copy.copy(optimizer)
+    for attr in [a for a in vars(shadow) if a == "step" or a.startswith("_bagua")]:
+        delattr(shadow, attr)
     shadow.state = defaultdict(dict)
     shadow.param_groups = []
     optimizer._bagua_shadow = shadow
@@ -226,3 +279,8 @@ def fuse_optimizer(optimizer, do_flatten=True, check_flatten=True):
     optimizer._bagua_fused = True
     optimizer.fuse_step = types.MethodType(fuse_step, optimizer)
     return optimizer
+
+
+def is_fused_optimizer(optimizer):
+    """True when :func:`fuse_optimizer` was called on ``optimizer``."""
+    return bool(getattr(optimizer, "_bagua_fused", False))
