@@ -239,6 +239,10 @@ def fuse_step(self, closure=None):
         with torch.enable_grad():
             loss = closure()
     _step.run_step(self, _fused_update, self)
+    # A learning-rate scheduler counts steps in _step_count (its own wrapper of step() does,
+    # which fuse_step bypasses); without this it warns that it stepped before the optimizer.
+    if hasattr(self, "_step_count"):
+        self._step_count += 1
     return loss
 
 

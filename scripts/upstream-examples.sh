@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Runs upstream Bagua's example scripts on this build, changed only from CUDA to CPU, the way a
+# user porting from upstream would: examples/mnist (every --algorithm, with and without
+# --fuse-optimizer), examples/elastic_training, examples/communication_primitives and
+# examples/benchmark. Upstream's scripts are not part of this repository: give a checkout of
+# upstream Bagua (a work tree, or a bare repository read at HEAD).
+#
+#   scripts/upstream-examples.sh UPSTREAM [--only mnist|elastic|primitives|benchmark]...
+#
+# The device edits (the only ones) are: ".cuda()" removed, "torch.cuda.set_device(...)" and
+# "torch.cuda.manual_seed_all(...)" statements made "pass", and "device_ids=[...]" removed from
+# torch.distributed.barrier (a Gloo barrier takes none); the benchmark, which has a --no-cuda
+# flag, refuses to run without CUDA in one statement, which is made "pass". The data source is the one other
+# difference: MNIST is not downloadable here, so the scripts' data directory holds Debian's
+# Fashion-MNIST (the same file format) cut to BAGUA_EXAMPLES_SAMPLES training images (default
+# 6000) so that a run takes seconds. Prints one "PASS"/"FAIL" line per run and a
+# "N passed, N failed" summary; logs stay in the printed work directory.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+if [ $# -lt 1 ]; then
+  echo "usage: $0 UPSTREAM_BAGUA_CHECKOUT [--only NAME]..." >&2
+  exit 2
+fi
+upstream=$1
+shift
+only=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --only) only+=("$2"); shift 2 ;;
+    *) echo "$0: unknown argument $1; accepted: --only mnist|elastic|primitives|benchmark" >&2
+       exit 2 ;;
+  esac
+done
+wanted() { [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $1 "* ]]; }
+
+build=${BAGUA_BUILD_DIR:-$root/build}
+launch=$build/launcher/bagua-launch
+python=/usr/bin/python3
+export PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH}
+export OMP_NUM_THREADS=1
+[ -x "$launch" ] || { echo "$0: $launch is missing: build first (cmake --build build)" >&2; exit 2; }
+
+work=$(mktemp -d /tmp/bagua-upstream-examples.XXXXXX)
+echo "work directory: $work"
+
+# show PATH: a file of upstream's tree, from a work tree or a (bare) repository's HEAD.
+show() {
+  if [ -f "$upstream/$1" ]; then cat "$upstream/$1"; else git -C "$upstream" show "HEAD:$1"; fi
+}
+
+# port SRC DST: upstream's script with the device edits above.
+port() {
+  show "$1" | sed -E -e 's/\.cuda\(\)//g' \
+    -e 's/^( *)torch\.cuda\.(set_device|manual_seed_all)\(.*\)$/\1pass/' \
+    -e 's/torch\.distributed\.barrier\(device_ids=\[[^]]*\]\)/torch.distributed.barrier()/' \
+    >"$2"
+}
+
+# MNIST's raw files in DIR/MNIST/raw, from Fashion-MNIST, the training set cut to N images.
+make_data() {
+  "$python" - "$1" "${BAGUA_EXAMPLES_SAMPLES:-6000}" <<'EOF'
+import gzip, os, struct, sys
+out, n = os.path.join(sys.argv[1], "MNIST", "raw"), int(sys.argv[2])
+os.makedirs(out, exist_ok=True)
+src = "/usr/share/datasets/fashion-mnist"
+for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+             "t10k-labels-idx1-ubyte"):
+    data = gzip.open(os.path.join(src, name + ".gz")).read()
+    magic, count = struct.unpack(">II", data[:8])
+    keep = n if name.startswith("train") else min(count, max(n // 6, 1000))
+    head = 16 if "images" in name else 8
+    item = 28 * 28 if "images" in name else 1
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data[:4] + struct.pack(">I", keep) + data[8:head] + data[head:head + keep * item])
+EOF
+}
+
+passed=0
+failed=0
+# run NAME TIMEOUT CMD...: one run; its output goes to $work/NAME.log.
+run() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  if (cd "$work" && timeout -k 10 "$limit" "$@") >"$work/$name.log" 2>&1; then
+    echo "PASS $name ($((SECONDS - t0)) s)"
+    passed=$((passed + 1))
+  else
+    echo "FAIL $name ($((SECONDS - t0)) s): see $work/$name.log"
+    tail -5 "$work/$name.log" | sed 's/^/    /'
+    failed=$((failed + 1))
+  fi
+}
+
+if wanted mnist || wanted elastic; then
+  make_data "$work/data"
+fi
+if wanted mnist; then
+  port examples/mnist/main.py "$work/mnist.py"
+  mkdir -p "$work/mnist"
+  for algo in ${BAGUA_EXAMPLES_ALGORITHMS:-gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async}; do
+    for fuse in "" --fuse-optimizer; do
+      # low_precision_decentralized refuses a fused optimizer and async a module that is not
+      # flattened (--fuse-optimizer passes do_flatten=False), as upstream's do.
+      case $algo in low_precision_decentralized | async) [ -n "$fuse" ] && continue ;; esac
+      lr=1.0
+      [ "$algo" = qadam ] && lr=0.001
+      # The script reads ../data: run it from a directory beside the data.
+      run "mnist-$algo${fuse:+-fused}" 600 env -C "$work/mnist" "$launch" --nproc-per-node 2 \
+        --python "$python" "$work/mnist.py" --algorithm "$algo" $fuse --epochs 2 \
+        --batch-size 128 --lr "$lr" --async-sync-interval 50
+    done
+  done
+fi
+if wanted elastic; then
+  port examples/elastic_training/main.py "$work/elastic.py"
+  # Upstream's command, with this machine's endpoint; bagua.distributed.run starts the agents.
+  run elastic 600 "$python" -m bagua.distributed.run --nnodes=1:2 --nproc_per_node=2 \
+    --rdzv_id=upstream-example "$work/elastic.py" --epochs 1 --data-dir "$work/data"
+fi
+if wanted primitives; then
+  port examples/communication_primitives/main.py "$work/primitives.py"
+  run primitives 300 "$launch" --nproc-per-node 4 --python "$python" "$work/primitives.py"
+fi
+if wanted benchmark; then
+  port examples/benchmark/synthetic_benchmark.py "$work/benchmark.py"
+  sed -i -E 's/^( *)raise RuntimeError\("bagua currently not supporting non-GPU mode"\)$/\1pass/' \
+    "$work/benchmark.py"
+  for algo in gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async
+  do
+    for fuse in "" --fuse-optimizer; do
+      case $algo in low_precision_decentralized | async) [ -n "$fuse" ] && continue ;; esac
+      run "benchmark-$algo${fuse:+-fused}" 600 "$launch" --nproc-per-node 2 --python "$python" \
+        "$work/benchmark.py" --no-cuda --model resnet18 --batch-size 8 --num-warmup-batches 1 \
+        --num-batches-per-iter 2 --num-iters 2 --algorithm "$algo" $fuse
+    done
+  done
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
