@@ -41,8 +41,10 @@ static bagua__launch_desc_t g_desc[LS__COUNT] = {
                          "auto|restart|in-process"},
     [LS_AGENT] = {"agent", "job", "--agent", NULL, LT_STR, 0, 0, "", "PATH",
                   "bagua-agent binary (default: the one next to bagua-launch)", NULL},
-    [LS_PYTHON] = {"python", "job", "--python", NULL, LT_STR, 0, 0, LAUNCH_DEFAULT_PYTHON, "PATH",
-                   "interpreter for a .py program and for -m MODULE", NULL},
+    /* BAGUA_PYTHON beats the INI's python and the script's #! line: program_argv (config.c)
+     * reads the #! line only while the interpreter is still the default. */
+    [LS_PYTHON] = {"python", "job", "--python", "BAGUA_PYTHON", LT_STR, 0, 0, LAUNCH_DEFAULT_PYTHON,
+                   "PATH", "interpreter for a .py program and for -m MODULE", NULL},
     [LS_NET_PLUGIN] = {"net_plugin", "job", "--net-plugin", NULL, LT_STR, 0, 0, "", "NAME|PATH",
                        "NCCL network plugin for the workers: bagua (Bagua-Net), none, or a path",
                        NULL},

@@ -1,0 +1,270 @@
+"""``python -m bagua.distributed.run``: upstream Bagua's torchrun-shaped (elastic) command, run
+by bagua-launch.
+
+One node, or an elastic job on this machine::
+
+    python -m bagua.distributed.run --standalone --nproc_per_node 4 train.py
+    python -m bagua.distributed.run --standalone --nnodes 1:2 --nproc_per_node 2 train.py
+
+Several nodes, the same command on each::
+
+    python -m bagua.distributed.run --nnodes 2:4 --nproc_per_node 4 --rdzv_backend etcd \\
+        --rdzv_endpoint ETCD_HOST:2379 --rdzv_id job7 train.py
+
+bagua-launch's agents always meet through etcd: the etcd backends map to its
+``--rdzv-endpoint``. static and c10d (a TCP store one of torchrun's agents hosts) without an
+endpoint get a private etcd, which serves the nodes of this machine only: a job that can start
+with one node (``--nnodes 1`` or ``1:MAX``) runs, and one that needs other nodes is refused.
+The table of every option is in docs/launcher.md ("Upstream's launch commands").
+"""
+
+import argparse
+import math
+import os
+
+from bagua.distributed._common import (OptionError, add_bagua_options, add_option,
+                                       add_program, bagua_flags, check_port, execute,
+                                       program_argv)
+
+PROG = "python -m bagua.distributed.run"
+
+BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
+
+# torch's keep-alive defaults, for a --rdzv_conf that gives only one of the two.
+KEEP_ALIVE_INTERVAL_S = 5.0
+KEEP_ALIVE_MAX_ATTEMPT = 3
+
+MULTI_NODE = (
+    "bagua-launch's nodes meet through etcd, not through a TCP store that one node hosts; "
+    "accepted: run etcd where every node reaches it and pass --rdzv_backend etcd "
+    "--rdzv_endpoint HOST:PORT, or --standalone (one machine), or start every node from one "
+    "machine with python -m bagua.script.baguarun")
+
+
+def parser():
+    """The argument parser: upstream's options in both spellings."""
+    # No abbreviations: argparse would take an option of the script's own (--a, after the
+    # script) for an abbreviation of one of these, and fail when it is ambiguous.
+    p = argparse.ArgumentParser(
+        prog=PROG, allow_abbrev=False,
+        description="Starts this node's workers through bagua-launch, with "
+        "upstream Bagua's bagua.distributed.run (torchrun) options.")
+    add_option(p, "--nnodes", default=None,
+               help="N or MIN:MAX nodes (default 1:1); MIN:MAX is elastic")
+    add_option(p, "--nproc_per_node", default="auto",
+               help="workers per node: a number, cpu, gpu or auto (default: GPUs, else CPUs)")
+    add_option(p, "--rdzv_backend", default="static",
+               help="etcd or etcd-v2 (with --rdzv_endpoint); static (default) or c10d: this "
+                    "node only, without an endpoint")
+    add_option(p, "--rdzv_endpoint", default="", help="the etcd's HOST:PORT[,...]")
+    add_option(p, "--rdzv_id", default="none", help="job id shared by the nodes")
+    add_option(p, "--rdzv_conf", default="",
+               help="KEY=VALUE,...: join_timeout, timeout, last_call_timeout, read_timeout, "
+                    "keep_alive_interval, keep_alive_max_attempt (is_host and rank: no effect)")
+    add_option(p, "--standalone", action="store_true",
+               help="a private etcd on this machine (--rdzv_backend, --rdzv_endpoint and "
+                    "--rdzv_id are ignored, as upstream does)")
+    add_option(p, "--max_restarts", type=int, default=None,
+               help="worker-failure restarts before the job fails (default 3)")
+    add_option(p, "--monitor_interval", type=float, default=5.0,
+               help="accepted, no effect: the agent watches its workers continuously")
+    add_option(p, "--start_method", default="spawn", choices=["spawn", "fork", "forkserver"],
+               help="accepted, no effect: every worker is a fresh process")
+    add_option(p, "--role", default="default", help="accepted, no effect: one role per job")
+    add_option(p, "-m", "--module", action="store_true",
+               help="the script is a module, run as python -m")
+    add_option(p, "--no_python", action="store_true",
+               help="run the script as it is, not under python")
+    add_option(p, "--run_path", action="store_true",
+               help="run the script under python (beats --no_python, as upstream)")
+    add_option(p, "--log_dir", default=None, help="per-rank log files: bagua-launch --log-dir")
+    add_option(p, "-r", "--redirects", default="0",
+               help="0 only: worker output always reaches the console")
+    add_option(p, "-t", "--tee", default="0",
+               help="console and files: needs --log_dir (every rank's output goes to both)")
+    add_option(p, "--node_rank", type=int, default=0,
+               help="checked, no effect: node ranks follow the order in which nodes join")
+    add_option(p, "--master_addr", default="127.0.0.1",
+               help="accepted, no effect: the rendezvous picks the master")
+    add_option(p, "--master_port", type=int, default=29500,
+               help="accepted, no effect: the rendezvous picks the master")
+    add_bagua_options(p)
+    add_program(p)
+    return p
+
+
+def parse_args(argv=None):
+    """Parses a command line (default: sys.argv[1:]) into a Namespace."""
+    return parser().parse_args(argv)
+
+
+def parse_nnodes(text):
+    """(MIN, MAX) of "N" or "MIN:MAX"; OptionError when malformed."""
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            low = high = int(parts[0])
+        elif len(parts) == 2:
+            low, high = int(parts[0]), int(parts[1])
+        else:
+            raise ValueError
+    except ValueError:
+        raise OptionError("--nnodes", f"{text!r}; accepted: N or MIN:MAX") from None
+    if not 0 < low <= high:
+        raise OptionError("--nnodes", f"{text!r}; accepted: 0 < MIN <= MAX")
+    return low, high
+
+
+def _gpu_count():
+    """CUDA devices torch sees (0 when CUDA is not available); torch is imported only here,
+    so that a command that names its worker count does not pay for the import."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def local_world_size(value, gpu_count=_gpu_count):
+    """Workers per node for --nproc_per_node: a number, cpu (CPUs), gpu (CUDA devices) or auto
+    (CUDA devices when there are any, else CPUs), as upstream decides."""
+    try:
+        n = int(value)
+    except ValueError:
+        if value == "cpu":
+            n = os.cpu_count()
+        elif value == "gpu":
+            n = gpu_count()
+            if n == 0:
+                raise OptionError("--nproc_per_node", "gpu: CUDA is not available; accepted: "
+                                  "a number, cpu or auto") from None
+        elif value == "auto":
+            n = gpu_count() or os.cpu_count()
+        else:
+            raise OptionError("--nproc_per_node", f"{value!r}; accepted: a number, cpu, gpu "
+                              "or auto") from None
+    if n < 1:
+        raise OptionError("--nproc_per_node", f"{n}; accepted: 1 or more")
+    return n
+
+
+def _seconds(key, value):
+    try:
+        s = float(value)
+    except ValueError:
+        raise OptionError("--rdzv_conf", f"{key}={value!r} is not a number of seconds") from None
+    if not (s > 0 and math.isfinite(s)):
+        raise OptionError("--rdzv_conf", f"{key}={value!r}; accepted: a positive number")
+    return s
+
+
+def rdzv_conf_flags(text):
+    """bagua-launch flags for torchrun's --rdzv_conf KEY=VALUE,... (seconds, like torch)."""
+    out = []
+    keep_alive = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise OptionError("--rdzv_conf", f"{item!r} is not KEY=VALUE")
+        if key in ("join_timeout", "timeout"):
+            out += ["--rdzv-timeout", str(math.ceil(_seconds(key, value)))]
+        elif key == "last_call_timeout":
+            out += ["--last-call-ms", str(round(_seconds(key, value) * 1000))]
+        elif key == "read_timeout":
+            out += ["--etcd-timeout-ms", str(round(_seconds(key, value) * 1000))]
+        elif key == "keep_alive_interval":
+            keep_alive[key] = _seconds(key, value)
+        elif key == "keep_alive_max_attempt":
+            keep_alive[key] = _seconds(key, value)
+        elif key in ("is_host", "rank"):
+            # Which node hosts torch's store, and the static backend's node rank: the etcd
+            # rendezvous has neither.
+            continue
+        else:
+            raise OptionError("--rdzv_conf", f"{key}: no counterpart here; accepted keys: "
+                              "join_timeout, timeout, last_call_timeout, read_timeout, "
+                              "keep_alive_interval, keep_alive_max_attempt, is_host, rank")
+    if keep_alive:
+        # torch declares a node dead after so many missed heartbeats; an etcd lease of that
+        # length does the same for a bagua-agent.
+        ttl = (keep_alive.get("keep_alive_interval", KEEP_ALIVE_INTERVAL_S)
+               * keep_alive.get("keep_alive_max_attempt", KEEP_ALIVE_MAX_ATTEMPT))
+        out += ["--lease-ttl", str(math.ceil(ttl))]
+    return out
+
+
+def rendezvous_flags(args, min_nodes, max_nodes):
+    """bagua-launch's rendezvous flags for --standalone, --rdzv_backend, _endpoint and _id."""
+    if args.standalone:
+        return ["--standalone"]
+    backend = args.rdzv_backend
+    if backend in ("etcd", "etcd-v2"):
+        if not args.rdzv_endpoint:
+            raise OptionError("--rdzv_endpoint", f"the {backend} backend needs the etcd's "
+                              "HOST:PORT; accepted: --rdzv_endpoint HOST:PORT, or --standalone")
+        # The same id on every node, "none" included, as torch uses it.
+        return ["--rdzv-endpoint", args.rdzv_endpoint, "--job-id", args.rdzv_id]
+    if backend in ("static", "c10d"):
+        # Without an endpoint a private etcd here does what the store on this node did, for
+        # the nodes of this machine only: a job that needs no other node (MIN 1) runs, one
+        # that names a store for other nodes to reach, or cannot start without them, cannot.
+        if max_nodes > 1 and (args.rdzv_endpoint or min_nodes > 1):
+            raise OptionError("--rdzv_backend", f"{backend} with --nnodes {args.nnodes}: "
+                              f"{MULTI_NODE}")
+        return [] if args.rdzv_id == "none" else ["--job-id", args.rdzv_id]
+    raise OptionError("--rdzv_backend", f"{backend!r} is not a backend here; accepted: etcd or "
+                      "etcd-v2 with --rdzv_endpoint, static or c10d for one node, or "
+                      "--standalone")
+
+
+def build_argv(args, python=None, gpu_count=_gpu_count):
+    """bagua-launch's arguments for parsed upstream run options (no program name first).
+
+    Raises OptionError for an option that has no counterpart. `python` is the workers'
+    interpreter, by default the caller's (sys.executable); `gpu_count` counts CUDA devices
+    for --nproc_per_node gpu and auto.
+    """
+    min_nodes, max_nodes = parse_nnodes(args.nnodes or "1:1")
+    out = ["--nproc-per-node", str(local_world_size(args.nproc_per_node, gpu_count))]
+    if args.nnodes is not None:
+        out += ["--nnodes", args.nnodes]
+    out += rendezvous_flags(args, min_nodes, max_nodes)
+    out += rdzv_conf_flags(args.rdzv_conf)
+    if args.max_restarts is not None:
+        if args.max_restarts < 0:
+            raise OptionError("--max_restarts", f"{args.max_restarts}; accepted: 0 or more")
+        out += ["--max-restarts", str(args.max_restarts)]
+    if not args.monitor_interval > 0:
+        raise OptionError("--monitor_interval", f"{args.monitor_interval}; accepted: a "
+                          "positive number of seconds (no effect here)")
+    if not 0 <= args.node_rank < max_nodes:
+        raise OptionError("--node_rank", f"{args.node_rank} is not a node of --nnodes "
+                          f"{args.nnodes or '1:1'}; accepted: 0 to {max_nodes - 1}")
+    check_port("--master_port", args.master_port)
+    if args.redirects != "0":
+        raise OptionError("--redirects", "worker output always reaches the console, each line "
+                          "prefixed [node/rank]; accepted: 0, or --tee with --log_dir for "
+                          "files as well")
+    if args.tee != "0" and not args.log_dir:
+        raise OptionError("--tee", "the files go to --log_dir; accepted: --log_dir DIR as well "
+                          "(every rank's output then reaches the console and DIR)")
+    if args.log_dir:
+        out += ["--log-dir", os.path.abspath(args.log_dir)]
+    out += bagua_flags(args)
+    no_python = args.no_python
+    if args.run_path:
+        if args.module:
+            raise OptionError("--run_path", "it runs a script by its path and --module runs a "
+                              "module; accepted: one of them")
+        no_python = False
+    out += program_argv(args.training_script, args.training_script_args, module=args.module,
+                        no_python=no_python, python=python)
+    return out
+
+
+def main(argv=None):
+    """Entry point: translate the command line and execute bagua-launch."""
+    execute(PROG, parse_args, build_argv, argv)
+
+
+if __name__ == "__main__":
+    main()
