@@ -117,7 +117,7 @@ if wanted elastic; then
   port examples/elastic_training/main.py "$work/elastic.py"
   # Upstream's command, with this machine's endpoint; bagua.distributed.run starts the agents.
   run elastic 600 "$python" -m bagua.distributed.run --nnodes=1:2 --nproc_per_node=2 \
-    --rdzv_id=upstream-example "$work/elastic.py" --epochs 1 --data-dir "$work/data"
+    --rdzv_id=upstream-example "$work/elastic.py" --epochs 1 --data_dir "$work/data"
 fi
 if wanted primitives; then
   port examples/communication_primitives/main.py "$work/primitives.py"

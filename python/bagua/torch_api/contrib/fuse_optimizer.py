@@ -192,6 +192,8 @@ def _fused_update(self):
     all_runs = []
     for index, group in enumerate(self.param_groups):
         fused, leftovers = _group_layout(self, index, group)
+        if fused:
+            self._bagua_fused_count += 1  # (upstream's counter: groups stepped fused)
         for p in leftovers:
             shadow.state[p] = self.state[p]
         g = {k: v for k, v in group.items() if k != "params"}
@@ -233,6 +235,7 @@ def fuse_step(self, closure=None):
     work exactly as ``step()`` does. QAdam's update under ``with_bagua`` is already one fused
     call in libbagua, so there ``fuse_step()`` is ``step()``."""
     if getattr(self, "_bagua_qadam", None) is not None:
+        self._bagua_fused_count += len(self.param_groups)  # every group is in the one call
         return self.step(closure)
     loss = None
     if closure is not None:
@@ -281,6 +284,7 @@ def fuse_optimizer(optimizer, do_flatten=True, check_flatten=True):
     optimizer._bagua_run_cache = {}
     optimizer._bagua_layouts = {}
     optimizer._bagua_fused = True
+    optimizer._bagua_fused_count = 0
     optimizer.fuse_step = types.MethodType(fuse_step, optimizer)
     return optimizer
 
@@ -288,3 +292,37 @@ def fuse_optimizer(optimizer, do_flatten=True, check_flatten=True):
 def is_fused_optimizer(optimizer):
     """True when :func:`fuse_optimizer` was called on ``optimizer``."""
     return bool(getattr(optimizer, "_bagua_fused", False))
+
+
+def _adjacent(a, b):
+    """True when tensor `b` starts where tensor `a` ends (in memory, whatever the storage)."""
+    return a.data_ptr() + a.numel() * a.element_size() == b.data_ptr()
+
+
+def calculate_mutual_groups(tensors_list):
+    """The groups of indices whose tensors lie back to back in memory in every list of
+    ``tensors_list`` (weights, gradients, each state tensor of the same parameters): each
+    group lists indices in memory order and has at least two; a group counts only where
+    every list has exactly that group (as upstream Bagua's helper of the same name)."""
+    tensors_list = [list(t) for t in tensors_list]
+    if not tensors_list:
+        return []
+    size = len(tensors_list[0])
+    if any(len(t) != size for t in tensors_list):
+        raise ValueError("calculate_mutual_groups: the lists differ in length "
+                         f"({[len(t) for t in tensors_list]}); they must describe the same "
+                         "parameters")
+    per_list = []
+    for tensors in tensors_list:
+        order = sorted(range(size), key=lambda i: tensors[i].data_ptr())
+        groups, cur = [], []
+        for i in order:
+            if cur and not _adjacent(tensors[cur[-1]], tensors[i]):
+                if len(cur) > 1:
+                    groups.append(cur)
+                cur = []
+            cur.append(i)
+        if len(cur) > 1:
+            groups.append(cur)
+        per_list.append(groups)
+    return [g for g in per_list[0] if all(g in other for other in per_list[1:])]
