@@ -288,7 +288,7 @@ def main():
         else:
             algorithm = algorithms.from_name(args.algorithm)
         model = model.with_bagua([optimizer], algorithm,
-                                 do_flatten=not (args.no_flatten or args.fuse))
+                                 do_flatten=not args.no_flatten)
     step, t0, samples = 0, time.monotonic(), 0
     t_warm = t0  # end of the warm-up steps; the steady-state step time counts from here
     wait_s, sent, t_fb = 0.0, 0, 0.0  # libbagua's wait for communication, bytes, fwd+bwd

@@ -11,9 +11,10 @@ from bagua._C import BaguaError
 from bagua.torch_api import algorithms, communication, contrib, data_parallel, elastic
 from bagua.torch_api.communication import (
     BaguaProcessGroup, ReduceOp, allgather, allgather_inplace, allreduce, allreduce_inplace,
-    alltoall, alltoall_inplace, barrier, broadcast, gather, get_default_group,
-    init_process_group, is_initialized, new_group, recv, reduce, reduce_inplace,
-    reduce_scatter, reduce_scatter_inplace, scatter, send)
+    alltoall, alltoall_inplace, alltoall_v, alltoall_v_inplace, barrier, broadcast, gather,
+    gather_inplace, get_backend, get_default_group, init_process_group, is_initialized,
+    new_group, recv, reduce, reduce_inplace, reduce_scatter, reduce_scatter_inplace, scatter,
+    scatter_inplace, send)
 from bagua.torch_api.distributed import BaguaModule  # importing it adds Module.with_bagua
 from bagua.torch_api.env import get_local_rank, get_local_size, get_rank, get_world_size
 
@@ -21,13 +22,10 @@ __all__ = [
     "BaguaError", "algorithms", "communication", "contrib", "data_parallel", "elastic",
     "BaguaModule",
     "BaguaProcessGroup", "ReduceOp", "allgather", "allgather_inplace", "allreduce",
-    "allreduce_inplace", "alltoall", "alltoall_inplace", "barrier", "broadcast", "gather",
+    "allreduce_inplace", "alltoall", "alltoall_inplace", "alltoall_v", "alltoall_v_inplace",
+    "barrier", "broadcast", "gather", "gather_inplace", "scatter_inplace",
     "get_default_group", "init_process_group", "is_initialized", "new_group", "recv", "reduce",
     "reduce_inplace", "reduce_scatter", "reduce_scatter_inplace", "scatter", "send",
     "get_local_rank", "get_local_size", "get_rank", "get_world_size", "get_backend",
 ]
 
-
-def get_backend(model_name=None):
-    """The name of the communication backend: libbagua over shm/tcp."""
-    return "bagua-c"

@@ -1,13 +1,26 @@
-"""Process groups and communication primitives on CPU tensors, over libbagua.
+"""Process groups, communicators and communication primitives on CPU tensors, over libbagua.
 
 The names and arguments follow upstream Bagua's ``bagua.torch_api.communication``; tensors
-are CPU tensors here (upstream asserts CUDA ones). Every call checks its tensors (device,
-contiguity, dtype, sizes) and raises ``ValueError``/``TypeError`` naming the problem before
-libbagua is called; failures inside libbagua raise :class:`BaguaError` subclasses
-(``BaguaTimeoutError`` for a stalled peer, ``BaguaRemoteError`` for a dead one, ...).
+are CPU tensors here (upstream asserts CUDA ones). Every call checks its arguments (device,
+contiguity, dtype, sizes against what will be written, ranks) and raises
+``ValueError``/``TypeError`` naming the problem before libbagua is called; failures inside
+libbagua raise :class:`BaguaError` subclasses (``BaguaTimeoutError`` for a stalled peer,
+``BaguaRemoteError`` for a dead one, ...).
+
+The ``comm`` argument of every primitive accepts what upstream's does: ``None`` (the default
+group), a communicator from ``group.get_global_communicator()`` and its intra-/inter-node
+siblings, or ``CommMember.NON_COMM_MEMBER`` (then the call does nothing: this rank is not in
+the communicator). It also accepts a :class:`BaguaProcessGroup` (its global communicator) and
+a raw ``bagua._C.Comm``.
 """
 
 import enum
+import hashlib
+import math
+import operator
+import pickle
+import socket
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -17,16 +30,25 @@ from bagua._C import BaguaError
 from bagua.torch_api import env
 
 __all__ = [
-    "ReduceOp", "BaguaProcessGroup", "init_process_group", "is_initialized", "new_group",
-    "get_default_group", "allreduce", "allreduce_inplace", "broadcast", "allgather",
-    "allgather_inplace", "reduce_scatter", "reduce_scatter_inplace", "alltoall",
-    "alltoall_inplace", "reduce", "reduce_inplace", "gather", "scatter", "send", "recv",
-    "barrier", "BaguaError",
+    "ReduceOp", "BaguaProcessGroup", "BaguaSingleCommunicatorPy", "CommMember",
+    "init_process_group", "is_initialized", "new_group", "from_torch_group",
+    "get_default_group", "get_communicator", "get_backend",
+    "send", "recv", "broadcast", "broadcast_object", "broadcast_coalesced",
+    "reduce", "reduce_inplace", "allreduce", "allreduce_inplace",
+    "allreduce_coalesced_inplace", "allgather", "allgather_inplace", "gather",
+    "gather_inplace", "scatter", "scatter_inplace", "reduce_scatter", "reduce_scatter_inplace",
+    "alltoall", "alltoall_inplace", "alltoall_v", "alltoall_v_inplace", "barrier",
+    "BaguaError",
 ]
 
 
 class ReduceOp(enum.IntEnum):
-    """Reduction operators, with upstream Bagua's (Aluminum's) numbers."""
+    """Reduction operators, with upstream Bagua's (Aluminum's) numbers.
+
+    SUM, AVG, MIN and MAX run inside libbagua. PRODUCT (any dtype) and the bitwise BOR, BAND,
+    BXOR (integer dtypes) are computed here: the ranks' inputs are gathered and folded in
+    rank order, so every rank gets the same bits.
+    """
 
     SUM = 0
     PRODUCT = 1
@@ -40,18 +62,59 @@ class ReduceOp(enum.IntEnum):
 
 _OPS = {ReduceOp.SUM: _C.SUM, ReduceOp.AVG: _C.AVG, ReduceOp.MIN: _C.MIN, ReduceOp.MAX: _C.MAX}
 
+# The operators libbagua lacks, as element-wise torch functions applied rank by rank.
+_FOLDS = {ReduceOp.PRODUCT: torch.mul, ReduceOp.BOR: torch.bitwise_or,
+          ReduceOp.BAND: torch.bitwise_and, ReduceOp.BXOR: torch.bitwise_xor}
+
 _DTYPES = {
     torch.float32: _C.F32, torch.float16: _C.F16, torch.bfloat16: _C.BF16,
     torch.float64: _C.F64, torch.int32: _C.I32, torch.int64: _C.I64, torch.uint8: _C.U8,
 }
+_DTYPE_OF_CODE = {code: dtype for dtype, code in _DTYPES.items()}
 
 
-def _op_code(op):
+class _Sentinel:
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return self._name
+
+
+class CommMember:
+    """Upstream's communicator markers: ``WORLD`` (the default group's communicator, as
+    ``None``) and ``NON_COMM_MEMBER`` (what a rank outside a group gets instead of a
+    communicator; primitives called with it return at once)."""
+
+    WORLD = _Sentinel("CommMember.WORLD")
+    NON_COMM_MEMBER = _Sentinel("CommMember.NON_COMM_MEMBER")
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks
+# ---------------------------------------------------------------------------------------------
+
+def _parse_op(op, dtype, what):
+    """Returns (ReduceOp, libbagua op code or None when the op is folded here)."""
     try:
-        return _OPS[ReduceOp(op)]
-    except (ValueError, KeyError):
-        raise ValueError(f"reduce op {op!r} is not supported; accepted: ReduceOp.SUM, AVG, MIN, "
-                         "MAX") from None
+        op = ReduceOp(op)
+    except ValueError:
+        raise ValueError(f"{what}: reduce op {op!r} is unknown; accepted: ReduceOp.SUM, AVG, "
+                         "MIN, MAX, PRODUCT, BOR, BAND, BXOR") from None
+    if op in _OPS:
+        return op, _OPS[op]
+    if op != ReduceOp.PRODUCT and dtype.is_floating_point:
+        raise ValueError(f"{what}: ReduceOp.{op.name} needs an integer dtype (int32, int64, "
+                         f"uint8), not {dtype}")
+    return op, None
+
+
+def _fold(rows, op):
+    """Folds the rows of ``rows`` (one per rank, in rank order) with ``op``."""
+    out = rows[0].clone()
+    for row in rows[1:]:
+        out = _FOLDS[op](out, row)
+    return out
 
 
 def _check(tensor, what):
@@ -75,32 +138,280 @@ def _same_dtype(a, b, what):
                         f"{b.dtype})")
 
 
-class BaguaProcessGroup:
-    """A set of ranks with its own libbagua communicator (``comm``).
+def _rank_arg(c, value, what):
+    """Checks that ``value`` names a rank of the communicator ``c``."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer rank, not {type(value).__name__}") from None
+    if not 0 <= v < c.size:
+        raise ValueError(f"{what}={v} is not a rank of the communicator: accepted 0 to "
+                         f"{c.size - 1} (it has {c.size} ranks)")
+    return v
 
-    ``ranks`` lists the global ranks of the group; ``intra``/``inter`` communicators for
-    hierarchical algorithms are created on demand by the data-parallel layer itself.
+
+def _peer_arg(c, value, what):
+    v = _rank_arg(c, value, what)
+    if v == c.rank:
+        raise ValueError(f"{what}={v} is this rank; a peer must be another rank")
+    return v
+
+
+def _count_arg(value, what):
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{what}={v} is negative")
+    return v
+
+
+def _int_list(values, n, what):
+    """The first ``n`` entries of an integer sequence (as upstream, which reads one entry per
+    rank and ignores any beyond), each checked to be >= 0."""
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    try:
+        seq = list(values)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of integers, one per rank, not "
+                        f"{type(values).__name__}") from None
+    if len(seq) < n:
+        raise ValueError(f"{what} has {len(seq)} entries; the communicator has {n} ranks and "
+                         "needs one per rank")
+    return [_count_arg(v, f"{what}[{j}]") for j, v in enumerate(seq[:n])]
+
+
+def _overlap(a, b):
+    sa, sb = a.data_ptr(), b.data_ptr()
+    ea, eb = sa + a.numel() * a.element_size(), sb + b.numel() * b.element_size()
+    return a.numel() and b.numel() and sa < eb and sb < ea
+
+
+# ---------------------------------------------------------------------------------------------
+# Communicators and process groups
+# ---------------------------------------------------------------------------------------------
+
+class BaguaSingleCommunicatorPy:
+    """A communicator of a process group, with upstream's method names (``rank()``,
+    ``nranks()``, ``abort()``, and each primitive as a method taking torch tensors with
+    upstream's positional order, e.g. ``comm.allreduce_inplace(tensor, ReduceOp.AVG)``).
+
+    ``comm`` is the underlying ``bagua._C.Comm``. The global communicator of an elastic job's
+    default group follows the rounds: ``rank()`` and ``nranks()`` are the current round's.
     """
 
-    def __init__(self, comm, ranks, elastic=None):
+    def __init__(self, comm):
         self.comm = comm
+        self._aborted = False
+
+    def rank(self):
+        """This process's rank in the communicator."""
+        return self.comm.rank
+
+    def nranks(self):
+        """The number of ranks of the communicator."""
+        return self.comm.size
+
+    def abort(self):
+        """Makes current and future calls on this communicator raise ``BaguaAbortedError``
+        (callable from any thread)."""
+        self._aborted = True
+        self.comm.abort()
+
+    def check_abort(self):
+        """True once :meth:`abort` was called on this communicator."""
+        return self._aborted
+
+    def allreduce(self, send_tensor, recv_tensor, op=ReduceOp.SUM):
+        allreduce(send_tensor, recv_tensor, op, comm=self)
+
+    def allreduce_inplace(self, tensor, op=ReduceOp.SUM):
+        allreduce_inplace(tensor, op, comm=self)
+
+    def broadcast(self, tensor, root_rank=0):
+        broadcast(tensor, root_rank, comm=self)
+
+    def reduce(self, send_tensor, recv_tensor, dst, op=ReduceOp.SUM):
+        reduce(send_tensor, recv_tensor, dst, op, comm=self)
+
+    def reduce_inplace(self, tensor, dst, op=ReduceOp.SUM):
+        reduce_inplace(tensor, dst, op, comm=self)
+
+    def send(self, tensor, peer_rank):
+        send(tensor, peer_rank, comm=self)
+
+    def recv(self, tensor, peer_rank):
+        recv(tensor, peer_rank, comm=self)
+
+    def allgather(self, send_tensor, recv_tensor):
+        allgather(send_tensor, recv_tensor, comm=self)
+
+    def allgather_inplace(self, tensor):
+        allgather_inplace(tensor, comm=self)
+
+    def gather(self, send_tensor, recv_tensor, dst):
+        gather(send_tensor, recv_tensor, dst, comm=self)
+
+    def gather_inplace(self, tensor, count, dst):
+        gather_inplace(tensor, count, dst, comm=self)
+
+    def scatter(self, send_tensor, recv_tensor, src):
+        scatter(send_tensor, recv_tensor, src, comm=self)
+
+    def scatter_inplace(self, tensor, count, src):
+        scatter_inplace(tensor, count, src, comm=self)
+
+    def reduce_scatter(self, send_tensor, recv_tensor, op=ReduceOp.SUM):
+        reduce_scatter(send_tensor, recv_tensor, op, comm=self)
+
+    def reduce_scatter_inplace(self, tensor, op=ReduceOp.SUM):
+        reduce_scatter_inplace(tensor, op, comm=self)
+
+    def alltoall(self, send_tensor, recv_tensor):
+        alltoall(send_tensor, recv_tensor, comm=self)
+
+    def alltoall_inplace(self, tensor):
+        alltoall_inplace(tensor, comm=self)
+
+    def alltoall_v(self, send_tensor, send_counts, send_displs, recv_tensor, recv_counts,
+                   recv_displs):
+        alltoall_v(send_tensor, send_counts, send_displs, recv_tensor, recv_counts,
+                   recv_displs, comm=self)
+
+    def alltoall_v_inplace(self, tensor, counts, displs):
+        alltoall_v_inplace(tensor, counts, displs, comm=self)
+
+    def barrier(self):
+        barrier(comm=self)
+
+    def __repr__(self):
+        return f"BaguaSingleCommunicatorPy(rank={self.rank()}, nranks={self.nranks()})"
+
+
+def _node_hash():
+    """This rank's node identity, chosen as libbagua chooses it (BAGUA_NODE_ID, else the
+    launcher's GROUP_RANK, else the host name), so that intra-node communicators group the
+    ranks libbagua itself treats as one node."""
+    node_id = _C.param_get("BAGUA_NODE_ID")
+    group_rank = _C.param_get("GROUP_RANK")
+    if node_id:
+        key = f"id:{node_id}"
+    elif group_rank not in (None, "") and int(group_rank) >= 0:
+        key = f"group:{int(group_rank)}"
+    else:
+        key = f"host:{socket.gethostname()}"
+    return int.from_bytes(hashlib.sha1(key.encode()).digest()[:7], "little")
+
+
+class BaguaProcessGroup:
+    """A set of ranks with its own libbagua communicator.
+
+    Attributes: ``ranks`` (sorted global ranks; an elastic default group's follow the current
+    round), ``stream`` (kept for upstream's signature; unused on CPU), ``group_name`` (the key
+    of :func:`get_communicator`) and ``comm`` (the ``bagua._C.Comm`` of the group, None on a
+    rank outside it). The global communicator exists from creation; the intra- and
+    inter-node ones are created on first request, which is collective over the group's
+    members.
+    """
+
+    def __init__(self, ranks, stream=None, group_name=None, comm=None, elastic=None):
         self._ranks = list(ranks)
+        self.stream = stream
+        self.group_name = group_name
+        self.comm = comm
         self.elastic = elastic  # the bagua._C.Elastic of an elastic job's default group
+        self._communicators = {}
+        self._topology = None
 
     @property
     def ranks(self):
         """The global ranks of the group (an elastic group's follow the current round)."""
-        return list(range(self.comm.size)) if self.elastic is not None else self._ranks
+        return list(range(self.comm.size)) if self.elastic is not None else list(self._ranks)
 
     def get_global_communicator(self):
-        """The group's libbagua communicator (a :class:`bagua._C.Comm`)."""
-        return self.comm
+        """The communicator of all the group's ranks (``CommMember.NON_COMM_MEMBER`` on a
+        rank outside the group)."""
+        return self._communicator("global")
+
+    def get_inter_node_communicator(self):
+        """The communicator between nodes: the group's ranks whose node-local rank is that of
+        the group's first rank, as upstream (``NON_COMM_MEMBER`` elsewhere). Created on first
+        request; collective over the group's members."""
+        return self._communicator("inter")
+
+    def get_intra_node_communicator(self):
+        """The communicator of the group's ranks on this rank's node. Created on first
+        request; collective over the group's members."""
+        return self._communicator("intra")
+
+    def _communicator(self, kind):
+        if kind not in ("global", "inter", "intra"):
+            raise ValueError(f"communicator name {kind!r} is unknown; accepted: 'global', "
+                             "'inter', 'intra'")
+        if self.comm is None:
+            return CommMember.NON_COMM_MEMBER
+        if kind not in self._communicators:
+            if kind == "global":
+                made = self.comm
+            else:
+                made = self._split_by_node(kind)
+            self._communicators[kind] = (BaguaSingleCommunicatorPy(made) if made is not None
+                                         else CommMember.NON_COMM_MEMBER)
+        return self._communicators[kind]
+
+    def _split_by_node(self, kind):
+        if self.elastic is not None:
+            raise RuntimeError("intra/inter-node communicators of an elastic group are not "
+                               "available: its membership changes with the rounds; use "
+                               "get_global_communicator()")
+        if self._topology is None:
+            # One row per member, in group-rank order: node identity and node-local rank in
+            # the whole job (upstream's rank mappings, gathered over the group only, so that
+            # ranks outside the group need not take part).
+            mine = torch.tensor([_node_hash(), _get_default_group().comm.local_rank],
+                                dtype=torch.int64)
+            rows = torch.empty(2 * self.comm.size, dtype=torch.int64)
+            self.comm.allgather(mine.data_ptr(), rows.data_ptr(), 2, _C.I64)
+            self._topology = rows.view(-1, 2).tolist()
+        nodes, me = [], self.comm.rank
+        for node, _ in self._topology:
+            if node not in nodes:
+                nodes.append(node)
+        if kind == "intra":
+            color = nodes.index(self._topology[me][0])
+        else:
+            color = 0 if self._topology[me][1] == self._topology[0][1] else -1
+        return self.comm.split(color, me)
 
     def __repr__(self):
-        return f"BaguaProcessGroup(ranks={self.ranks}, transport={self.comm.transport!r})"
+        transport = self.comm.transport if self.comm is not None else None
+        return (f"BaguaProcessGroup(name={self.group_name!r}, ranks={self.ranks}, "
+                f"transport={transport!r})")
 
 
 _default_group = None
+_group_count = 0
+#: Group name -> BaguaProcessGroup (upstream's ``_pg_map``).
+_pg_map = {}
+#: BaguaProcessGroup -> {global rank: group rank} (upstream's ``_pg_group_ranks``).
+_pg_group_ranks = {}
+#: torch ProcessGroup -> BaguaProcessGroup, filled by ``pg.bagua_patch()``.
+_torch_to_bagua_pg_map = weakref.WeakKeyDictionary()
+
+
+def _next_group_name():
+    global _group_count
+    _group_count += 1
+    return str(_group_count)
+
+
+def _register(group):
+    _pg_map[group.group_name] = group
+    if group.elastic is None:
+        _pg_group_ranks[group] = {g: i for i, g in enumerate(group.ranks)}
+    return group
 
 
 def is_initialized():
@@ -108,12 +419,22 @@ def is_initialized():
     return _default_group is not None
 
 
-def get_default_group():
+def _get_default_group():
     """The group of all ranks; raises RuntimeError before :func:`init_process_group`."""
     if _default_group is None:
         raise RuntimeError("bagua is not initialised: call "
                            "bagua.torch_api.init_process_group() first")
     return _default_group
+
+
+#: The name this front end has used so far for :func:`_get_default_group`.
+get_default_group = _get_default_group
+
+
+def get_backend(model_name=None):
+    """The name of the communication backend: libbagua over shm/tcp (upstream returns its
+    Rust backend object; there is no such object here)."""
+    return "bagua-c"
 
 
 def _free_port(host=""):
@@ -125,9 +446,29 @@ def _free_port(host=""):
     return _C.spare_port(host)
 
 
-def init_process_group(store=None, transport=None):
+class _ExplicitWorld:
+    """What ``env.get_rank()`` and its siblings answer after init_process_group was given
+    explicit values (libbagua's parameter registry reads the environment once, so changing
+    os.environ afterwards would not reach it)."""
+
+    def __init__(self, rank, size, local_rank, local_size):
+        self.rank, self.size = rank, size
+        self.local_rank, self.local_size = local_rank, local_size
+
+
+def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
+                       transport=None):
     """Joins this worker to the job: initialises ``torch.distributed`` (Gloo) if needed and
     creates the default Bagua group over libbagua.
+
+    Args:
+        store: a ``torch.distributed.Store`` shared by the workers (default: torch's
+            ``env://`` rendezvous on MASTER_ADDR/MASTER_PORT).
+        rank, world_size, local_world_size: explicit values that override RANK, WORLD_SIZE
+            and LOCAL_WORLD_SIZE (LOCAL_RANK becomes ``rank % local_world_size``), as
+            upstream; -1 reads the environment.
+        transport: ours: libbagua's transport, "auto", "tcp" or "shm" (default:
+            BAGUA_TRANSPORT).
 
     Reads the worker variables that bagua-launch and torchrun set (RANK, WORLD_SIZE,
     LOCAL_RANK, MASTER_ADDR, MASTER_PORT, and BAGUA_BOOTSTRAP under bagua-launch). Under
@@ -138,24 +479,41 @@ def init_process_group(store=None, transport=None):
     global _default_group
     if _default_group is not None:
         raise RuntimeError("init_process_group() was already called in this process")
-    rank, world = env.get_rank(), env.get_world_size()
+    explicit = (rank, world_size, local_world_size) != (-1, -1, -1)
+    world = env.get_world_size() if world_size == -1 else _count_arg(world_size, "world_size")
+    if world < 1:
+        raise ValueError(f"world_size={world} must be at least 1")
+    me = env.get_rank() if rank == -1 else _count_arg(rank, "rank")
+    if me >= world:
+        raise ValueError(f"rank={me} is out of range: accepted 0 to {world - 1} (world size "
+                         f"{world})")
+    if local_world_size == -1:
+        local_size, local_rank = env.get_local_size(), env.get_local_rank()
+    else:
+        local_size = _count_arg(local_world_size, "local_world_size")
+        if local_size < 1:
+            raise ValueError(f"local_world_size={local_size} must be at least 1")
+        local_rank = me % local_size
     if not dist.is_initialized():
         if store is None and world == 1 and not _C.param_get("MASTER_ADDR"):
             # A script run alone, outside any launcher: a one-rank job needs no rendezvous.
             store = dist.HashStore()
         if store is None:
-            dist.init_process_group(backend="gloo", init_method="env://", rank=rank,
+            dist.init_process_group(backend="gloo", init_method="env://", rank=me,
                                     world_size=world)
         else:
-            dist.init_process_group(backend="gloo", store=store, rank=rank, world_size=world)
+            dist.init_process_group(backend="gloo", store=store, rank=me, world_size=world)
     bootstrap = env.get_bootstrap()
     if bootstrap.startswith("env://") and world > 1:
         kv = store if store is not None else dist.distributed_c10d._get_default_store()
-        if rank == 0:
+        if me == 0:
             kv.set("bagua/bootstrap", f"tcp://{env.get_master_addr()}:{_free_port()}")
         bootstrap = kv.get("bagua/bootstrap").decode()
-    comm = _C.Comm(rank=rank, size=world, bootstrap=bootstrap, transport=transport)
-    _default_group = BaguaProcessGroup(comm, range(world))
+    comm = _C.Comm(rank=me, size=world, bootstrap=bootstrap, transport=transport)
+    if explicit:
+        env._live_comm = _ExplicitWorld(me, world, local_rank, local_size)
+    _default_group = _register(BaguaProcessGroup(range(world), None, _next_group_name(),
+                                                 comm=comm))
 
 
 def _init_elastic_group(ctx):
@@ -164,47 +522,270 @@ def _init_elastic_group(ctx):
     global _default_group
     if _default_group is not None:
         raise RuntimeError("init_process_group() was already called in this process")
-    _default_group = BaguaProcessGroup(ctx.comm(), [], elastic=ctx)
+    _default_group = _register(BaguaProcessGroup([], None, _next_group_name(), comm=ctx.comm(),
+                                                 elastic=ctx))
     env._live_comm = _default_group.comm
 
 
-def new_group(ranks=None):
-    """A group of the given global ranks (all of them when None); collective over the
-    default group. Ranks outside ``ranks`` get None."""
-    group = get_default_group()
-    ranks = sorted(set(range(group.comm.size) if ranks is None else ranks))
-    me = group.comm.rank
-    comm = group.comm.split(0 if me in ranks else -1, me)
-    return None if comm is None else BaguaProcessGroup(comm, ranks)
+def new_group(ranks=None, stream=None):
+    """Creates a process group of the given global ranks (all of them when None).
+
+    As upstream, every rank of the default group must call it, in the same order, members or
+    not; each gets a group object. Members get a working communicator from
+    ``get_global_communicator()``, the others ``CommMember.NON_COMM_MEMBER`` (and
+    ``_rank_not_in_group(group)`` is True there). ``stream`` is accepted for upstream's
+    signature and unused on CPU. Raises ValueError for a rank outside the world or a repeated
+    one.
+    """
+    default = _get_default_group()
+    world = default.comm.size
+    if ranks is None:
+        ranks = list(range(world))
+    else:
+        checked = []
+        for r in ranks:
+            try:
+                r = operator.index(r)
+            except TypeError:
+                raise TypeError(f"new_group: ranks must be integers, not "
+                                f"{type(r).__name__}") from None
+            if not 0 <= r < world:
+                raise ValueError(f"new_group: invalid rank {r}, should be non-negative and "
+                                 f"less than the world size {world}")
+            if r in checked:
+                raise ValueError(f"new_group: rank {r} is listed twice")
+            checked.append(r)
+        ranks = sorted(checked)
+    me = default.comm.rank
+    # The split is collective over the default group: the members take color 0, ordered by
+    # global rank; every other rank takes a negative color and gets no communicator.
+    member = me in ranks
+    comm = default.comm.split(0 if member else -1, ranks.index(me) if member else me)
+    return _register(BaguaProcessGroup(ranks, stream, _next_group_name(), comm=comm))
 
 
-def _comm(group):
-    return (group or get_default_group()).comm
+def from_torch_group(group, stream=None):
+    """The Bagua process group of the ranks of a ``torch.distributed`` process group.
 
+    Collective over the default group, like :func:`new_group`: every rank calls it with its
+    handle of the torch group (``torch.distributed.GroupMember.NON_GROUP_MEMBER`` on ranks
+    outside it, as ``torch.distributed.new_group`` returns there). The members are learnt
+    from the members themselves (each announces its global rank at its torch group rank), so
+    ranks outside the torch group need not know them.
+    """
+    default = _get_default_group()
+    non_member = dist.GroupMember.NON_GROUP_MEMBER
+    if group is not non_member and not isinstance(group, dist.ProcessGroup):
+        raise TypeError("from_torch_group: group must be a torch.distributed ProcessGroup or "
+                        f"GroupMember.NON_GROUP_MEMBER, not {type(group).__name__}")
+    world = default.comm.size
+    slots = torch.zeros(world, dtype=torch.int64)
+    if group is not non_member:
+        slots[default.comm.rank] = group.rank() + 1
+    default.comm.allreduce(slots.data_ptr(), slots.data_ptr(), world, _C.I64, _C.SUM)
+    members = sorted((int(s), r) for r, s in enumerate(slots.tolist()) if s > 0)
+    if [s for s, _ in members] != list(range(1, len(members) + 1)):
+        raise RuntimeError("from_torch_group: the torch group's ranks are inconsistent across "
+                           f"processes (group rank + 1 by global rank: {slots.tolist()})")
+    return new_group([r for _, r in members], stream)
+
+
+def get_communicator(group_name, comm_name):
+    """The communicator ``comm_name`` ("global", "inter" or "intra") of the group named
+    ``group_name`` (``group.group_name``)."""
+    group = _pg_map.get(str(group_name))
+    if group is None:
+        raise ValueError(f"get_communicator: no process group is named {group_name!r}; known: "
+                         f"{sorted(_pg_map)}")
+    return group._communicator(comm_name)
+
+
+def _rank_not_in_comm(comm=None):
+    """True if this rank is not in ``comm`` (``CommMember.NON_COMM_MEMBER``, or a group it
+    is not a member of)."""
+    if comm is None:
+        return False
+    if isinstance(comm, BaguaProcessGroup):
+        return comm.comm is None
+    return comm is CommMember.NON_COMM_MEMBER
+
+
+def _rank_not_in_group(group=None):
+    """True if this rank is not a member of ``group`` (None: the default group)."""
+    if group is None:
+        return False
+    return _rank_not_in_comm(group.get_global_communicator())
+
+
+def _bagua_backend_comm(comm=None):
+    """``comm`` itself, or None when this rank is not in it (upstream's helper)."""
+    return None if _rank_not_in_comm(comm) else comm
+
+
+# torch's ProcessGroup gets upstream's ``bagua_*`` methods, so ``pg.bagua_patch()`` links a
+# torch group with its Bagua group.
+
+def _pg_bagua_patch(self, stream=None):
+    if self not in _torch_to_bagua_pg_map:
+        _torch_to_bagua_pg_map[self] = from_torch_group(self, stream)
+    return self
+
+
+def _pg_bagua_pg(self):
+    if self not in _torch_to_bagua_pg_map:
+        raise RuntimeError("this torch process group has no Bagua group yet: call "
+                           "pg.bagua_patch() first")
+    return _torch_to_bagua_pg_map[self]
+
+
+for _name, _value in (
+        ("bagua_patch", _pg_bagua_patch), ("bagua_pg", property(_pg_bagua_pg)),
+        ("bagua_get_global_communicator",
+         lambda self: get_communicator(self.bagua_pg.group_name, "global")),
+        ("bagua_get_inter_node_communicator",
+         lambda self: get_communicator(self.bagua_pg.group_name, "inter")),
+        ("bagua_get_intra_node_communicator",
+         lambda self: get_communicator(self.bagua_pg.group_name, "intra"))):
+    try:
+        setattr(dist.ProcessGroup, _name, _value)
+    except (AttributeError, TypeError):  # a torch build whose ProcessGroup is closed
+        break
+del _name, _value
+
+
+def _resolve(comm):
+    """The ``bagua._C.Comm`` to run on, or None when this rank is not in ``comm``."""
+    if comm is None or comm is CommMember.WORLD:
+        return _get_default_group().comm
+    if comm is CommMember.NON_COMM_MEMBER:
+        return None
+    if isinstance(comm, BaguaSingleCommunicatorPy):
+        return comm.comm
+    if isinstance(comm, BaguaProcessGroup):
+        return comm.comm
+    if isinstance(comm, _C.Comm):
+        return comm
+    raise TypeError("comm must be None, a communicator (group.get_global_communicator()), "
+                    "CommMember.NON_COMM_MEMBER, a BaguaProcessGroup or a bagua._C.Comm, not "
+                    f"{type(comm).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Primitives
+# ---------------------------------------------------------------------------------------------
 
 def allreduce(send_tensor, recv_tensor, op=ReduceOp.SUM, comm=None):
-    """Reduces ``send_tensor`` over all ranks into ``recv_tensor`` (same size and dtype)."""
+    """Reduces ``send_tensor`` over all ranks into ``recv_tensor`` (same size and dtype) on
+    every rank."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _check(send_tensor, "send_tensor")
     _check(recv_tensor, "recv_tensor")
     _same_dtype(send_tensor, recv_tensor, "allreduce")
     if send_tensor.numel() != recv_tensor.numel():
         raise ValueError(f"allreduce: send_tensor has {send_tensor.numel()} elements, "
-                         f"recv_tensor {recv_tensor.numel()}")
-    _comm(comm).allreduce(send_tensor.data_ptr(), recv_tensor.data_ptr(), send_tensor.numel(),
-                          code, _op_code(op))
+                         f"recv_tensor {recv_tensor.numel()}; they must be equal")
+    op, op_code = _parse_op(op, send_tensor.dtype, "allreduce")
+    n = send_tensor.numel()
+    if op_code is None:
+        rows = torch.empty(c.size * n, dtype=send_tensor.dtype)
+        c.allgather(send_tensor.data_ptr(), rows.data_ptr(), n, code)
+        recv_tensor.view(-1).copy_(_fold(rows.view(c.size, n), op))
+        return
+    c.allreduce(send_tensor.data_ptr(), recv_tensor.data_ptr(), n, code, op_code)
 
 
 def allreduce_inplace(tensor, op=ReduceOp.SUM, comm=None):
-    """Reduces ``tensor`` over all ranks in place."""
-    code = _check(tensor, "tensor")
-    _comm(comm).allreduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), code,
-                          _op_code(op))
+    """The in-place version of :func:`allreduce`."""
+    allreduce(tensor, tensor, op, comm)
+
+
+def _coalesce(tensors, what):
+    """The tensors grouped by dtype (in order of first appearance), after checks."""
+    tensors = list(tensors)
+    groups = {}
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what}: tensors[{i}] must be a torch.Tensor, not "
+                            f"{type(t).__name__}")
+        if t.device.type != "cpu" or t.is_sparse:
+            raise ValueError(f"{what}: tensors[{i}] must be a dense CPU tensor (it is on "
+                             f"{t.device})")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{what}: tensors[{i}] has dtype {t.dtype}; accepted: float32, "
+                            "float16, bfloat16, float64, int32, int64, uint8")
+        groups.setdefault(t.dtype, []).append(t)
+    return groups
+
+
+def _unflatten(flat, tensors):
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
+def allreduce_coalesced_inplace(tensors, op=ReduceOp.SUM, comm=None):
+    """Reduces each tensor of the list ``tensors`` over all ranks in place, with one
+    collective per dtype over their concatenation. Every rank passes the same shapes and
+    dtypes in the same order."""
+    c = _resolve(comm)
+    if c is None:
+        return
+    groups = _coalesce(tensors, "allreduce_coalesced_inplace")
+    for dtype, ts in groups.items():
+        _parse_op(op, dtype, "allreduce_coalesced_inplace")
+    for ts in groups.values():
+        flat = torch.cat([t.reshape(-1) for t in ts])
+        allreduce(flat, flat, op, comm=c)
+        _unflatten(flat, ts)
 
 
 def broadcast(tensor, src=0, comm=None):
-    """Copies rank ``src``'s ``tensor`` into every rank's ``tensor``."""
+    """Copies rank ``src``'s ``tensor`` into every rank's ``tensor`` (same number of elements
+    on all ranks)."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _check(tensor, "tensor")
-    _comm(comm).broadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), code, int(src))
+    src = _rank_arg(c, src, "broadcast: src")
+    c.broadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), code, src)
+
+
+def broadcast_coalesced(tensors, src=0, comm=None):
+    """Broadcasts each tensor of the list ``tensors`` from rank ``src``, with one collective
+    per dtype over their concatenation."""
+    c = _resolve(comm)
+    if c is None:
+        return
+    groups = _coalesce(tensors, "broadcast_coalesced")
+    src = _rank_arg(c, src, "broadcast_coalesced: src")
+    for ts in groups.values():
+        flat = torch.cat([t.reshape(-1) for t in ts])
+        broadcast(flat, src, comm=c)
+        _unflatten(flat, ts)
+
+
+def broadcast_object(obj, src=0, comm=None):
+    """Returns rank ``src``'s ``obj`` (pickled) on every rank of the communicator, e.g.
+    ``state = broadcast_object(optimizer.state_dict(), 0)``. ``src`` is a rank of ``comm``.
+    A rank outside ``comm`` gets its own ``obj`` back."""
+    c = _resolve(comm)
+    if c is None:
+        return obj
+    src = _rank_arg(c, src, "broadcast_object: src")
+    size = torch.zeros(1, dtype=torch.int64)
+    if c.rank == src:
+        payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        size[0] = payload.numel()
+    c.broadcast(size.data_ptr(), size.data_ptr(), 1, _C.I64, src)
+    if c.rank != src:
+        payload = torch.empty(int(size[0]), dtype=torch.uint8)
+    c.broadcast(payload.data_ptr(), payload.data_ptr(), payload.numel(), _C.U8, src)
+    if c.rank == src:
+        return obj
+    return pickle.loads(payload.numpy().tobytes())
 
 
 def _blocks(c, send_tensor, recv_tensor, what, recv_per_rank):
@@ -221,112 +802,341 @@ def _blocks(c, send_tensor, recv_tensor, what, recv_per_rank):
 
 
 def allgather(send_tensor, recv_tensor, comm=None):
-    """Gathers every rank's ``send_tensor`` into ``recv_tensor`` (world size x its size),
-    block r from rank r."""
-    c = _comm(comm)
+    """Gathers every rank's ``send_tensor`` into ``recv_tensor`` (nranks x its size), block r
+    from rank r."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _blocks(c, send_tensor, recv_tensor, "allgather", True)
     c.allgather(send_tensor.data_ptr(), recv_tensor.data_ptr(), send_tensor.numel(), code)
 
 
 def allgather_inplace(tensor, comm=None):
-    """In-place allgather: this rank's block of ``tensor`` is block ``rank``."""
-    c = _comm(comm)
+    """The in-place version of :func:`allgather`: this rank's block of ``tensor`` (nranks
+    blocks) is block ``rank``."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _check(tensor, "tensor")
     if tensor.numel() % c.size:
         raise ValueError(f"allgather_inplace: {tensor.numel()} elements do not split into "
-                         f"{c.size} blocks")
+                         f"nranks ({c.size}) blocks")
     n = tensor.numel() // c.size
     block = tensor.view(-1)[c.rank * n:(c.rank + 1) * n].clone()
     c.allgather(block.data_ptr(), tensor.data_ptr(), n, code)
 
 
 def reduce_scatter(send_tensor, recv_tensor, op=ReduceOp.SUM, comm=None):
-    """Reduces ``send_tensor`` (world size x ``recv_tensor``'s size) over all ranks; rank r
+    """Reduces ``send_tensor`` (nranks x ``recv_tensor``'s size) over all ranks; rank r
     receives the reduction of block r."""
-    c = _comm(comm)
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _blocks(c, send_tensor, recv_tensor, "reduce_scatter", False)
-    c.reduce_scatter(send_tensor.data_ptr(), recv_tensor.data_ptr(), recv_tensor.numel(), code,
-                     _op_code(op))
+    op, op_code = _parse_op(op, send_tensor.dtype, "reduce_scatter")
+    n = recv_tensor.numel()
+    if op_code is None:
+        # Block r of every rank lands on rank r, which folds them.
+        rows = torch.empty(c.size * n, dtype=send_tensor.dtype)
+        c.alltoall(send_tensor.data_ptr(), rows.data_ptr(), n, code)
+        recv_tensor.view(-1).copy_(_fold(rows.view(c.size, n), op))
+        return
+    c.reduce_scatter(send_tensor.data_ptr(), recv_tensor.data_ptr(), n, code, op_code)
 
 
 def reduce_scatter_inplace(tensor, op=ReduceOp.SUM, comm=None):
-    """In-place reduce-scatter: block ``rank`` of ``tensor`` receives its reduction."""
-    c = _comm(comm)
-    code = _check(tensor, "tensor")
+    """The in-place version of :func:`reduce_scatter`: block ``rank`` of ``tensor`` (nranks
+    blocks) receives its reduction; the other blocks are left as they were."""
+    c = _resolve(comm)
+    if c is None:
+        return
+    _check(tensor, "tensor")
     if tensor.numel() % c.size:
-        raise ValueError(f"reduce_scatter_inplace: {tensor.numel()} elements do not split into "
-                         f"{c.size} blocks")
+        raise ValueError(f"reduce_scatter_inplace: {tensor.numel()} elements do not split "
+                         f"into nranks ({c.size}) blocks")
     n = tensor.numel() // c.size
     out = torch.empty(n, dtype=tensor.dtype)
-    c.reduce_scatter(tensor.data_ptr(), out.data_ptr(), n, code, _op_code(op))
+    reduce_scatter(tensor, out, op, comm=c)
     tensor.view(-1)[c.rank * n:(c.rank + 1) * n].copy_(out)
 
 
 def alltoall(send_tensor, recv_tensor, comm=None):
-    """Block j of rank i's ``send_tensor`` lands in block i of rank j's ``recv_tensor``."""
-    c = _comm(comm)
+    """Block j of rank i's ``send_tensor`` lands in block i of rank j's ``recv_tensor``
+    (both tensors hold nranks blocks of equal size)."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _check(send_tensor, "send_tensor")
     _check(recv_tensor, "recv_tensor")
     _same_dtype(send_tensor, recv_tensor, "alltoall")
     if send_tensor.numel() != recv_tensor.numel() or send_tensor.numel() % c.size:
         raise ValueError(f"alltoall: both tensors must hold the same number of elements, a "
-                         f"multiple of the world size {c.size} ({send_tensor.numel()} and "
-                         f"{recv_tensor.numel()})")
+                         f"multiple of nranks ({c.size}); they hold {send_tensor.numel()} and "
+                         f"{recv_tensor.numel()}")
     c.alltoall(send_tensor.data_ptr(), recv_tensor.data_ptr(), send_tensor.numel() // c.size,
                code)
 
 
 def alltoall_inplace(tensor, comm=None):
-    """In-place :func:`alltoall`."""
+    """The in-place version of :func:`alltoall`."""
     alltoall(tensor, tensor, comm)
 
 
+def _check_layout(tensor, counts, displs, what, tname, cname, dname):
+    for j, (n, d) in enumerate(zip(counts, displs)):
+        if d + n > tensor.numel():
+            raise ValueError(f"{what}: {dname}[{j}]={d} + {cname}[{j}]={n} = {d + n} exceeds "
+                             f"{tname}'s {tensor.numel()} elements")
+
+
+def alltoall_v(send_tensor, send_counts, send_displs, recv_tensor, recv_counts, recv_displs,
+               comm=None):
+    """All-to-all with a different amount of data per pair of ranks.
+
+    ``send_counts[j]`` elements from offset ``send_displs[j]`` of ``send_tensor`` go to rank
+    j, which places them at offset ``recv_displs[i]`` of its ``recv_tensor`` (i: the
+    sender). ``recv_counts[i]`` is the most this rank accepts from rank i (elements beyond
+    what rank i sends are left as they were). Counts and displacements are in elements, one
+    per rank (entries beyond nranks are ignored, as upstream). Every count and displacement
+    is checked against the tensors before anything is sent; a sender whose count exceeds
+    what its receiver accepts is a ValueError on every rank, raised before any data moves.
+    """
+    c = _resolve(comm)
+    if c is None:
+        return
+    code = _check(send_tensor, "send_tensor")
+    _check(recv_tensor, "recv_tensor")
+    _same_dtype(send_tensor, recv_tensor, "alltoall_v")
+    n = c.size
+    sc = _int_list(send_counts, n, "alltoall_v: send_counts")
+    sd = _int_list(send_displs, n, "alltoall_v: send_displs")
+    rc = _int_list(recv_counts, n, "alltoall_v: recv_counts")
+    rd = _int_list(recv_displs, n, "alltoall_v: recv_displs")
+    _check_layout(send_tensor, sc, sd, "alltoall_v", "send_tensor", "send_counts",
+                  "send_displs")
+    _check_layout(recv_tensor, rc, rd, "alltoall_v", "recv_tensor", "recv_counts",
+                  "recv_displs")
+    _alltoall_v(c, code, send_tensor, sc, sd, recv_tensor, rc, rd, "alltoall_v")
+
+
+def alltoall_v_inplace(tensor, counts, displs, comm=None):
+    """The in-place version of :func:`alltoall_v`: ``counts[j]`` elements at ``displs[j]``
+    go to rank j and are replaced by the ``counts[j]`` elements rank j sends back (so rank
+    i's ``counts[j]`` must equal rank j's ``counts[i]``)."""
+    c = _resolve(comm)
+    if c is None:
+        return
+    code = _check(tensor, "tensor")
+    n = c.size
+    counts = _int_list(counts, n, "alltoall_v_inplace: counts")
+    displs = _int_list(displs, n, "alltoall_v_inplace: displs")
+    _check_layout(tensor, counts, displs, "alltoall_v_inplace", "tensor", "counts", "displs")
+    _alltoall_v(c, code, tensor.clone(), counts, displs, tensor, counts, displs,
+                "alltoall_v_inplace")
+
+
+def _alltoall_v(c, code, send_t, sc, sd, recv_t, rc, rd, what):
+    """Runs a checked all-to-all-v over send/recv pairs.
+
+    libbagua has no all-to-all-v. Padding every block to the largest count and using its
+    alltoall would be simple but would move nranks x the largest block per rank, however
+    uneven the counts; point-to-point messages move exactly the data. First one small
+    allgather of every rank's counts lets every rank check every pair (a sender's count
+    must not exceed its receiver's) and agree on the error before any data moves; then rank
+    r sends to r + k and receives from r - k for k = 1 .. nranks - 1. Sends and receives
+    block, so within step k, whose pairs form cycles r -> r + k, ranks at even positions of
+    their cycle send first and those at odd positions receive first: every cycle has a
+    receiver first at position 1, so no cycle of ranks can all wait in send (with an odd
+    cycle the last rank's send to position 0 completes once position 0 has sent).
+    """
+    n, me = c.size, c.rank
+    if n > 1:
+        mine = torch.tensor(sc + rc, dtype=torch.int64)
+        table = torch.empty(n * 2 * n, dtype=torch.int64)
+        c.allgather(mine.data_ptr(), table.data_ptr(), 2 * n, _C.I64)
+        rows = table.view(n, 2 * n).tolist()
+        sent = [row[:n] for row in rows]
+        for i in range(n):
+            for j in range(n):
+                if sent[i][j] > rows[j][n + i]:
+                    raise ValueError(f"{what}: rank {i} sends {sent[i][j]} elements to rank "
+                                     f"{j}, which accepts at most {rows[j][n + i]} from it "
+                                     f"(its recv_counts[{i}])")
+    else:
+        sent = [sc]
+        if sc[0] > rc[0]:
+            raise ValueError(f"{what}: this rank sends itself {sc[0]} elements but accepts at "
+                             f"most {rc[0]} (recv_counts[0])")
+    src_flat, dst_flat = send_t.view(-1), recv_t.view(-1)
+    if _overlap(send_t, recv_t):
+        src_flat = src_flat.clone()
+    k_self = sent[me][me]
+    dst_flat[rd[me]:rd[me] + k_self].copy_(src_flat[sd[me]:sd[me] + k_self])
+    for k in range(1, n):
+        dst, src = (me + k) % n, (me - k) % n
+        ns, nr = sent[me][dst], sent[src][me]
+        g = math.gcd(n, k)
+        pos, x = 0, me % g
+        while x != me:
+            x, pos = (x + k) % n, pos + 1
+        out_part = src_flat[sd[dst]:sd[dst] + ns]
+        in_part = dst_flat[rd[src]:rd[src] + nr]
+        steps = [("send", ns), ("recv", nr)]
+        if pos % 2:
+            steps.reverse()
+        for kind, count in steps:
+            if count == 0:
+                continue  # both ends know the count from the table: neither posts a message
+            if kind == "send":
+                c.send(out_part.data_ptr(), count, code, dst)
+            else:
+                c.recv(in_part.data_ptr(), count, code, src)
+
+
 def reduce(send_tensor, recv_tensor, dst, op=ReduceOp.SUM, comm=None):
-    """Reduces ``send_tensor`` over all ranks into ``recv_tensor`` on rank ``dst``."""
+    """Reduces ``send_tensor`` over all ranks into ``recv_tensor`` on rank ``dst`` (both
+    tensors of the same size and dtype on every rank, as upstream)."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _check(send_tensor, "send_tensor")
     _check(recv_tensor, "recv_tensor")
     _same_dtype(send_tensor, recv_tensor, "reduce")
-    _comm(comm).reduce(send_tensor.data_ptr(), recv_tensor.data_ptr(), send_tensor.numel(),
-                       code, _op_code(op), int(dst))
+    if send_tensor.numel() != recv_tensor.numel():
+        raise ValueError(f"reduce: send_tensor has {send_tensor.numel()} elements, "
+                         f"recv_tensor {recv_tensor.numel()}; they must be equal")
+    dst = _rank_arg(c, dst, "reduce: dst")
+    op, op_code = _parse_op(op, send_tensor.dtype, "reduce")
+    n = send_tensor.numel()
+    if op_code is None:
+        rows = torch.empty(c.size * n if c.rank == dst else 0, dtype=send_tensor.dtype)
+        c.gather(send_tensor.data_ptr(), rows.data_ptr() if c.rank == dst else 0, n, code, dst)
+        if c.rank == dst:
+            recv_tensor.view(-1).copy_(_fold(rows.view(c.size, n), op))
+        return
+    c.reduce(send_tensor.data_ptr(), recv_tensor.data_ptr(), n, code, op_code, dst)
 
 
 def reduce_inplace(tensor, dst, op=ReduceOp.SUM, comm=None):
-    """In-place :func:`reduce`: ``tensor`` holds the result on ``dst``."""
+    """The in-place version of :func:`reduce`: ``tensor`` holds the result on ``dst``."""
     reduce(tensor, tensor, dst, op, comm)
 
 
 def gather(send_tensor, recv_tensor, dst, comm=None):
-    """Gathers every rank's ``send_tensor`` into ``recv_tensor`` on rank ``dst``."""
-    c = _comm(comm)
+    """Gathers every rank's ``send_tensor`` into ``recv_tensor`` (nranks x its size) on rank
+    ``dst``, block r from rank r; ``recv_tensor`` is not used on other ranks."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _check(send_tensor, "send_tensor")
-    if c.rank == int(dst):
+    dst = _rank_arg(c, dst, "gather: dst")
+    if c.rank == dst:
         code = _blocks(c, send_tensor, recv_tensor, "gather", True)
-    c.gather(send_tensor.data_ptr(), recv_tensor.data_ptr() if c.rank == int(dst) else 0,
-             send_tensor.numel(), code, int(dst))
+    c.gather(send_tensor.data_ptr(), recv_tensor.data_ptr() if c.rank == dst else 0,
+             send_tensor.numel(), code, dst)
+
+
+def gather_inplace(tensor, count, dst, comm=None):
+    """The in-place version of :func:`gather`: on ``dst``, ``tensor`` holds nranks x
+    ``count`` elements and its own block ``dst`` stays in place; elsewhere ``tensor`` holds
+    the ``count`` elements sent."""
+    c = _resolve(comm)
+    if c is None:
+        return
+    code = _check(tensor, "tensor")
+    count = _count_arg(count, "gather_inplace: count")
+    dst = _rank_arg(c, dst, "gather_inplace: dst")
+    want = count * c.size if c.rank == dst else count
+    if tensor.numel() != want:
+        raise ValueError(f"gather_inplace: tensor must hold {want} elements on this rank "
+                         f"({'nranks x count' if c.rank == dst else 'count'}), not "
+                         f"{tensor.numel()}")
+    if c.rank == dst:
+        block = tensor.view(-1)[dst * count:(dst + 1) * count].clone()
+        c.gather(block.data_ptr(), tensor.data_ptr(), count, code, dst)
+    else:
+        c.gather(tensor.data_ptr(), 0, count, code, dst)
 
 
 def scatter(send_tensor, recv_tensor, src, comm=None):
-    """Block r of ``send_tensor`` on rank ``src`` lands in rank r's ``recv_tensor``."""
-    c = _comm(comm)
+    """Block r of ``send_tensor`` (nranks x ``recv_tensor``'s size) on rank ``src`` lands in
+    rank r's ``recv_tensor``; ``send_tensor`` is not used on other ranks."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _check(recv_tensor, "recv_tensor")
-    if c.rank == int(src):
+    src = _rank_arg(c, src, "scatter: src")
+    if c.rank == src:
         code = _blocks(c, send_tensor, recv_tensor, "scatter", False)
-    c.scatter(send_tensor.data_ptr() if c.rank == int(src) else 0, recv_tensor.data_ptr(),
-              recv_tensor.numel(), code, int(src))
+    c.scatter(send_tensor.data_ptr() if c.rank == src else 0, recv_tensor.data_ptr(),
+              recv_tensor.numel(), code, src)
 
+
+def scatter_inplace(tensor, count, src, comm=None):
+    """The in-place version of :func:`scatter`: on ``src``, ``tensor`` holds nranks x
+    ``count`` elements (its own block stays in place); elsewhere ``tensor`` receives its
+    ``count`` elements."""
+    c = _resolve(comm)
+    if c is None:
+        return
+    code = _check(tensor, "tensor")
+    count = _count_arg(count, "scatter_inplace: count")
+    src = _rank_arg(c, src, "scatter_inplace: src")
+    want = count * c.size if c.rank == src else count
+    if tensor.numel() != want:
+        raise ValueError(f"scatter_inplace: tensor must hold {want} elements on this rank "
+                         f"({'nranks x count' if c.rank == src else 'count'}), not "
+                         f"{tensor.numel()}")
+    if c.rank == src:
+        scratch = torch.empty(count, dtype=tensor.dtype)
+        c.scatter(tensor.data_ptr(), scratch.data_ptr(), count, code, src)
+    else:
+        c.scatter(0, tensor.data_ptr(), count, code, src)
+
+
+# send/recv put a two-element header (element count, dtype code) before the data, so that a
+# receiving tensor of another size or dtype is reported by recv instead of being overrun or
+# misread: the byte stream between two ranks carries no sizes of its own.
 
 def send(tensor, dst, comm=None):
     """Sends ``tensor`` to rank ``dst`` (matched in call order with its :func:`recv`)."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _check(tensor, "tensor")
-    _comm(comm).send(tensor.data_ptr(), tensor.numel(), code, int(dst))
+    dst = _peer_arg(c, dst, "send: dst")
+    header = torch.tensor([tensor.numel(), code], dtype=torch.int64)
+    c.send(header.data_ptr(), 2, _C.I64, dst)
+    c.send(tensor.data_ptr(), tensor.numel(), code, dst)
 
 
 def recv(tensor, src, comm=None):
-    """Receives into ``tensor`` from rank ``src``."""
+    """Receives into ``tensor`` from rank ``src``; a message of another size or dtype than
+    ``tensor`` is a ValueError (the message is consumed, so later ones stay in step)."""
+    c = _resolve(comm)
+    if c is None:
+        return
     code = _check(tensor, "tensor")
-    _comm(comm).recv(tensor.data_ptr(), tensor.numel(), code, int(src))
+    src = _peer_arg(c, src, "recv: src")
+    header = torch.empty(2, dtype=torch.int64)
+    c.recv(header.data_ptr(), 2, _C.I64, src)
+    count, sent_code = header.tolist()
+    if count == tensor.numel() and sent_code == code:
+        c.recv(tensor.data_ptr(), count, code, src)
+        return
+    sent_dtype = _DTYPE_OF_CODE.get(sent_code)
+    if sent_dtype is None or count < 0:
+        raise BaguaError(f"recv: the message header from rank {src} is corrupt ({count}, "
+                         f"{sent_code}); was it sent by bagua.torch_api.send?")
+    drain = torch.empty(count, dtype=sent_dtype)  # held until the call returns
+    c.recv(drain.data_ptr(), count, sent_code, src)
+    raise ValueError(f"recv: rank {src} sent {count} elements of {sent_dtype}; tensor holds "
+                     f"{tensor.numel()} of {tensor.dtype}")
 
 
 def barrier(comm=None):
-    """Returns once every rank of the group has called it."""
-    _comm(comm).barrier()
+    """Returns once every rank of the communicator has called it."""
+    c = _resolve(comm)
+    if c is None:
+        return
+    c.barrier()

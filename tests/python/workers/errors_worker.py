@@ -32,11 +32,14 @@ def inputs():
     expect(ValueError, lambda: bagua.allreduce_inplace(torch.zeros(4, 4).t()), "contiguous")
     expect(ValueError, lambda: bagua.allreduce(t, torch.zeros(7)), "8", "7")
     expect(TypeError, lambda: bagua.allreduce(t, torch.zeros(8, dtype=torch.float64)), "dtype")
-    expect(ValueError, lambda: bagua.allreduce_inplace(t, op=bagua.ReduceOp.PRODUCT),
-           "PRODUCT", "accepted")
+    expect(ValueError, lambda: bagua.allreduce_inplace(t, op=bagua.ReduceOp.BXOR), "BXOR",
+           "integer")
     expect(ValueError, lambda: bagua.allgather(t, torch.zeros(3)), "world size")
     # libbagua's own checks come back as BaguaError subclasses with the status name.
-    e = expect(_C.BaguaInvalidArgError, lambda: bagua.broadcast(t, src=5), "root")
+    expect(ValueError, lambda: bagua.broadcast(t, src=5), "src=5")
+    e = expect(_C.BaguaInvalidArgError,
+               lambda: bagua.get_default_group().comm.broadcast(t.data_ptr(), t.data_ptr(),
+                                                                t.numel(), _C.F32, 5), "root")
     assert e.status_name == "BAGUA_ERR_INVALID_ARG" and isinstance(e, bagua.BaguaError)
     assert isinstance(e, RuntimeError)
     print("inputs: every bad input raised the documented exception")
