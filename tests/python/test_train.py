@@ -41,3 +41,20 @@ def test_every_algorithm_trains_the_cnn(algorithm, nranks):
 def test_gradient_allreduce_matches_torch_ddp(workers, flatten):
     args = [] if flatten else ["--no-flatten"]
     workers("ddp_match_worker.py", 2, args=args, nodes=2).check()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_with_the_fused_optimizer(algorithm):
+    """examples/torch/train.py --fuse: fuse_optimizer + fuse_step() on a with_bagua module.
+    low_precision_decentralized refuses a fused optimizer, as upstream's does."""
+    r = run_workers(EXAMPLE, 2, args=["--algorithm", algorithm, "--fuse", "--epochs", "1",
+                                      "--max-steps", "40", "--test-limit", "500"],
+                    nodes=2, timeout=300)
+    if algorithm == "low_precision_decentralized":
+        assert all(c != 0 for c in r.codes), r.outputs
+        assert all("does not support fused optimizers" in out for out in r.outputs), r.outputs
+        return
+    f = finals(r.check())
+    assert sorted(f) == [0, 1] and all(steps == 40 for steps, _, _ in f.values()), f
+    if algorithm in CENTRALIZED:
+        assert len({crc for _, crc, _ in f.values()}) == 1, f"{algorithm}: parameters differ: {f}"
