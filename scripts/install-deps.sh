@@ -3,6 +3,7 @@
 # libclang-rt-dev holds clang's sanitizer and libFuzzer runtimes (libclang_rt.fuzzer,
 # libclang_rt.tsan): clang recommends it, and --no-install-recommends would leave it out.
 # yamllint and python3-yaml check the Kubernetes example's manifests (examples/k8s/).
+# redis-server and python3-redis back bagua.torch_api.contrib's cached dataset and Redis store.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -10,7 +11,7 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       clang libclang-rt-dev libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev zlib1g-dev
       etcd-server etcd-client iproute2 dataset-fashion-mnist
       python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
-      python3-yaml yamllint)
+      python3-yaml yamllint redis-server python3-redis)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

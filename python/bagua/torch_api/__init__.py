@@ -8,7 +8,8 @@ Typical use (CPU tensors)::
 """
 
 from bagua._C import BaguaError
-from bagua.torch_api import algorithms, communication, contrib, data_parallel, elastic
+from bagua.torch_api import (
+    algorithms, checkpoint, communication, contrib, data_parallel, elastic, utils)
 from bagua.torch_api.communication import (
     BaguaProcessGroup, ReduceOp, allgather, allgather_inplace, allreduce, allreduce_inplace,
     alltoall, alltoall_inplace, alltoall_v, alltoall_v_inplace, barrier, broadcast, gather,
@@ -19,7 +20,8 @@ from bagua.torch_api.distributed import BaguaModule  # importing it adds Module.
 from bagua.torch_api.env import get_local_rank, get_local_size, get_rank, get_world_size
 
 __all__ = [
-    "BaguaError", "algorithms", "communication", "contrib", "data_parallel", "elastic",
+    "BaguaError", "algorithms", "checkpoint", "communication", "contrib", "data_parallel",
+    "elastic", "utils",
     "BaguaModule",
     "BaguaProcessGroup", "ReduceOp", "allgather", "allgather_inplace", "allreduce",
     "allreduce_inplace", "alltoall", "alltoall_inplace", "alltoall_v", "alltoall_v_inplace",
