@@ -1,42 +1,240 @@
 /*
- * Public collective entry points: argument checks, the poisoned-communicator rule, dispatch
- * to the transport's implementation (or the generic one) and poisoning on failure.
+ * Public collective entry points. Every call is described once (call_t), checked once by
+ * check_call() before any transport runs (the argument contract of include/bagua/comm.h),
+ * then a collective agrees on its signature with the other ranks (comm/sig.c; on shared memory
+ * inside its first round) and is dispatched to the transport's implementation (or the generic
+ * one). Failures poison the communicator; invalid arguments and a signature mismatch do not.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "comm_internal.h"
 #include "common/check.h"
 #include "common/log.h"
 
-/* How many buffers of `count` elements a collective touches on one rank. */
-#define PER_RANK 0 /* one per rank of the communicator (count * size elements) */
+/* Point-to-point kinds, after the collective ones of wire.h. */
+enum { P2P_SEND = 32, P2P_RECV, P2P_SENDRECV, P2P_NEIGHBOR };
 
-/* Checks what every collective needs. `mult` is how many times `count` elements one buffer
- * holds: 1, or PER_RANK for count * size (read only after `c` is known not to be NULL). */
-static bagua_status_t check_args(bagua_comm_t *c, const char *fn, bagua_dtype_t dt, int op,
-                                 int root, size_t count, size_t mult) {
+/* What a public call passed. `count` is per rank block for the kinds with F_BLOCKS. */
+typedef struct {
+  int kind; /* BAGUA_COLL_* or P2P_* */
+  const char *fn;
+  const void *s;
+  void *r;
+  size_t count;
+  bagua_dtype_t dt;
+  int op;   /* kinds with F_OP */
+  int root; /* kinds with F_ROOT */
+  /* point-to-point: s/count go to peer (dst), r/count2 come from peer2 (src); the neighbour
+   * exchange receives count elements from peer (left) into r and from peer2 (right) into r2 */
+  int peer, peer2;
+  size_t count2;
+  void *r2;
+} call_t;
+
+enum { F_OP = 1, F_ROOT = 2, F_BLOCKS = 4, F_NODTYPE = 8 };
+
+static unsigned flags_of(int kind) {
+  switch (kind) {
+    case BAGUA_COLL_ALLREDUCE:
+      return F_OP;
+    case BAGUA_COLL_REDUCE_SCATTER:
+      return F_OP | F_BLOCKS;
+    case BAGUA_COLL_ALLGATHER:
+    case BAGUA_COLL_ALLTOALL:
+      return F_BLOCKS;
+    case BAGUA_COLL_BROADCAST:
+      return F_ROOT;
+    case BAGUA_COLL_REDUCE:
+      return F_OP | F_ROOT;
+    case BAGUA_COLL_GATHER:
+    case BAGUA_COLL_SCATTER:
+      return F_ROOT | F_BLOCKS;
+    case BAGUA_COLL_BARRIER:
+      return F_NODTYPE;
+    default:
+      return 0;
+  }
+}
+
+static void names_of(char *buf, size_t n, int count, const char *(*name)(int)) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < count && at < n; i++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%s", i ? " " : "", name(i));
+}
+
+static const char *dtype_name_i(int i) {
+  return bagua_dtype_name((bagua_dtype_t)i);
+}
+static const char *op_name_i(int i) {
+  return bagua_op_name((bagua_op_t)i);
+}
+
+/* [a, a + na) and [b, b + nb) share a byte. */
+static int overlap(const void *a, size_t na, const void *b, size_t nb) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return na && nb && x < y + nb && y < x + na;
+}
+
+static bagua_status_t need(const void *p, const char *fn, const char *what) {
+  if (p) return BAGUA_OK;
+  BAGUA_WARN("%s: %s is NULL but the count is not zero", fn, what);
+  return BAGUA_ERR_INVALID_ARG;
+}
+
+/* A buffer of `nb` bytes at b that must be either the in-place position `inplace` of a buffer
+ * of `na` bytes at a, or not overlap it at all. */
+static bagua_status_t disjoint(const char *fn, const char *what, const void *a, size_t na,
+                               const void *b, size_t nb, const void *inplace, const char *rule) {
+  if (b == inplace || !overlap(a, na, b, nb)) return BAGUA_OK;
+  BAGUA_WARN("%s: %s overlap; accepted: %s, or buffers that do not overlap", fn, what, rule);
+  return BAGUA_ERR_INVALID_ARG;
+}
+
+static bagua_status_t check_peer(bagua_comm_t *c, const char *fn, const char *what, int peer,
+                                 int allow_self) {
+  if (peer < 0 || peer >= c->size || (!allow_self && peer == c->rank)) {
+    BAGUA_WARN("%s: %s %d is invalid; accepted: a rank in [0, %d)%s", fn, what, peer, c->size,
+               allow_self ? "" : " other than this rank");
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  return BAGUA_OK;
+}
+
+/* The buffers this rank uses, their sizes and the in-place rules of include/bagua/comm.h. */
+static bagua_status_t check_buffers(bagua_comm_t *c, const call_t *a) {
+  const char *fn = a->fn;
+  size_t es = bagua_dtype_size(a->dt), b = a->count * es, nb = b * (size_t)c->size;
+  int me = c->rank, root = a->root;
+  const char *s = a->s;
+  char *r = a->r;
+  switch (a->kind) {
+    case BAGUA_COLL_ALLREDUCE:
+      BAGUA_CHECK(need(s, fn, "sendbuf"));
+      BAGUA_CHECK(need(r, fn, "recvbuf"));
+      return disjoint(fn, "sendbuf and recvbuf", s, b, r, b, s, "the same buffer (in place)");
+    case BAGUA_COLL_REDUCE_SCATTER:
+      BAGUA_CHECK(need(s, fn, "sendbuf"));
+      BAGUA_CHECK(need(r, fn, "recvbuf"));
+      return disjoint(fn, "sendbuf and recvbuf", s, nb, r, b, s + (size_t)me * b,
+                      "recvbuf = sendbuf + rank * recvcount elements (in place)");
+    case BAGUA_COLL_ALLGATHER:
+      BAGUA_CHECK(need(s, fn, "sendbuf"));
+      BAGUA_CHECK(need(r, fn, "recvbuf"));
+      return disjoint(fn, "sendbuf and recvbuf", r, nb, s, b, r + (size_t)me * b,
+                      "sendbuf = recvbuf + rank * sendcount elements (in place)");
+    case BAGUA_COLL_ALLTOALL:
+      BAGUA_CHECK(need(s, fn, "sendbuf"));
+      BAGUA_CHECK(need(r, fn, "recvbuf"));
+      return disjoint(fn, "sendbuf and recvbuf", s, nb, r, nb, s, "the same buffer (in place)");
+    case BAGUA_COLL_BROADCAST:
+      if (me == root) BAGUA_CHECK(need(s, fn, "sendbuf on the root"));
+      BAGUA_CHECK(need(r, fn, "recvbuf"));
+      if (me != root) return BAGUA_OK;
+      return disjoint(fn, "sendbuf and recvbuf", s, b, r, b, s, "the same buffer (in place)");
+    case BAGUA_COLL_REDUCE:
+      BAGUA_CHECK(need(s, fn, "sendbuf"));
+      if (me != root) return BAGUA_OK;
+      BAGUA_CHECK(need(r, fn, "recvbuf on the root"));
+      return disjoint(fn, "sendbuf and recvbuf", s, b, r, b, s, "the same buffer (in place)");
+    case BAGUA_COLL_GATHER:
+      BAGUA_CHECK(need(s, fn, "sendbuf"));
+      if (me != root) return BAGUA_OK;
+      BAGUA_CHECK(need(r, fn, "recvbuf on the root"));
+      return disjoint(fn, "sendbuf and recvbuf", r, nb, s, b, r + (size_t)root * b,
+                      "sendbuf = recvbuf + root * sendcount elements (in place)");
+    case BAGUA_COLL_SCATTER:
+      if (me == root) BAGUA_CHECK(need(s, fn, "sendbuf on the root"));
+      BAGUA_CHECK(need(r, fn, "recvbuf"));
+      if (me != root) return BAGUA_OK;
+      return disjoint(fn, "sendbuf and recvbuf", s, nb, r, b, s + (size_t)root * b,
+                      "recvbuf = sendbuf + root * recvcount elements (in place)");
+    case P2P_SEND:
+      return need(s, fn, "buf");
+    case P2P_RECV:
+      return need(r, fn, "buf");
+    case P2P_SENDRECV:
+      if (a->count) BAGUA_CHECK(need(s, fn, "sbuf"));
+      if (a->count2) BAGUA_CHECK(need(r, fn, "rbuf"));
+      return BAGUA_OK;
+    case P2P_NEIGHBOR:
+      BAGUA_CHECK(need(s, fn, "sendbuf"));
+      BAGUA_CHECK(need(r, fn, "leftbuf"));
+      BAGUA_CHECK(need(a->r2, fn, "rightbuf"));
+      if (overlap(s, b, r, b) || overlap(s, b, a->r2, b) || overlap(r, b, a->r2, b)) {
+        BAGUA_WARN(
+            "%s: sendbuf, leftbuf and rightbuf overlap; accepted: three buffers that do "
+            "not overlap",
+            fn);
+        return BAGUA_ERR_INVALID_ARG;
+      }
+      return BAGUA_OK;
+    default:
+      return BAGUA_OK;
+  }
+}
+
+/*
+ * The one argument check of every public collective and point-to-point call: communicator,
+ * dtype, op, root, peers, counts, buffers and in-place rules, then the poisoned-communicator
+ * rule. Nothing has been sent when it fails, and an invalid argument does not poison.
+ */
+static bagua_status_t check_call(bagua_comm_t *c, const call_t *a) {
+  const char *fn = a->fn;
+  unsigned f = flags_of(a->kind);
+  char list[160];
   if (!c) {
     BAGUA_WARN("%s: communicator is NULL", fn);
     return BAGUA_ERR_INVALID_ARG;
   }
-  if (mult == PER_RANK) mult = (size_t)c->size;
-  if ((unsigned)dt >= BAGUA_DTYPE__COUNT) {
-    BAGUA_WARN("%s: dtype %d is invalid; accepted: f32 f16 bf16 f64 i32 i64 u8", fn, (int)dt);
+  if (!(f & F_NODTYPE) && (unsigned)a->dt >= BAGUA_DTYPE__COUNT) {
+    names_of(list, sizeof(list), BAGUA_DTYPE__COUNT, dtype_name_i);
+    BAGUA_WARN("%s: dtype %d is invalid; accepted: %s", fn, (int)a->dt, list);
     return BAGUA_ERR_INVALID_ARG;
   }
-  if (op >= 0 && (unsigned)op >= BAGUA_OP__COUNT) {
-    BAGUA_WARN("%s: op %d is invalid; accepted: sum avg min max", fn, op);
+  if ((f & F_OP) && (unsigned)a->op >= BAGUA_OP__COUNT) {
+    names_of(list, sizeof(list), BAGUA_OP__COUNT, op_name_i);
+    BAGUA_WARN("%s: op %d is invalid; accepted: %s", fn, a->op, list);
     return BAGUA_ERR_INVALID_ARG;
   }
-  if (root != -1 && (root < 0 || root >= c->size)) {
-    BAGUA_WARN("%s: root %d is out of range [0, %d)", fn, root, c->size);
+  if ((f & F_ROOT) && (a->root < 0 || a->root >= c->size)) {
+    BAGUA_WARN("%s: root %d is out of range; accepted: a rank in [0, %d)", fn, a->root, c->size);
     return BAGUA_ERR_INVALID_ARG;
   }
-  if (count > SIZE_MAX / 8 / (mult ? mult : 1)) {
-    BAGUA_WARN("%s: count %zu is too large", fn, count);
+  size_t mult = (f & F_BLOCKS) ? (size_t)c->size : 1;
+  size_t most = a->count > a->count2 ? a->count : a->count2;
+  if (most > SIZE_MAX / 8 / mult) {
+    BAGUA_WARN("%s: count %zu is too large; accepted: at most %zu", fn, most, SIZE_MAX / 8 / mult);
     return BAGUA_ERR_INVALID_ARG;
   }
+  switch (a->kind) {
+    case P2P_SEND:
+    case P2P_RECV:
+      BAGUA_CHECK(check_peer(c, fn, "peer", a->peer, 0));
+      break;
+    case P2P_SENDRECV:
+      BAGUA_CHECK(check_peer(c, fn, "dst", a->peer, 1));
+      BAGUA_CHECK(check_peer(c, fn, "src", a->peer2, 1));
+      if ((a->peer == c->rank) != (a->peer2 == c->rank)) {
+        BAGUA_WARN("%s: a rank can exchange with itself only as both dst and src", fn);
+        return BAGUA_ERR_INVALID_ARG;
+      }
+      if (a->peer == c->rank && a->count != a->count2) {
+        BAGUA_WARN("%s: self exchange with send count %zu != receive count %zu", fn, a->count,
+                   a->count2);
+        return BAGUA_ERR_INVALID_ARG;
+      }
+      break;
+    case P2P_NEIGHBOR:
+      BAGUA_CHECK(check_peer(c, fn, "left", a->peer, 0));
+      BAGUA_CHECK(check_peer(c, fn, "right", a->peer2, 0));
+      break;
+    default:
+      break;
+  }
+  if (a->count || a->count2) BAGUA_CHECK(check_buffers(c, a));
   bagua_status_t st = (bagua_status_t)atomic_load(&c->async_error);
   if (st != BAGUA_OK) {
     BAGUA_WARN("%s: communicator already failed (%s); destroy it and create a new one", fn,
@@ -46,141 +244,209 @@ static bagua_status_t check_args(bagua_comm_t *c, const char *fn, bagua_dtype_t 
   return BAGUA_OK;
 }
 
-#define NEED_BUF(p, fn, name)                                           \
-  do {                                                                  \
-    if ((p) == NULL) {                                                  \
-      BAGUA_WARN("%s: %s is NULL but the count is not zero", fn, name); \
-      return BAGUA_ERR_INVALID_ARG;                                     \
-    }                                                                   \
-  } while (0)
-
 static bagua_status_t finish(bagua_comm_t *c, bagua_status_t st) {
   return st == BAGUA_OK ? st : bagua__comm_poison(c, st);
 }
 
 #define OPS(c, name) ((c)->ops->name ? (c)->ops->name : bagua__generic_ops.name)
 
+static bagua_status_t dispatch(bagua_comm_t *c, const call_t *a) {
+  const void *s = a->s;
+  void *r = a->r;
+  size_t n = a->count;
+  bagua_dtype_t dt = a->dt;
+  bagua_op_t op = (bagua_op_t)a->op;
+  switch (a->kind) {
+    case BAGUA_COLL_ALLREDUCE:
+      return OPS(c, allreduce)(c, s, r, n, dt, op);
+    case BAGUA_COLL_REDUCE_SCATTER:
+      return OPS(c, reduce_scatter)(c, s, r, n, dt, op);
+    case BAGUA_COLL_ALLGATHER:
+      return OPS(c, allgather)(c, s, r, n, dt);
+    case BAGUA_COLL_ALLTOALL:
+      return OPS(c, alltoall)(c, s, r, n, dt);
+    case BAGUA_COLL_BROADCAST:
+      return OPS(c, broadcast)(c, c->rank == a->root ? s : r, r, n, dt, a->root);
+    case BAGUA_COLL_REDUCE:
+      return OPS(c, reduce)(c, s, r, n, dt, op, a->root);
+    case BAGUA_COLL_GATHER:
+      return OPS(c, gather)(c, s, r, n, dt, a->root);
+    case BAGUA_COLL_SCATTER:
+      return OPS(c, scatter)(c, s, r, n, dt, a->root);
+    case BAGUA_COLL_BARRIER:
+      return OPS(c, barrier)(c);
+    default:
+      return BAGUA_ERR_INTERNAL;
+  }
+}
+
+/*
+ * Checks a collective call, agrees on its signature and runs it. A count of 0 moves no data but
+ * is still a collective call: its signature is compared like any other. A signature mismatch
+ * returns BAGUA_ERR_PROTOCOL on every rank and leaves the communicator usable.
+ */
+static bagua_status_t collective(bagua_comm_t *c, const call_t *a) {
+  BAGUA_CHECK(check_call(c, a));
+  unsigned f = flags_of(a->kind);
+  bagua__coll_sig_t sig = {
+      .count = a->count,
+      .seq = c->coll_seq++,
+      .kind = (uint8_t)a->kind,
+      .op = (f & F_OP) ? (uint8_t)a->op : BAGUA_SIG_NONE,
+      .dtype = (f & F_NODTYPE) ? BAGUA_SIG_NONE : (uint8_t)a->dt,
+      .root = (f & F_ROOT) ? a->root : BAGUA_SIG_NO_ROOT,
+      .magic = BAGUA_WIRE_MAGIC,
+  };
+  int on_shm = c->shm && c->ops == &bagua__shm_ops && !c->sig_by_parent;
+  bagua_status_t st = BAGUA_OK;
+  c->sig_mismatch = 0;
+  if (on_shm)
+    bagua__shm_expect(c->shm, &sig); /* published and compared in the call's first round */
+  else if (!c->sig_by_parent)
+    st = bagua__sig_agree(c, &sig);
+  if (st == BAGUA_OK && (a->count > 0 || a->kind == BAGUA_COLL_BARRIER)) st = dispatch(c, a);
+  if (on_shm) st = bagua__shm_sig_done(c->shm, st);
+  if (st != BAGUA_OK && c->sig_mismatch) { /* logged by bagua__sig_compare, not a failure */
+    c->sig_mismatch = 0;
+    return BAGUA_ERR_PROTOCOL;
+  }
+  return finish(c, st);
+}
+
 bagua_status_t bagua_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,
                                bagua_dtype_t dt, bagua_op_t op) {
-  BAGUA_CHECK(check_args(c, "bagua_allreduce", dt, (int)op, -1, count, 1));
-  if (count == 0) return BAGUA_OK;
-  NEED_BUF(s, "bagua_allreduce", "sendbuf");
-  NEED_BUF(r, "bagua_allreduce", "recvbuf");
-  return finish(c, OPS(c, allreduce)(c, s, r, count, dt, op));
+  call_t a = {.kind = BAGUA_COLL_ALLREDUCE,
+              .fn = "bagua_allreduce",
+              .s = s,
+              .r = r,
+              .count = count,
+              .dt = dt,
+              .op = (int)op};
+  return collective(c, &a);
 }
 
 bagua_status_t bagua_reduce_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
                                     bagua_dtype_t dt, bagua_op_t op) {
-  BAGUA_CHECK(check_args(c, "bagua_reduce_scatter", dt, (int)op, -1, count, PER_RANK));
-  if (count == 0) return BAGUA_OK;
-  NEED_BUF(s, "bagua_reduce_scatter", "sendbuf");
-  NEED_BUF(r, "bagua_reduce_scatter", "recvbuf");
-  return finish(c, OPS(c, reduce_scatter)(c, s, r, count, dt, op));
+  call_t a = {.kind = BAGUA_COLL_REDUCE_SCATTER,
+              .fn = "bagua_reduce_scatter",
+              .s = s,
+              .r = r,
+              .count = count,
+              .dt = dt,
+              .op = (int)op};
+  return collective(c, &a);
 }
 
 bagua_status_t bagua_allgather(bagua_comm_t *c, const void *s, void *r, size_t count,
                                bagua_dtype_t dt) {
-  BAGUA_CHECK(check_args(c, "bagua_allgather", dt, -1, -1, count, PER_RANK));
-  if (count == 0) return BAGUA_OK;
-  NEED_BUF(s, "bagua_allgather", "sendbuf");
-  NEED_BUF(r, "bagua_allgather", "recvbuf");
-  return finish(c, OPS(c, allgather)(c, s, r, count, dt));
+  call_t a = {.kind = BAGUA_COLL_ALLGATHER,
+              .fn = "bagua_allgather",
+              .s = s,
+              .r = r,
+              .count = count,
+              .dt = dt};
+  return collective(c, &a);
 }
 
 bagua_status_t bagua_alltoall(bagua_comm_t *c, const void *s, void *r, size_t count,
                               bagua_dtype_t dt) {
-  BAGUA_CHECK(check_args(c, "bagua_alltoall", dt, -1, -1, count, PER_RANK));
-  if (count == 0) return BAGUA_OK;
-  NEED_BUF(s, "bagua_alltoall", "sendbuf");
-  NEED_BUF(r, "bagua_alltoall", "recvbuf");
-  return finish(c, OPS(c, alltoall)(c, s, r, count, dt));
+  call_t a = {.kind = BAGUA_COLL_ALLTOALL,
+              .fn = "bagua_alltoall",
+              .s = s,
+              .r = r,
+              .count = count,
+              .dt = dt};
+  return collective(c, &a);
 }
 
 bagua_status_t bagua_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
                                bagua_dtype_t dt, int root) {
-  BAGUA_CHECK(check_args(c, "bagua_broadcast", dt, -1, root, count, 1));
-  if (count == 0) return BAGUA_OK;
-  if (c->rank == root) NEED_BUF(s, "bagua_broadcast", "sendbuf on the root");
-  NEED_BUF(r, "bagua_broadcast", "recvbuf");
-  return finish(c, OPS(c, broadcast)(c, c->rank == root ? s : r, r, count, dt, root));
+  call_t a = {.kind = BAGUA_COLL_BROADCAST,
+              .fn = "bagua_broadcast",
+              .s = s,
+              .r = r,
+              .count = count,
+              .dt = dt,
+              .root = root};
+  return collective(c, &a);
 }
 
 bagua_status_t bagua_reduce(bagua_comm_t *c, const void *s, void *r, size_t count, bagua_dtype_t dt,
                             bagua_op_t op, int root) {
-  BAGUA_CHECK(check_args(c, "bagua_reduce", dt, (int)op, root, count, 1));
-  if (count == 0) return BAGUA_OK;
-  NEED_BUF(s, "bagua_reduce", "sendbuf");
-  if (c->rank == root) NEED_BUF(r, "bagua_reduce", "recvbuf on the root");
-  return finish(c, OPS(c, reduce)(c, s, r, count, dt, op, root));
+  call_t a = {.kind = BAGUA_COLL_REDUCE,
+              .fn = "bagua_reduce",
+              .s = s,
+              .r = r,
+              .count = count,
+              .dt = dt,
+              .op = (int)op,
+              .root = root};
+  return collective(c, &a);
 }
 
 bagua_status_t bagua_gather(bagua_comm_t *c, const void *s, void *r, size_t count, bagua_dtype_t dt,
                             int root) {
-  BAGUA_CHECK(check_args(c, "bagua_gather", dt, -1, root, count, PER_RANK));
-  if (count == 0) return BAGUA_OK;
-  NEED_BUF(s, "bagua_gather", "sendbuf");
-  if (c->rank == root) NEED_BUF(r, "bagua_gather", "recvbuf on the root");
-  return finish(c, OPS(c, gather)(c, s, r, count, dt, root));
+  call_t a = {.kind = BAGUA_COLL_GATHER,
+              .fn = "bagua_gather",
+              .s = s,
+              .r = r,
+              .count = count,
+              .dt = dt,
+              .root = root};
+  return collective(c, &a);
 }
 
 bagua_status_t bagua_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
                              bagua_dtype_t dt, int root) {
-  BAGUA_CHECK(check_args(c, "bagua_scatter", dt, -1, root, count, PER_RANK));
-  if (count == 0) return BAGUA_OK;
-  if (c->rank == root) NEED_BUF(s, "bagua_scatter", "sendbuf on the root");
-  NEED_BUF(r, "bagua_scatter", "recvbuf");
-  return finish(c, OPS(c, scatter)(c, s, r, count, dt, root));
+  call_t a = {.kind = BAGUA_COLL_SCATTER,
+              .fn = "bagua_scatter",
+              .s = s,
+              .r = r,
+              .count = count,
+              .dt = dt,
+              .root = root};
+  return collective(c, &a);
 }
 
 bagua_status_t bagua_barrier(bagua_comm_t *c) {
-  BAGUA_CHECK(check_args(c, "bagua_barrier", BAGUA_U8, -1, -1, 0, 1));
-  return finish(c, OPS(c, barrier)(c));
+  call_t a = {.kind = BAGUA_COLL_BARRIER, .fn = "bagua_barrier"};
+  return collective(c, &a);
 }
 
-static bagua_status_t check_peer(bagua_comm_t *c, const char *fn, int peer, int allow_self) {
-  if (peer < 0 || peer >= c->size || (!allow_self && peer == c->rank)) {
-    BAGUA_WARN("%s: peer %d is invalid; accepted: a rank in [0, %d)%s", fn, peer, c->size,
-               allow_self ? "" : " other than this rank");
-    return BAGUA_ERR_INVALID_ARG;
-  }
-  return BAGUA_OK;
-}
+/* Point-to-point calls are matched per pair of ranks by the receiver: a message of another
+ * length (or out of sequence) is BAGUA_ERR_PROTOCOL there (comm/tcp/exchange.c). */
 
 bagua_status_t bagua_send(bagua_comm_t *c, const void *buf, size_t count, bagua_dtype_t dt,
                           int peer) {
-  BAGUA_CHECK(check_args(c, "bagua_send", dt, -1, -1, count, 1));
-  BAGUA_CHECK(check_peer(c, "bagua_send", peer, 0));
-  if (count) NEED_BUF(buf, "bagua_send", "buf");
+  call_t a = {
+      .kind = P2P_SEND, .fn = "bagua_send", .s = buf, .count = count, .dt = dt, .peer = peer};
+  BAGUA_CHECK(check_call(c, &a));
   bagua__send_t s = {peer, buf, count * bagua_dtype_size(dt)};
   return finish(c, bagua__exchange(c, &s, 1, NULL, 0));
 }
 
 bagua_status_t bagua_recv(bagua_comm_t *c, void *buf, size_t count, bagua_dtype_t dt, int peer) {
-  BAGUA_CHECK(check_args(c, "bagua_recv", dt, -1, -1, count, 1));
-  BAGUA_CHECK(check_peer(c, "bagua_recv", peer, 0));
-  if (count) NEED_BUF(buf, "bagua_recv", "buf");
+  call_t a = {
+      .kind = P2P_RECV, .fn = "bagua_recv", .r = buf, .count = count, .dt = dt, .peer = peer};
+  BAGUA_CHECK(check_call(c, &a));
   bagua__recv_t r = {peer, buf, count * bagua_dtype_size(dt), NULL, 0, 0};
   return finish(c, bagua__exchange(c, NULL, 0, &r, 1));
 }
 
 bagua_status_t bagua_sendrecv(bagua_comm_t *c, const void *sbuf, size_t scount, int dst, void *rbuf,
                               size_t rcount, int src, bagua_dtype_t dt) {
-  BAGUA_CHECK(check_args(c, "bagua_sendrecv", dt, -1, -1, scount > rcount ? scount : rcount, 1));
-  BAGUA_CHECK(check_peer(c, "bagua_sendrecv", dst, 1));
-  BAGUA_CHECK(check_peer(c, "bagua_sendrecv", src, 1));
+  call_t a = {.kind = P2P_SENDRECV,
+              .fn = "bagua_sendrecv",
+              .s = sbuf,
+              .r = rbuf,
+              .count = scount,
+              .count2 = rcount,
+              .dt = dt,
+              .peer = dst,
+              .peer2 = src};
+  BAGUA_CHECK(check_call(c, &a));
   size_t es = bagua_dtype_size(dt);
-  if ((dst == c->rank) != (src == c->rank)) {
-    BAGUA_WARN("bagua_sendrecv: a rank can exchange with itself only as both dst and src");
-    return BAGUA_ERR_INVALID_ARG;
-  }
-  if (scount) NEED_BUF(sbuf, "bagua_sendrecv", "sbuf");
-  if (rcount) NEED_BUF(rbuf, "bagua_sendrecv", "rbuf");
   if (dst == c->rank) {
-    if (scount != rcount) {
-      BAGUA_WARN("bagua_sendrecv: self exchange with send count %zu != receive count %zu", scount,
-                 rcount);
-      return BAGUA_ERR_INVALID_ARG;
-    }
     if (scount) memmove(rbuf, sbuf, scount * es);
     return BAGUA_OK;
   }
@@ -191,14 +457,17 @@ bagua_status_t bagua_sendrecv(bagua_comm_t *c, const void *sbuf, size_t scount, 
 
 bagua_status_t bagua_neighbor_exchange(bagua_comm_t *c, const void *sbuf, size_t count, int left,
                                        void *lbuf, int right, void *rbuf, bagua_dtype_t dt) {
-  const char *fn = "bagua_neighbor_exchange";
-  BAGUA_CHECK(check_args(c, fn, dt, -1, -1, count, 1));
-  BAGUA_CHECK(check_peer(c, fn, left, 0));
-  BAGUA_CHECK(check_peer(c, fn, right, 0));
+  call_t a = {.kind = P2P_NEIGHBOR,
+              .fn = "bagua_neighbor_exchange",
+              .s = sbuf,
+              .r = lbuf,
+              .r2 = rbuf,
+              .count = count,
+              .dt = dt,
+              .peer = left,
+              .peer2 = right};
+  BAGUA_CHECK(check_call(c, &a));
   if (count == 0) return BAGUA_OK;
-  NEED_BUF(sbuf, fn, "sendbuf");
-  NEED_BUF(lbuf, fn, "leftbuf");
-  NEED_BUF(rbuf, fn, "rightbuf");
   size_t bytes = count * bagua_dtype_size(dt);
   /* The exchange engine takes at most one send and one receive per peer. */
   if (left == right) {

@@ -70,6 +70,9 @@ struct bagua_comm_s {
    * MiB pays its page faults on every call (45 % of a 64 MiB reduce-scatter over loopback). */
   void *partials;
   size_t partials_bytes;
+  uint32_t coll_seq; /* collectives started on this communicator: the signature's `seq` */
+  int sig_by_parent; /* 1: a hierarchical parent agreed on every call (intra and inter) */
+  int sig_mismatch;  /* set with BAGUA_ERR_PROTOCOL by bagua__sig_compare: not a failure */
   volatile int abort_flag;
   _Atomic int async_error;
   _Atomic uint64_t bytes_sent;
@@ -230,6 +233,27 @@ typedef struct {
  * the bootstrap's argument and must outlive the build. */
 bagua_status_t bagua__comm_config_resolve(const bagua_comm_config_t *cfg,
                                           bagua__comm_boot_args_t *args, bagua__comm_build_t *b);
+
+/* ---- collective signatures (comm/sig.c) ---- */
+
+/* The root argument passed to transports by collectives without a root. Never a valid public
+ * root: the public check refuses every value outside [0, size). */
+#define BAGUA__NO_ROOT BAGUA_SIG_NO_ROOT
+
+const char *bagua__coll_name(int kind);
+/* Compares the n signatures at base + i * stride, where rank q's is entry (q - rot) mod n.
+ * On a difference logs the first one (the same text on every rank), sets c->sig_mismatch and
+ * returns BAGUA_ERR_PROTOCOL. */
+bagua_status_t bagua__sig_compare(bagua_comm_t *c, const char *base, size_t stride, int rot);
+/* Gathers every rank's signature over the TCP mesh and compares them (all ranks agree on the
+ * verdict; the streams stay in step either way). */
+bagua_status_t bagua__sig_agree(bagua_comm_t *c, const bagua__coll_sig_t *sig);
+/* Shared memory: `sig` (which must outlive the call) is published with the next round this
+ * rank starts and compared after that round's arrival. bagua__shm_sig_done() ends the call:
+ * given the transport's status, it runs a round of its own for a call that moved no data and
+ * so started none, forgets `sig`, and returns the call's status. */
+void bagua__shm_expect(bagua__shm_t *s, const bagua__coll_sig_t *sig);
+bagua_status_t bagua__shm_sig_done(bagua__shm_t *s, bagua_status_t st);
 
 /* Generic algorithm entry points, also used by transports for cases they do not special-case. */
 bagua_status_t bagua__generic_barrier(bagua_comm_t *c);

@@ -10,7 +10,12 @@
 #include "kernels/kernels.h"
 
 bagua_status_t bagua__hier_setup(bagua_comm_t *c) {
-  return bagua_comm_split_node(c, &c->intra, &c->inter);
+  BAGUA_CHECK(bagua_comm_split_node(c, &c->intra, &c->inter));
+  /* Every call on c agrees on its signature over c's whole mesh first (comm/coll.c), so the
+   * stages it runs on the node and leader communicators need no agreement of their own. */
+  c->intra->sig_by_parent = 1;
+  if (c->inter) c->inter->sig_by_parent = 1;
+  return BAGUA_OK;
 }
 
 static bagua_status_t h_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,

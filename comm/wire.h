@@ -11,8 +11,9 @@
 
 #define BAGUA_WIRE_MAGIC 0x42414755u /* "BAGU" */
 /* 2: the accepting side answers a client's header with a CHALLENGE (nonce); the client's proof
- * (bagua__wire_auth_t) and the server's reply proof follow (comm/bootstrap.h, "Handshake"). */
-#define BAGUA_WIRE_VERSION 2u
+ * (bagua__wire_auth_t) and the server's reply proof follow (comm/bootstrap.h, "Handshake").
+ * 3: every collective starts with the exchange of its signature (bagua__coll_sig_t). */
+#define BAGUA_WIRE_VERSION 3u
 
 enum {
   BAGUA_MSG_BOOT_HELLO = 1, /* rank -> bootstrap root: my endpoint record */
@@ -94,6 +95,51 @@ typedef struct {
 } bagua__msg_hdr_t;
 
 _Static_assert(sizeof(bagua__msg_hdr_t) == 16, "wire layout");
+
+/* The collective kinds named by a signature. */
+enum {
+  BAGUA_COLL_ALLREDUCE = 1,
+  BAGUA_COLL_REDUCE_SCATTER = 2,
+  BAGUA_COLL_ALLGATHER = 3,
+  BAGUA_COLL_ALLTOALL = 4,
+  BAGUA_COLL_BROADCAST = 5,
+  BAGUA_COLL_REDUCE = 6,
+  BAGUA_COLL_GATHER = 7,
+  BAGUA_COLL_SCATTER = 8,
+  BAGUA_COLL_BARRIER = 9
+};
+
+/* Stored in `op` and `dtype` by a collective that has none, in `root` by one without a root. */
+#define BAGUA_SIG_NONE 0xffu
+#define BAGUA_SIG_NO_ROOT INT32_MIN
+
+/*
+ * The signature of one collective call: what every rank of the call must agree on before any
+ * data moves. TCP exchanges it among all ranks at the start of every collective (comm/sig.c);
+ * shared memory publishes it next to the round counter of the call's first round
+ * (comm/shm/shm.c). `count` is the count argument of the call (elements per rank block for
+ * reduce_scatter, allgather, alltoall, gather and scatter); `seq` numbers the collectives this
+ * rank has started on the communicator. Every matched call keeps it equal on all ranks (a
+ * mismatch advances it everywhere too), so it checks the library's own bookkeeping; it does
+ * not catch a rank that skipped a call (its next call then meets the others' with equal seq,
+ * and is caught by kind, count, dtype, op or root when they differ).
+ */
+typedef struct {
+  uint64_t count;
+  uint32_t seq;
+  uint8_t kind;   /* BAGUA_COLL_* */
+  uint8_t op;     /* bagua_op_t or BAGUA_SIG_NONE */
+  uint8_t dtype;  /* bagua_dtype_t or BAGUA_SIG_NONE */
+  uint8_t pad;    /* zero */
+  int32_t root;   /* [0, size) or BAGUA_SIG_NO_ROOT */
+  uint32_t magic; /* BAGUA_WIRE_MAGIC: tells a signature from stray data */
+} bagua__coll_sig_t;
+
+_Static_assert(offsetof(bagua__coll_sig_t, seq) == 8, "wire layout");
+_Static_assert(offsetof(bagua__coll_sig_t, kind) == 12, "wire layout");
+_Static_assert(offsetof(bagua__coll_sig_t, root) == 16, "wire layout");
+_Static_assert(offsetof(bagua__coll_sig_t, magic) == 20, "wire layout");
+_Static_assert(sizeof(bagua__coll_sig_t) == 24, "wire layout");
 
 uint64_t bagua__hash64(const void *data, size_t len, uint64_t seed);
 /* Identity of the world communicator of a job's rendezvous round (0 outside bagua-agent). */

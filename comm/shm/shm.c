@@ -35,13 +35,21 @@
 #define ARENA_MAGIC 0x42534d41u /* "BSMA" */
 #define HEADER_BYTES 4096
 
+/* One rank's control block. The signature of a call whose first round is k sits in sig[k & 1],
+ * on the cache line of `pub`: the readers fetch it with the round counter they wait on anyway
+ * (a rank compares the others' with a private copy of its own, so it never re-reads its own
+ * line after a reader took it). sig[k & 1] is rewritten in round k + 2 only, after every rank
+ * has consumed round k (and so compared it). */
 typedef struct {
   _Atomic uint64_t pub;
-  char pad1[56];
+  bagua__coll_sig_t sig[2];
+  char pad1[64 - 8 - 2 * sizeof(bagua__coll_sig_t)];
   _Atomic uint64_t con;
   char pad2[56];
 } ctrl_t;
 
+_Static_assert(offsetof(ctrl_t, con) == 64, "pub and con on separate cache lines");
+_Static_assert(sizeof(bagua__coll_sig_t) == 3 * sizeof(uint64_t), "sig_check compares 3 words");
 _Static_assert(sizeof(ctrl_t) == 128, "one control block per pair of cache lines");
 
 typedef struct {
@@ -63,7 +71,10 @@ struct bagua__shm {
   uint64_t round;
   int64_t next_liveness_ns;
   struct pollfd *pfd;
-  const void **srcs; /* the n slot pointers of the round being reduced */
+  const void **srcs;            /* the n slot pointers of the round being reduced */
+  const bagua__coll_sig_t *sig; /* to publish with the next round this rank starts */
+  bagua__coll_sig_t mine;       /* the one published last (a private copy to compare with) */
+  uint64_t sig_round;           /* the round whose signatures are still to compare; 0: none */
 };
 
 /* Messages at least this large are copied out with non-temporal stores: the destination will
@@ -163,6 +174,12 @@ static bagua_status_t round_begin(bagua__shm_t *s, uint64_t *k) {
 }
 
 static void publish(bagua__shm_t *s, uint64_t k) {
+  if (s->sig) {
+    s->mine = *s->sig;
+    s->ctrl[s->me].sig[k & 1] = s->mine;
+    s->sig = NULL;
+    s->sig_round = k;
+  }
   atomic_store_explicit(&s->ctrl[s->me].pub, k, memory_order_release);
 }
 
@@ -174,6 +191,55 @@ static bagua_status_t wait_all(bagua__shm_t *s, uint64_t k) {
   for (int r = 0; r < s->n; r++)
     if (r != s->me) BAGUA_CHECK(wait_ge(s, &s->ctrl[r].pub, k, r));
   return BAGUA_OK;
+}
+
+/*
+ * Called by every collective right after it publishes its first round k: once every rank has
+ * published k (the arrival most rounds wait for anyway), compares their signatures. On a
+ * mismatch every rank sees the same table, marks k consumed and returns BAGUA_ERR_PROTOCOL
+ * before touching another rank's data, so all ranks leave the call in the same round.
+ */
+static bagua_status_t sig_check(bagua__shm_t *s, uint64_t k) {
+  if (s->sig_round != k) return BAGUA_OK;
+  s->sig_round = 0;
+  /* The fast path compares words with this rank's own signature, reading each rank's right
+   * after its round counter (one cache-line transfer for both); the slow path finds and names
+   * the first difference, the same on every rank. */
+  uint64_t w[3];
+  int same = 1;
+  memcpy(w, &s->mine, sizeof(w));
+  for (int r = 0; r < s->n; r++) {
+    if (r == s->me) continue;
+    BAGUA_CHECK(wait_ge(s, &s->ctrl[r].pub, k, r));
+    uint64_t v[3];
+    memcpy(v, &s->ctrl[r].sig[k & 1], sizeof(v));
+    same &= (v[0] == w[0]) & (v[1] == w[1]) & (v[2] == w[2]);
+  }
+  if (same) return BAGUA_OK;
+  bagua_status_t st =
+      bagua__sig_compare(s->c, (const char *)&s->ctrl[0].sig[k & 1], sizeof(ctrl_t), 0);
+  if (st != BAGUA_OK) consumed(s, k);
+  return st;
+}
+
+void bagua__shm_expect(bagua__shm_t *s, const bagua__coll_sig_t *sig) {
+  s->sig = sig;
+  s->sig_round = 0;
+}
+
+bagua_status_t bagua__shm_sig_done(bagua__shm_t *s, bagua_status_t st) {
+  if (st == BAGUA_OK && s->sig) { /* the call ran no round of its own */
+    uint64_t k;
+    st = round_begin(s, &k);
+    if (st == BAGUA_OK) {
+      publish(s, k);
+      st = sig_check(s, k);
+      if (st == BAGUA_OK) consumed(s, k);
+    }
+  }
+  s->sig = NULL;
+  s->sig_round = 0;
+  return st;
 }
 
 static void count_sent(bagua__shm_t *s, size_t bytes) {
@@ -207,13 +273,14 @@ static bagua_status_t shm_allreduce_small(bagua__shm_t *s, const void *sv, void 
   memcpy(slot_of(s, s->me, k), sv, bytes);
   count_sent(s, bytes);
   publish(s, k);
+  BAGUA_CHECK(sig_check(s, k));
   BAGUA_CHECK(wait_all(s, k));
   reduce_slots(s, k, 0, count, rv, dt, op);
   consumed(s, k);
   return BAGUA_OK;
 }
 
-/* Allreduce (root < 0) or reduce to root: two rounds per block of slot-sized input. */
+/* Allreduce (root BAGUA__NO_ROOT) or reduce to root: two rounds per block of slot-sized input. */
 static bagua_status_t shm_reduce_common(bagua_comm_t *c, const void *sv, void *rv, size_t count,
                                         bagua_dtype_t dt, bagua_op_t op, int root) {
   bagua__shm_t *s = c->shm;
@@ -228,6 +295,7 @@ static bagua_status_t shm_reduce_common(bagua_comm_t *c, const void *sv, void *r
     memcpy(slot_of(s, s->me, k), src + off * es, m * es);
     count_sent(s, m * es);
     publish(s, k);
+    BAGUA_CHECK(sig_check(s, k));
     BAGUA_CHECK(wait_all(s, k));
     size_t co, cl;
     split(m, s->n, s->me, &co, &cl);
@@ -235,7 +303,7 @@ static bagua_status_t shm_reduce_common(bagua_comm_t *c, const void *sv, void *r
     reduce_slots(s, k, co * es, cl, slot_of(s, s->me, k2) + co * es, dt, op);
     consumed(s, k);
     publish(s, k2);
-    if (root < 0 || root == s->me) {
+    if (root == BAGUA__NO_ROOT || root == s->me) {
       BAGUA_CHECK(wait_all(s, k2));
       for (int r = 0; r < s->n; r++) {
         size_t ro, rl;
@@ -254,7 +322,7 @@ static bagua_status_t shm_allreduce(bagua_comm_t *c, const void *sv, void *rv, s
   if (count * bagua_dtype_size(dt) <= SMALL_ALLREDUCE &&
       count * bagua_dtype_size(dt) <= c->shm->slot)
     return shm_allreduce_small(c->shm, sv, rv, count, dt, op);
-  return shm_reduce_common(c, sv, rv, count, dt, op, -1);
+  return shm_reduce_common(c, sv, rv, count, dt, op, BAGUA__NO_ROOT);
 }
 
 static bagua_status_t shm_reduce(bagua_comm_t *c, const void *sv, void *rv, size_t count,
@@ -276,6 +344,7 @@ static bagua_status_t shm_broadcast(bagua_comm_t *c, const void *sv, void *rv, s
       count_sent(s, m);
     }
     publish(s, k);
+    BAGUA_CHECK(sig_check(s, k));
     if (s->me != root) {
       BAGUA_CHECK(wait_ge(s, &s->ctrl[root].pub, k, root));
       memcpy((char *)rv + off, slot_of(s, root, k), m);
@@ -317,6 +386,7 @@ static bagua_status_t shm_blocks(bagua_comm_t *c, xkind_t kind, const void *sv, 
       count_sent(s, one_block ? mb : mb * (size_t)n);
     }
     publish(s, k);
+    BAGUA_CHECK(sig_check(s, k));
     switch (kind) {
       case X_REDUCE_SCATTER:
         BAGUA_CHECK(wait_all(s, k));
@@ -346,15 +416,15 @@ static bagua_status_t shm_blocks(bagua_comm_t *c, xkind_t kind, const void *sv, 
 
 static bagua_status_t shm_reduce_scatter(bagua_comm_t *c, const void *sv, void *rv, size_t count,
                                          bagua_dtype_t dt, bagua_op_t op) {
-  return shm_blocks(c, X_REDUCE_SCATTER, sv, rv, count, dt, op, -1);
+  return shm_blocks(c, X_REDUCE_SCATTER, sv, rv, count, dt, op, BAGUA__NO_ROOT);
 }
 static bagua_status_t shm_alltoall(bagua_comm_t *c, const void *sv, void *rv, size_t count,
                                    bagua_dtype_t dt) {
-  return shm_blocks(c, X_ALLTOALL, sv, rv, count, dt, BAGUA_SUM, -1);
+  return shm_blocks(c, X_ALLTOALL, sv, rv, count, dt, BAGUA_SUM, BAGUA__NO_ROOT);
 }
 static bagua_status_t shm_allgather(bagua_comm_t *c, const void *sv, void *rv, size_t count,
                                     bagua_dtype_t dt) {
-  return shm_blocks(c, X_ALLGATHER, sv, rv, count, dt, BAGUA_SUM, -1);
+  return shm_blocks(c, X_ALLGATHER, sv, rv, count, dt, BAGUA_SUM, BAGUA__NO_ROOT);
 }
 static bagua_status_t shm_gather(bagua_comm_t *c, const void *sv, void *rv, size_t count,
                                  bagua_dtype_t dt, int root) {
@@ -370,6 +440,7 @@ static bagua_status_t shm_barrier(bagua_comm_t *c) {
   uint64_t k;
   BAGUA_CHECK(round_begin(s, &k));
   publish(s, k);
+  BAGUA_CHECK(sig_check(s, k));
   BAGUA_CHECK(wait_all(s, k));
   consumed(s, k);
   return BAGUA_OK;

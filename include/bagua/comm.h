@@ -7,16 +7,31 @@
  *
  * Buffers: every buffer passed to a collective is owned by the caller, may have any
  * alignment, and is not referenced after the call returns. All calls block until the local
- * part of the operation is complete. Counts are in elements of `dtype`; a count of 0 is valid
- * and still synchronises nothing but checks arguments. In-place operation is requested by
- * passing the same pointer as send and receive buffer (for reduce_scatter/allgather/gather/
- * scatter the in-place position is this rank's block of the larger buffer).
+ * part of the operation is complete. Counts are in elements of `dtype`; a count of 0 moves no
+ * data but is still a collective call (every rank makes it, and it is checked like any other).
+ * In-place operation is requested by passing the same pointer as send and receive buffer (for
+ * reduce_scatter/allgather/gather/scatter the in-place position is this rank's block of the
+ * larger buffer, on the root for gather/scatter); any other overlap of the buffers is refused.
+ *
+ * Arguments: every call checks its arguments on the calling rank before anything is sent: a
+ * NULL communicator, a dtype or op out of range, a root or peer outside [0, size), a NULL
+ * buffer this rank uses with a non-zero count, an overlap other than in place, or a count
+ * whose bytes overflow return BAGUA_ERR_INVALID_ARG with a warning naming the argument and
+ * what is accepted (bagua_last_error()); the communicator stays usable.
+ *
+ * Agreement: every rank of a collective must pass the same kind of call, count, dtype, op and
+ * root. Before moving data the ranks compare these (a signature); when they differ, the call
+ * returns BAGUA_ERR_PROTOCOL on every rank, with a warning naming the first difference (for
+ * example "rank 1 called allreduce with count 100, rank 0 with 64"), on every transport, and
+ * the communicator stays usable. Point-to-point calls are matched by the receiver only: a
+ * message of another size is BAGUA_ERR_PROTOCOL there, and poisons.
  *
  * Failures: a peer that dies makes the survivors' calls return BAGUA_ERR_REMOTE; a peer that
  * stalls makes them return BAGUA_ERR_TIMEOUT after BAGUA_COMM_TIMEOUT_MS without progress.
- * After any error other than BAGUA_ERR_INVALID_ARG the communicator is poisoned (its
- * connections are closed so that every other rank also fails promptly); destroy it and
- * create a new one.
+ * After any error other than BAGUA_ERR_INVALID_ARG and a collective's signature mismatch the
+ * communicator is poisoned (its connections are closed so that every other rank also fails
+ * promptly); destroy it and create a new one. The receive buffers of a failed call hold
+ * unspecified data.
  */
 #ifndef BAGUA_COMM_H
 #define BAGUA_COMM_H
