@@ -91,3 +91,12 @@ bagua_status_t bagua__comm_set_ring_min(bagua_comm_t *c, size_t bytes) {
   if (c->inter) bagua__comm_set_ring_min(c->inter, bytes);
   return BAGUA_OK;
 }
+
+void bagua__comm_set_calls_agreed(bagua_comm_t *c) {
+  if (!c) return;
+  /* The same flag a hierarchical parent sets on its node-level communicators, whose calls it
+   * has agreed on already. */
+  c->sig_by_parent = 1;
+  if (c->intra) c->intra->sig_by_parent = 1;
+  if (c->inter) c->inter->sig_by_parent = 1;
+}

@@ -47,4 +47,14 @@ bagua_status_t bagua__comm_set_ring_min(bagua_comm_t *c, size_t bytes);
 bagua_status_t bagua__comm_split_streams(bagua_comm_t *c, int color, int key, int nstreams,
                                          bagua_comm_t **out);
 
+/*
+ * Marks a communicator whose calls the library itself issues in the same order on every rank
+ * (the data-parallel layer's private communicators, whose tensors and settings
+ * bagua_ddp_ready() has already compared across ranks): its collectives skip the signature
+ * agreement (comm/sig.c), which on TCP costs ceil(log2 n) extra round trips per call, and
+ * the argument contract alone guards them. Never for a communicator a program calls directly.
+ * Local; call it right after creating the communicator, before its first collective.
+ */
+void bagua__comm_set_calls_agreed(bagua_comm_t *c);
+
 #endif

@@ -312,6 +312,9 @@ static bagua_status_t probe_network(bagua_ddp_t *d, struct bagua__ddp_advise_s *
   double v[8] = {0};
   if (a->nodes < n) {
     BAGUA_CHECK_GOTO(bagua_comm_split_node(a->comm, &intra, &inter), st, out);
+    /* Probed as the algorithms will use them: without per-call signature agreement. */
+    bagua__comm_set_calls_agreed(intra);
+    bagua__comm_set_calls_agreed(inter);
     BAGUA_CHECK_GOTO(probe(intra, buf, bytes, &a->intra_lat, &a->intra_bw), st, out);
     BAGUA_CHECK_GOTO(probe(inter, buf, bytes, &a->inter_lat, &a->inter_bw), st, out);
     BAGUA_CHECK_GOTO(probe_p2p(inter, (char *)buf, a2a_bytes, p2p_bytes, a->inter_lat,
@@ -363,6 +366,7 @@ bagua_status_t bagua__ddp_advise_start(bagua_ddp_t *d) {
   double t0 = bagua__now_s();
   bagua_comm_t *c = NULL;
   BAGUA_CHECK(bagua_comm_split(d->comm, 0, bagua_comm_rank(d->comm), &c));
+  bagua__comm_set_calls_agreed(c); /* the probes' calls are the same on every rank */
   pthread_mutex_lock(&d->comm_mu);
   a->comm = c;
   pthread_mutex_unlock(&d->comm_mu);

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "advise.h"
 #include "autotune.h"
+#include "comm/tune.h"
 #include "common/time.h"
 #include "ddp_internal.h"
 
@@ -101,6 +102,12 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   if (d->s.hierarchical) BAGUA_CHECK_GOTO(bagua_comm_split_node(c, &intra, &inter), st, fail);
   if (d->s.algo == &bagua__ddp_async)
     BAGUA_CHECK_GOTO(bagua_comm_split(c, 0, bagua_comm_rank(c), &async_comm), st, fail);
+  /* The layer issues the same calls in the same order on every rank of these (ready()
+   * compares the registrations), so they skip the per-call signature agreement. */
+  bagua__comm_set_calls_agreed(c);
+  bagua__comm_set_calls_agreed(intra);
+  bagua__comm_set_calls_agreed(inter);
+  bagua__comm_set_calls_agreed(async_comm);
   pthread_mutex_lock(&d->comm_mu);
   d->comm = c;
   d->intra = intra;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/tune.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -50,6 +51,10 @@ static bagua_status_t swap_comms(bagua_ddp_t *d, const bagua__ddp_settings_t *ne
     drop[2] = async_comm;
     async_comm = NULL;
   }
+  /* As in bagua__ddp_comms_open(): the layer's own calls, the same on every rank. */
+  bagua__comm_set_calls_agreed(intra);
+  bagua__comm_set_calls_agreed(inter);
+  bagua__comm_set_calls_agreed(async_comm);
   pthread_mutex_lock(&d->comm_mu);
   d->intra = intra;
   d->inter = inter;
