@@ -268,53 +268,15 @@ static int check_jobcfg(bagua__agent_t *a) {
 /* The job secret                                                                            */
 /* ---------------------------------------------------------------------------------------- */
 
-/* --secret-file: the file must be a regular file that only its owner can read (it is as good
- * as the secret itself), holding the 64 hex digits (a final newline is allowed). */
-static int read_secret_file(const bagua__agent_t *a, char *out) {
-  const char *path = a->cfg->secret_file;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  struct stat st;
-  char buf[BAGUA_RDZV_SECRET_HEX + 3], why[160];
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    bagua__agent_say("--secret-file %s: cannot open it: %s", path, strerror(errno));
-    if (fd >= 0) close(fd);
-    return BAGUA_AGENT_EXIT_USAGE;
-  }
-  if (!S_ISREG(st.st_mode) || (st.st_mode & 077)) {
-    bagua__agent_say(
-        "--secret-file %s: refusing it: it is %s (mode %04o); the job secret must be a "
-        "regular file only its owner can read (chmod 600 %s)",
-        path,
-        S_ISREG(st.st_mode) ? "readable or writable by group or others" : "not a regular file",
-        (unsigned)(st.st_mode & 07777), path);
-    close(fd);
-    return BAGUA_AGENT_EXIT_USAGE;
-  }
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n < 0) n = 0;
-  buf[n] = '\0';
-  if (n > 0 && buf[n - 1] == '\n') buf[--n] = '\0';
-  int rc = bagua__rdzv_secret_decode(buf, (size_t)n, out, why, sizeof(why));
-  explicit_bzero(buf, sizeof(buf));
-  if (rc != 0) {
-    bagua__agent_say("--secret-file %s: %s; accepted: %d lowercase hex digits", path, why,
-                     BAGUA_RDZV_SECRET_HEX);
-    return BAGUA_AGENT_EXIT_USAGE;
-  }
-  return -1;
-}
-
 /* Whether this agent was given the job's secret (--secret-file, or BAGUA_JOB_SECRET in its
  * environment, as a launcher passes it): then it never takes another one. */
 static int secret_given(const bagua__agent_t *a) {
-  return (a->cfg->secret_file && a->cfg->secret_file[0]) ||
-         bagua__param_str(BAGUA_P_JOB_SECRET)[0] != '\0';
+  return a->cfg->secret[0] != '\0';
 }
 
 /*
  * The job's secret, before any worker starts: the first agent of the job writes one (the one
- * it was given: --secret-file, else BAGUA_JOB_SECRET; else 32 fresh random bytes) with a
+ * it was given, cfg->secret; else 32 fresh random bytes) with a
  * put-if-absent transaction; every agent then uses the one etcd holds (an agent that was
  * given one refuses another). The workers get it in their environment only (never on a
  * command line). Returns -1 to go on, or an exit status.
@@ -322,16 +284,11 @@ static int secret_given(const bagua__agent_t *a) {
 static int setup_secret(bagua__agent_t *a) {
   char mine[BAGUA_RDZV_SECRET_HEX + 1], key[BAGUA_RDZV_KEY_MAX], why[160];
   int from_file = a->cfg->secret_file && a->cfg->secret_file[0];
-  const char *env = bagua__param_str(BAGUA_P_JOB_SECRET);
   int rc = -1;
-  if (from_file) {
-    if ((rc = read_secret_file(a, mine)) >= 0) return rc;
-  } else if (env[0]) {
-    if (bagua__rdzv_secret_decode(env, strlen(env), mine, why, sizeof(why)) != 0) {
-      bagua__agent_say("BAGUA_JOB_SECRET: %s; accepted: %d lowercase hex digits", why,
-                       BAGUA_RDZV_SECRET_HEX);
-      return BAGUA_AGENT_EXIT_USAGE;
-    }
+  /* A given secret was read and checked with the command line (cli.c), before this agent
+   * wrote anything to etcd. */
+  if (secret_given(a)) {
+    memcpy(mine, a->cfg->secret, sizeof(mine));
   } else if (bagua__rdzv_secret_generate(mine) != BAGUA_OK) {
     bagua__agent_say("cannot generate the job secret: %s", bagua_last_error());
     return 1;

@@ -53,6 +53,9 @@ typedef struct {
   /* --secret-file: a file (mode 0600 or stricter) holding the job's secret, for agents started
    * outside bagua-launch; NULL or "": the secret comes from etcd (the first agent makes it). */
   const char *secret_file;
+  /* The job secret this agent was given (--secret-file, else BAGUA_JOB_SECRET), read and
+   * checked by the parser before anything is written to etcd; "" when none was given. */
+  char secret[65];
   int nnodes_min, nnodes_max;
   int nproc;
   int max_restarts;

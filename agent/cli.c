@@ -22,11 +22,15 @@
 
 #include "agent.h"
 #include "bagua/params.h"
+#include "common/file.h"
 #include "common/output.h"
 #include "common/params.h"
+#include "common/rdzv/rdzv.h"
 #include "common/validate.h"
 
 _Static_assert(BAGUA_AGENT_ID_MAX > BAGUA_ID_MAX_LEN, "an agent id buffer holds any valid id");
+_Static_assert(sizeof(((bagua__agent_config_t *)0)->secret) == BAGUA_RDZV_SECRET_HEX + 1,
+               "the config holds a job secret and its NUL");
 
 /* ---------------------------------------------------------------------------------------- */
 /* User-facing lines                                                                         */
@@ -415,6 +419,82 @@ static int check_program(const char *prog) {
   return -1;
 }
 
+/*
+ * --secret-file: a regular file that only its owner can read (it is as good as the secret
+ * itself), holding the 64 hex digits (a final newline is allowed). It is opened without
+ * blocking (common/file.h): a FIFO, a device or a directory is refused, never waited on.
+ * Returns 0 with cfg->secret filled, or -1 after printing what is wrong.
+ */
+static int read_secret_file(bagua__agent_config_t *cfg) {
+  const char *path = cfg->secret_file;
+  char err[600], buf[BAGUA_RDZV_SECRET_HEX + 3], why[160];
+  struct stat st;
+  int fd = bagua__open_regular(path, O_RDONLY | O_NOFOLLOW, 0, err, sizeof(err));
+  if (fd < 0) {
+    bagua__agent_say(
+        "--secret-file %s; accepted: a regular file only its owner can read "
+        "(chmod 600) holding %d lowercase hex digits",
+        err, BAGUA_RDZV_SECRET_HEX);
+    return -1;
+  }
+  if (fstat(fd, &st) != 0 || (st.st_mode & 077)) {
+    bagua__agent_say(
+        "--secret-file %s: refusing it: it is readable or writable by group or others (mode "
+        "%04o); the job secret must be a regular file only its owner can read (chmod 600 %s)",
+        path, (unsigned)(st.st_mode & 07777), path);
+    close(fd);
+    return -1;
+  }
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n < 0) n = 0;
+  buf[n] = '\0';
+  if (n > 0 && buf[n - 1] == '\n') buf[--n] = '\0';
+  int rc = bagua__rdzv_secret_decode(buf, (size_t)n, cfg->secret, why, sizeof(why));
+  explicit_bzero(buf, sizeof(buf));
+  if (rc != 0) {
+    bagua__agent_say("--secret-file %s: %s; accepted: %d lowercase hex digits", path, why,
+                     BAGUA_RDZV_SECRET_HEX);
+    cfg->secret[0] = '\0';
+    return -1;
+  }
+  return 0;
+}
+
+/*
+ * The job secret this agent was given: --secret-file, else BAGUA_JOB_SECRET (as a launcher
+ * passes it). Checked here, with the other settings, so that a malformed one stops the agent
+ * before it writes anything to etcd: a refused start must leave no key behind that a
+ * corrected retry of the same job would trip over. Returns 0, or -1 after printing.
+ */
+static int load_secret(bagua__agent_config_t *cfg) {
+  char why[160];
+  cfg->secret[0] = '\0';
+  if (cfg->secret_file && cfg->secret_file[0]) return read_secret_file(cfg);
+  const char *env = bagua__param_str(BAGUA_P_JOB_SECRET);
+  if (!env || !env[0]) return 0;
+  if (bagua__rdzv_secret_decode(env, strlen(env), cfg->secret, why, sizeof(why)) != 0) {
+    bagua__agent_say("BAGUA_JOB_SECRET: %s; accepted: %d lowercase hex digits", why,
+                     BAGUA_RDZV_SECRET_HEX);
+    cfg->secret[0] = '\0';
+    return -1;
+  }
+  return 0;
+}
+
+/* --log-dir: a directory, or a path where one can be made (the workers' log files are made
+ * when they start). An existing FIFO, device or file there is refused now rather than found
+ * when the first worker starts. Returns 0, or -1 after printing. */
+static int check_log_dir(const char *dir) {
+  struct stat st;
+  if (!dir || stat(dir, &st) != 0 || S_ISDIR(st.st_mode)) return 0;
+  bagua__agent_say(
+      "--log-dir %s: it is %s; accepted: a directory, or a path where one can be "
+      "made",
+      dir, bagua__file_kind(st.st_mode));
+  return -1;
+}
+
 int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   struct option long_opts[NARGS + 1];
   const char *given[NARGS];
@@ -521,5 +601,6 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   }
   if (cfg->log_dir && !cfg->log_dir[0]) cfg->log_dir = NULL;
   if (check_program(cfg->argv[0]) != 0) return 2;
+  if (check_log_dir(cfg->log_dir) != 0 || load_secret(cfg) != 0) return 2;
   return 0;
 }

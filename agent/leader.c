@@ -144,6 +144,34 @@ static const bagua__rdzv_failure_t *root_cause(const bagua__agent_snap_t *s) {
   return best;
 }
 
+/*
+ * Whether the round agrees with the registrations it was formed from: every member still
+ * registered under the same registration has the worker count its node record states, and
+ * the world is their sum. Rounds the leader forms always do; one that does not was written by
+ * someone else, and its workers would wait for ranks that never come (until their
+ * communication timeout). Such a round is replaced at once. Returns 1 when consistent, else 0
+ * with the reason in `why`.
+ */
+static int round_consistent(const bagua__rdzv_round_t *R, const bagua__agent_snap_t *s, char *why,
+                            size_t len) {
+  int64_t world = 0;
+  for (int i = 0; i < R->nmembers; i++) {
+    const bagua__rdzv_member_t *m = &R->members[i];
+    const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, m->id);
+    world += m->nproc;
+    if (!node || (m->rev && node->create_rev != m->rev) || node->nproc == m->nproc) continue;
+    snprintf(why, len, "member %s has %d worker(s) in the round but %d in its node record", m->id,
+             m->nproc, node->nproc);
+    return 0;
+  }
+  if (world != R->world_size) {
+    snprintf(why, len, "its world size %d is not the sum of its members' workers (%lld)",
+             R->world_size, (long long)world);
+    return 0;
+  }
+  return 1;
+}
+
 int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t *st,
                          const bagua__agent_snap_t *s, int64_t now, int64_t wall,
                          bagua__lead_decision_t *d) {
@@ -206,10 +234,25 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
   /* Once any member succeeded the job is finishing: newcomers wait as spares. */
   pick_t pk;
   if (desired_members(p, s, R, !any_succeeded, &pk) != 0) return -1;
+  int rc = 0;
+
+  /* A forged round is replaced at once, by the round the registered nodes make; no window
+   * applies, since no membership change needs batching. */
+  char why[256];
+  if (!round_consistent(R, s, why, sizeof(why))) {
+    BAGUA_WARN("agent: round %lld is inconsistent with the registered nodes (%s): replacing it",
+               (long long)number, why);
+    if (pk.n < p->nnodes_min) {
+      below_min(p, st, pk.n, now, d);
+      goto out;
+    }
+    rc = build_round(p, &pk, number + 1, R->restart_count, "invalid", wall, &d->round);
+    if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
+    goto out;
+  }
   int joiners = 0;
   for (int i = 0; i < pk.n; i++)
     if (!in_round(R, pk.v[i]->id)) joiners++;
-  int rc = 0;
 
   const bagua__rdzv_failure_t *root = root_cause(s);
   if (root && !departed) {

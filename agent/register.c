@@ -221,13 +221,40 @@ int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t
         a->cfg->node_id, me->pid, me->host);
     return BAGUA_AGENT_EXIT_USAGE;
   }
-  /* The key vanished under a live lease: a concurrent stale-state reset removed it. */
+  /*
+   * No valid record of ours under a live lease. Either the key vanished (a concurrent
+   * stale-state reset removed it, or someone deleted it), or it holds what the snapshot
+   * refused: a value someone wrote by hand, or a plain put that took it off our lease. Both
+   * are repaired the same way, or the node would drop out of the job and the leader would
+   * fail it after --rdzv-timeout: the record is written again on our lease, compare-and-swap
+   * on what was read (a put keeps the key's create_revision, so the node keeps its
+   * registration order). A valid record on another lease is another agent (above).
+   */
   char key[BAGUA_RDZV_KEY_MAX];
   bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_NODE, 0, a->cfg->node_id);
   char *rec = node_record(a);
-  int created = 0;
-  if (rec)
-    bagua__etcd_create_if_absent(a->etcd, key, rec, strlen(rec), a->lease, &created, NULL, NULL);
+  if (!rec) return 0;
+  int created = 0, swapped = 0;
+  bagua__etcd_kv_t cur;
+  memset(&cur, 0, sizeof(cur));
+  if (bagua__etcd_create_if_absent(a->etcd, key, rec, strlen(rec), a->lease, &created, NULL,
+                                   &cur) == BAGUA_OK &&
+      !created && cur.value) {
+    bagua__rdzv_node_t other;
+    memset(&other, 0, sizeof(other));
+    char why[160] = "";
+    int valid = bagua__rdzv_node_decode(cur.value, &other, why, sizeof(why)) == 0;
+    /* Valid and on a lease: a registration that appeared since the snapshot; the next pass
+     * judges it. */
+    if (!valid || cur.lease == 0) {
+      if (bagua__etcd_cas(a->etcd, key, cur.mod_revision, rec, strlen(rec), a->lease, &swapped,
+                          NULL, NULL) == BAGUA_OK &&
+          swapped)
+        bagua__agent_say("%s held %s: rewrote this node's record", key,
+                         valid ? "a record on no lease" : "a corrupt value");
+    }
+  }
+  bagua__etcd_kv_clear(&cur);
   free(rec);
   return 0;
 }

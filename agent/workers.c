@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "common/sock.h"
@@ -189,9 +190,12 @@ static int open_log(const bagua__agent_config_t *cfg, const bagua__worker_assign
     BAGUA_WARN("agent: the log file name under %s is too long (console output only)", cfg->log_dir);
     return -1;
   }
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  /* Never blocks: a FIFO someone left at the log file's name would hold open() until a
+   * reader came, with every worker of the node waiting behind it. */
+  char err[4400];
+  int fd = bagua__open_regular(path, O_WRONLY | O_CREAT | O_APPEND, 0644, err, sizeof(err));
   if (fd < 0) {
-    BAGUA_WARN("agent: cannot open log file %s: %s (console output only)", path, strerror(errno));
+    BAGUA_WARN("agent: log file %s; accepted: a regular file (console output only)", err);
     return -1;
   }
   char head[512];

@@ -5,7 +5,8 @@
  * stated total, bytes sent, communication time and the wall clock of the step. The agent
  * reads the file about once a second and publishes it in etcd.
  *
- * Cost: the file is mapped once (open, ftruncate, mmap when the context becomes ready); a step
+ * Cost: the file is mapped once (open, reserve its blocks, mmap when the context becomes ready;
+ * reserving first makes a full file system one warning, never a SIGBUS in a later step); a step
  * then only stores a few integers into the mapping, bracketed by a sequence count the reader
  * checks, plus one clock_gettime (vDSO, no system call). Nothing is written, synced or
  * flushed per step: the mapping is the page cache the agent's pread sees. Without the
@@ -20,6 +21,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "common/rdzv/rdzv.h"
@@ -30,17 +32,32 @@ void bagua__ddp_progress_open(bagua_ddp_t *d) {
   if (d->progress) return;
   const char *path = bagua__param_str(BAGUA_P_PROGRESS_FILE);
   if (!path || !path[0]) return;
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  char err[512];
+  int fd = bagua__open_regular(path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600, err, sizeof(err));
+  if (fd < 0) {
+    BAGUA_WARN(
+        "BAGUA_PROGRESS_FILE %s; this worker reports no progress to its agent (training "
+        "is not affected)",
+        err);
+    return;
+  }
+  /* The record's blocks are reserved before the file is mapped: on a full file system a store
+   * into a mapped page with no block behind it raises SIGBUS and kills the worker, where this
+   * is one warning. */
+  int e = bagua__reserve_space(fd, sizeof(bagua__progress_file_t));
+  const char *what = "reserve space for";
   void *map = MAP_FAILED;
-  if (fd >= 0 && ftruncate(fd, sizeof(bagua__progress_file_t)) == 0)
+  if (e == 0) {
+    what = "map";
     map = mmap(NULL, sizeof(bagua__progress_file_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  if (fd >= 0) close(fd); /* the mapping keeps the file */
+    if (map == MAP_FAILED) e = errno;
+  }
+  close(fd); /* the mapping keeps the file */
   if (map == MAP_FAILED) {
     BAGUA_WARN(
-        "BAGUA_PROGRESS_FILE=%s: cannot open and map it: %s; this worker reports no "
-        "progress to its agent (training is not affected)",
-        path, strerror(e));
+        "BAGUA_PROGRESS_FILE=%s: cannot %s it: %s; this worker reports no progress to its "
+        "agent (training is not affected)",
+        path, what, strerror(e));
     return;
   }
   bagua__progress_file_t *p = map;

@@ -7,8 +7,10 @@
  * parser tests compare that text.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -16,6 +18,7 @@
 
 #include "bagua/error.h"
 #include "bagua/params.h"
+#include "common/file.h"
 #include "common/params.h"
 #include "common/time.h"
 #include "discovery.h"
@@ -172,8 +175,15 @@ static int ends_with(const char *s, const char *suffix) {
  */
 static int shebang_python(const char *path, bagua__launch_argv_t *out) {
   char line[256];
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
+  char what[600];
+  /* Only a regular file has a #! line worth reading; a FIFO must not hold bagua-launch in
+   * open() (the program itself is checked where it is run). */
+  int fd = bagua__open_regular(path, O_RDONLY, 0, what, sizeof(what));
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return 0;
+  }
   int ok = fgets(line, sizeof(line), f) != NULL;
   fclose(f);
   if (!ok || strncmp(line, "#!", 2) != 0 || !strchr(line, '\n') || !strstr(line, "python"))

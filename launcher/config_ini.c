@@ -12,12 +12,15 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/file.h"
 #include "common/params.h"
 #include "launch.h"
 
@@ -385,18 +388,16 @@ int bagua__launch_read_ini_text(const char *name, const char *text, size_t len,
 }
 
 int bagua__launch_read_ini(const char *path, bagua__launch_layer_t *l, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
   char *buf = NULL;
   int rc = LAUNCH_EXIT_USAGE;
-  struct stat st;
-  if (!f || fstat(fileno(f), &st) != 0) {
-    snprintf(err, errlen, "%s: cannot open: %s; accepted: a readable INI file", path,
-             strerror(errno));
-    goto out;
-  }
-  if (S_ISDIR(st.st_mode)) {
-    snprintf(err, errlen, "%s: cannot read: %s; accepted: a readable INI file", path,
-             strerror(EISDIR));
+  char what[600];
+  /* Opened without blocking: a FIFO given as --config would otherwise hold bagua-launch in
+   * open() until some writer came; a device or a directory is no INI file either. */
+  int fd = bagua__open_regular(path, O_RDONLY, 0, what, sizeof(what));
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    snprintf(err, errlen, "%s; accepted: a readable INI file", what);
     goto out;
   }
   buf = malloc(INI_MAX_FILE_BYTES + 1);

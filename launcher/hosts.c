@@ -6,14 +6,17 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "launch.h"
 
 #define HOSTS_ACCEPTED "HOST[:NPROC][,HOST[:NPROC]...] with NPROC in [1, 4096]"
@@ -148,11 +151,22 @@ static char *trim(char *s) {
 
 int bagua__launch_read_hostfile(const char *path, bagua__launch_layer_t *l, char *err,
                                 size_t errlen) {
-  FILE *f = fopen(path, "r");
+  char opened[600];
+  /* Opened without blocking: a FIFO would hold bagua-launch in open(). */
+  int fd = bagua__open_regular(path, O_RDONLY, 0, opened, sizeof(opened));
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
   if (!f) {
-    snprintf(err, errlen,
-             "%s: cannot open the hostfile: %s; accepted: a readable file with " HOSTFILE_ACCEPTED,
-             path, strerror(errno));
+    int e = errno;
+    if (fd >= 0) close(fd);
+    /* EINVAL and EISDIR: it opened, but is no regular file (`opened` says what it is). */
+    if (e == EINVAL || e == EISDIR)
+      snprintf(err, errlen, "%s; accepted: a readable regular file with " HOSTFILE_ACCEPTED,
+               opened);
+    else
+      snprintf(
+          err, errlen,
+          "%s: cannot open the hostfile: %s; accepted: a readable file with " HOSTFILE_ACCEPTED,
+          path, strerror(e));
     return -1;
   }
   int keep = l->nhosts, lineno = 0, rc = -1;

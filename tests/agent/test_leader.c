@@ -62,7 +62,11 @@ static void set_round(bagua__agent_snap_t *s, int64_t number, const char *csv, i
     snprintf(m->id, sizeof(m->id), "%s", tok);
     m->nproc = 1;
     for (size_t i = 0; i < s->nnodes; i++)
-      if (!strcmp(s->nodes[i].id, tok)) m->rev = s->nodes[i].create_rev;
+      if (!strcmp(s->nodes[i].id, tok)) {
+        m->rev = s->nodes[i].create_rev;
+        m->nproc = s->nodes[i].nproc;
+      }
+    s->round.world_size += m->nproc;
   }
   s->ndone = 0;
 }
@@ -381,6 +385,48 @@ static void test_world_bound(void) {
   bagua__agent_snap_clear(&s);
 }
 
+/* A round someone else wrote, whose worker counts disagree with the registered nodes (or
+ * whose world is not their sum), is replaced at once by the round the nodes make, with no
+ * settle window: its workers would otherwise wait for ranks that never come. */
+static void test_forged_round(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 2);
+  add_node(&s, "b", 20, 1);
+  set_round(&s, 4, "a,b", 1);
+  bagua__lead_decision_t d = decide(&st, &s, 1000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE); /* consistent: nothing to do */
+  s.round.members[1].nproc = 8;          /* forged: b registered 1 worker */
+  s.round.world_size = 10;
+  d = decide(&st, &s, 1001);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_EQ(d.round.round, 5);
+  ASSERT_EQ(d.round.restart_count, 1);
+  ASSERT_STREQ(d.round.reason, "invalid");
+  expect_members(&d.round, "a,b");
+  ASSERT_EQ(d.round.world_size, 3);
+  ASSERT_EQ(d.round.members[1].nproc, 1);
+  bagua__rdzv_round_clear(&d.round);
+  /* The counts agree but the world does not. */
+  s.round.members[1].nproc = 1;
+  s.round.world_size = 64;
+  d = decide(&st, &s, 1002);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_EQ(d.round.world_size, 3);
+  bagua__rdzv_round_clear(&d.round);
+  /* A member registered again (another revision) is a departure, not a forgery. */
+  s.round.world_size = 3;
+  s.round.members[1].nproc = 5;
+  s.round.world_size = 7;
+  s.round.members[1].rev = 19;
+  d = decide(&st, &s, 1003);
+  ASSERT_NE((int)d.action, (int)BAGUA__LEAD_PUBLISH); /* the settle window applies */
+  ASSERT_TRUE(d.wake_at > 1003);
+  bagua__rdzv_round_clear(&s.round);
+  free(s.nodes);
+}
+
 int main(void) {
   test_stall();
   test_world_bound();
@@ -389,6 +435,7 @@ int main(void) {
   test_failures();
   test_success();
   test_kept_success();
+  test_forged_round();
   printf("PASS leader\n");
   return 0;
 }

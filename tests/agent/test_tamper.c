@@ -286,6 +286,30 @@ static void test_secret_env(void) {
   finish_ok(&j);
 }
 
+/* Garbage in a live agent's own node record (a plain put, which also takes the key off the
+ * agent's lease): the agent writes its record back, and the job is not failed. Before, a
+ * deleted record was restored but a corrupt one never: the leader saw one node fewer than
+ * MIN and failed the job after --rdzv-timeout. */
+static void test_own_node_garbage(void) {
+  job_t j;
+  start(&j, "tamper_ownnode", "2", NULL, NULL);
+  put(&j, "nodes/n2", "{\"garbage\":", 0);
+  wait_either(&j, "rewrote this node's record", 5000);
+  char key[256];
+  snprintf(key, sizeof(key), "/bagua/%s/nodes/n2", j.h.job);
+  bagua__etcd_kv_t kv;
+  int found = 0;
+  ASSERT_OK(bagua__etcd_get(j.h.c, key, &kv, &found, NULL));
+  ASSERT_TRUE(found);
+  ASSERT_TRUE(kv.lease != 0);
+  ASSERT_TRUE(strstr(kv.value, "\"nproc\":1") != NULL);
+  bagua__etcd_kv_clear(&kv);
+  /* The same with a valid-looking record on no lease. */
+  put(&j, "nodes/n1", "{\"host\":\"h\",\"addr\":\"127.0.0.1\",\"nproc\":1,\"master_port\":5}", 0);
+  wait_either(&j, "a record on no lease", 5000);
+  finish_ok(&j);
+}
+
 int main(int argc, char **argv) {
   static const struct {
     const char *name;
@@ -300,7 +324,8 @@ int main(int argc, char **argv) {
                {"secret", test_secret},
                {"secret_overwritten", test_secret_overwritten},
                {"secret_env", test_secret_env},
-               {"secret_file", test_secret_file}};
+               {"secret_file", test_secret_file},
+               {"own_node_garbage", test_own_node_garbage}};
   setvbuf(stdout, NULL, _IOLBF, 0);
   for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
     if (strcmp(argv[1], tests[i].name) != 0) continue;
