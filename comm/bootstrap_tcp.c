@@ -131,6 +131,7 @@ typedef struct {
   int n;
   int dropped; /* silent or malformed connections dropped, for one summary line */
   int refused; /* refusals sent */
+  int junk;    /* connections that did not speak the protocol */
 } hs_state_t;
 
 static void conn_drop(hs_state_t *S, int i) {
@@ -192,9 +193,14 @@ static bagua_status_t conn_step(hs_state_t *S, int i, int *admitted) {
   memcpy(&h, c->buf, sizeof(h));
   char why[160];
   if (h.magic != BAGUA_WIRE_MAGIC) {
-    /* No reply: the other end does not speak our protocol. */
-    BAGUA_WARN("%s: dropped a connection with bad magic 0x%08x (not a Bagua peer)", srv->what,
-               h.magic);
+    /* No reply: the other end does not speak our protocol. As with refusals, the first ones
+     * are warnings and a flood of them (a port scanner) adds INFO lines only. */
+    if (S->junk++ < 3)
+      BAGUA_WARN("%s: dropped a connection with bad magic 0x%08x (not a Bagua peer)", srv->what,
+                 h.magic);
+    else
+      BAGUA_INFO(BAGUA_SUBSYS_INIT, "%s: dropped a connection with bad magic 0x%08x", srv->what,
+                 h.magic);
     conn_drop(S, i);
     return BAGUA_OK;
   }
