@@ -224,6 +224,15 @@ static int apply(const arg_desc_t *d, const char *text, bagua__agent_config_t *c
       return 0;
     }
     case AK_BUF:
+      /* The address other nodes reach this node's workers at: a malformed one would only
+       * show as unreachable workers after the rendezvous, so it is refused here (the launcher
+       * checks its --node-addr the same way); empty still means "choose one". */
+      if (text[0] && bagua__check_host(text, err, sizeof(err)) != BAGUA_OK) break;
+      if (strlen(text) >= sizeof(cfg->node_addr)) {
+        snprintf(err, sizeof(err), "the value has %zu characters; accepted: at most %zu",
+                 strlen(text), sizeof(cfg->node_addr) - 1);
+        break;
+      }
       snprintf(base + d->field, sizeof(cfg->node_addr), "%s", text);
       return 0;
     case AK_STR:

@@ -123,6 +123,9 @@ static void test_agent_paths(void) {
   agent_refuses(&h, "--log-dir", fifo, "a FIFO");
   agent_refuses(&h, "--log-dir", file, "a regular file");
   agent_refuses(&h, "--log-dir", "/dev/null", "a character device");
+  /* A malformed --node-addr: before, the agent went on and advertised it. */
+  agent_refuses(&h, "--node-addr", "bad addr!", "contains ' '");
+  agent_refuses(&h, "--node-addr", "-oProxyCommand=x", "starts with '-'");
   h_fini(&h);
 }
 
