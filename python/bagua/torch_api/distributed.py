@@ -26,7 +26,6 @@ import torch
 from bagua import _C
 from bagua.torch_api import _step, communication
 from bagua.torch_api.algorithms.base import Algorithm
-from bagua.torch_api.algorithms.q_adam import QAdamOptimizer
 
 _module_ids = itertools.count()
 
