@@ -139,11 +139,22 @@ static void accept_all(bagua__metrics_t *m, int64_t now) {
   for (;;) {
     int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return; /* EAGAIN, or a transient failure: the next poll retries */
-    conn_t *slot = NULL;
-    for (int i = 0; i < METRICS_MAX_CONNS && !slot; i++)
-      if (m->conns[i].fd < 0) slot = &m->conns[i];
+    conn_t *slot = NULL, *oldest_idle = NULL;
+    for (int i = 0; i < METRICS_MAX_CONNS && !slot; i++) {
+      conn_t *c = &m->conns[i];
+      if (c->fd < 0)
+        slot = c;
+      else if (!c->out && (!oldest_idle || c->deadline < oldest_idle->deadline))
+        oldest_idle = c;
+    }
+    if (!slot && oldest_idle) {
+      /* Full: the connection that has waited longest without a complete request gives way
+       * (metrics.h). */
+      conn_close(oldest_idle);
+      slot = oldest_idle;
+    }
     if (!slot) {
-      close(fd); /* over the cap: scrapers retry, the agent never queues them */
+      close(fd); /* every slot is sending an answer: the scraper retries */
       continue;
     }
     slot->fd = fd;

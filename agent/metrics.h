@@ -4,9 +4,12 @@
  *
  * It runs in its own thread so that a slow or hostile client can never hold up the agent's
  * loop: the listener and every connection are non-blocking, at most METRICS_MAX_CONNS
- * connections are served at a time (more are closed at once), each gets METRICS_DEADLINE_MS
- * to send a request of at most METRICS_REQ_MAX bytes and take the answer, and anything else
- * is answered with an error status and closed. The agent's loop renders the text
+ * connections are served at a time, each gets METRICS_DEADLINE_MS to send a request of at
+ * most METRICS_REQ_MAX bytes and take the answer, and anything else is answered with an error
+ * status and closed. When every slot is taken, a new connection takes the slot of the oldest
+ * one still waiting for its request (a scraper sends its request at once, so connections
+ * held open idle cannot lock scrapers out); only when every slot is sending an answer is the
+ * new one closed. The agent's loop renders the text
  * (bagua__agent_metrics_render) and hands a copy over with bagua__metrics_publish; the two
  * threads share only that text, under a mutex.
  */
@@ -15,7 +18,7 @@
 
 #include <stddef.h>
 
-#define METRICS_MAX_CONNS 16
+#define METRICS_MAX_CONNS 64
 #define METRICS_DEADLINE_MS 2000
 #define METRICS_REQ_MAX 4096
 
