@@ -1,6 +1,6 @@
 /*
  * Command line of bagua-agent. Flags override the BAGUA_* environment parameters, which
- * override the registry's defaults (DESIGN.md §8). Every rejected value is reported with the
+ * override the registry's defaults (common/params.def). Every rejected value is reported with the
  * flag's name and what is accepted, before anything starts.
  *
  * The flags are one table, like bagua-launch's settings (launcher/settings.c): each entry
