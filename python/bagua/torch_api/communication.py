@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from bagua import _C
 from bagua._C import BaguaError
-from bagua.torch_api import env
+from bagua.torch_api import _store, env
 
 __all__ = [
     "ReduceOp", "BaguaProcessGroup", "BaguaSingleCommunicatorPy", "CommMember",
@@ -473,8 +473,10 @@ def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
     Reads the worker variables that bagua-launch and torchrun set (RANK, WORLD_SIZE,
     LOCAL_RANK, MASTER_ADDR, MASTER_PORT, and BAGUA_BOOTSTRAP under bagua-launch). Under
     torchrun-style ``env://`` both torch and libbagua would want MASTER_PORT, so rank 0 picks a
-    free port for libbagua and publishes it through torch's store. Raises RuntimeError when
-    called twice.
+    free port for libbagua and publishes it through torch's store. Under bagua-launch on one
+    host, ``torch.distributed`` starts on a private ``FileStore`` and Gloo on loopback, so the
+    job opens no listener beyond loopback (see ``_store``). Raises RuntimeError when called
+    twice.
     """
     global _default_group
     if _default_group is not None:
@@ -494,22 +496,30 @@ def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
         if local_size < 1:
             raise ValueError(f"local_world_size={local_size} must be at least 1")
         local_rank = me % local_size
+    bootstrap = env.get_bootstrap()
+    comm = None
     if not dist.is_initialized():
         if store is None and world == 1 and not _C.param_get("MASTER_ADDR"):
             # A script run alone, outside any launcher: a one-rank job needs no rendezvous.
             store = dist.HashStore()
+        if store is None and world > 1 and local_size == world and \
+                not bootstrap.startswith("env://"):
+            # bagua-launch on one host: no unauthenticated TCPStore (see _store.py).
+            comm = _C.Comm(rank=me, size=world, bootstrap=bootstrap, transport=transport)
+            store = _store.private_file_store(comm, world)
+            _store.pin_gloo_to_loopback()
         if store is None:
             dist.init_process_group(backend="gloo", init_method="env://", rank=me,
                                     world_size=world)
         else:
             dist.init_process_group(backend="gloo", store=store, rank=me, world_size=world)
-    bootstrap = env.get_bootstrap()
     if bootstrap.startswith("env://") and world > 1:
         kv = store if store is not None else dist.distributed_c10d._get_default_store()
         if me == 0:
             kv.set("bagua/bootstrap", f"tcp://{env.get_master_addr()}:{_free_port()}")
         bootstrap = kv.get("bagua/bootstrap").decode()
-    comm = _C.Comm(rank=me, size=world, bootstrap=bootstrap, transport=transport)
+    if comm is None:
+        comm = _C.Comm(rank=me, size=world, bootstrap=bootstrap, transport=transport)
     if explicit:
         env._live_comm = _ExplicitWorld(me, world, local_rank, local_size)
     _default_group = _register(BaguaProcessGroup(range(world), None, _next_group_name(),
