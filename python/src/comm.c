@@ -13,7 +13,8 @@
 
 typedef struct {
   PyObject_HEAD bagua_comm_t *comm;
-  PyObject *elastic; /* borrowed Comm: the Elastic whose current communicator this is */
+  PyObject *elastic;   /* borrowed Comm: the Elastic whose current communicator this is */
+  unsigned generation; /* fork generation it was created in (fork.c) */
 } comm_obj_t;
 
 static PyTypeObject g_comm_type;
@@ -24,6 +25,7 @@ bagua_comm_t *bagua_py_comm_get(PyObject *obj) {
     return NULL;
   }
   comm_obj_t *c = (comm_obj_t *)obj;
+  if (bagua_py_check_owner(c->generation, "bagua communicator") < 0) return NULL;
   if (c->elastic) return bagua_py_elastic_comm(c->elastic);
   if (!c->comm) {
     PyErr_SetString(PyExc_ValueError, "the communicator is closed");
@@ -40,6 +42,7 @@ static PyObject *wrap(bagua_comm_t *comm) {
   }
   o->comm = comm;
   o->elastic = NULL;
+  o->generation = bagua_py_generation();
   return (PyObject *)o;
 }
 
@@ -49,6 +52,7 @@ PyObject *bagua_py_comm_borrow(PyObject *elastic) {
   o->comm = NULL;
   Py_INCREF(elastic);
   o->elastic = elastic;
+  o->generation = bagua_py_generation();
   return (PyObject *)o;
 }
 
@@ -88,7 +92,7 @@ static void comm_dealloc(comm_obj_t *self) {
   Py_CLEAR(self->elastic);
   bagua_comm_t *c = self->comm;
   self->comm = NULL;
-  if (c) {
+  if (c && !bagua_py_inherited(self->generation)) {
     Py_BEGIN_ALLOW_THREADS bagua_comm_destroy(c);
     Py_END_ALLOW_THREADS
   }
@@ -98,7 +102,7 @@ static void comm_dealloc(comm_obj_t *self) {
 static PyObject *comm_close(comm_obj_t *self, PyObject *unused) {
   bagua_comm_t *c = self->comm;
   self->comm = NULL;
-  if (c) {
+  if (c && !bagua_py_inherited(self->generation)) {
     Py_BEGIN_ALLOW_THREADS bagua_comm_destroy(c);
     Py_END_ALLOW_THREADS
   }
@@ -107,6 +111,7 @@ static PyObject *comm_close(comm_obj_t *self, PyObject *unused) {
 
 static PyObject *comm_abort(comm_obj_t *self, PyObject *unused) {
   /* No GIL release needed: abort only sets flags and wakes waiters. */
+  if (bagua_py_inherited(self->generation)) Py_RETURN_NONE;
   bagua_comm_t *c = self->elastic ? bagua_py_elastic_comm(self->elastic) : self->comm;
   PyErr_Clear(); /* a borrowed Comm without a communicator has nothing to abort */
   if (c) bagua_comm_abort(c);

@@ -15,7 +15,8 @@
 
 typedef struct {
   PyObject_HEAD bagua_ddp_t *ddp;
-  int locked; /* this object holds the weight lock (lock_weights) */
+  int locked;          /* this object holds the weight lock (lock_weights) */
+  unsigned generation; /* fork generation it was created in (fork.c) */
 } ddp_obj_t;
 
 typedef struct {
@@ -27,6 +28,7 @@ typedef struct {
 static PyTypeObject g_ddp_type, g_buf_type;
 
 static bagua_ddp_t *get(ddp_obj_t *self) {
+  if (bagua_py_check_owner(self->generation, "bagua DDP context") < 0) return NULL;
   if (!self->ddp) PyErr_SetString(PyExc_ValueError, "the DDP context is closed");
   return self->ddp;
 }
@@ -98,13 +100,14 @@ static PyObject *ddp_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return NULL;
   }
   o->ddp = ddp;
+  o->generation = bagua_py_generation();
   return (PyObject *)o;
 }
 
 static void ddp_dealloc(ddp_obj_t *self) {
   bagua_ddp_t *d = self->ddp;
   self->ddp = NULL;
-  if (d) {
+  if (d && !bagua_py_inherited(self->generation)) {
     if (self->locked) bagua_ddp_unlock_weights(d);
     Py_BEGIN_ALLOW_THREADS bagua_ddp_destroy(d);
     Py_END_ALLOW_THREADS
@@ -181,7 +184,7 @@ static PyObject *ddp_async_resume(ddp_obj_t *self, PyObject *unused) {
 }
 
 static PyObject *ddp_abort(ddp_obj_t *self, PyObject *unused) {
-  if (self->ddp) bagua_ddp_abort(self->ddp);
+  if (self->ddp && !bagua_py_inherited(self->generation)) bagua_ddp_abort(self->ddp);
   Py_RETURN_NONE;
 }
 

@@ -27,11 +27,13 @@
 typedef struct {
   PyObject_HEAD bagua_elastic_t *e;
   PyObject *followed[MAX_FOLLOWED]; /* DDP objects whose contexts the abort hook ends */
+  unsigned generation;              /* fork generation it was created in (fork.c) */
 } elastic_obj_t;
 
 static PyTypeObject g_elastic_type;
 
 static bagua_elastic_t *get(elastic_obj_t *self) {
+  if (bagua_py_check_owner(self->generation, "bagua elastic context") < 0) return NULL;
   if (!self->e) PyErr_SetString(PyExc_ValueError, "the elastic context is closed");
   return self->e;
 }
@@ -42,6 +44,7 @@ static bagua_elastic_t *get(elastic_obj_t *self) {
 
 bagua_comm_t *bagua_py_elastic_comm(PyObject *obj) {
   elastic_obj_t *self = (elastic_obj_t *)obj;
+  if (bagua_py_check_owner(self->generation, "bagua elastic context") < 0) return NULL;
   if (!self->e) {
     PyErr_SetString(PyExc_ValueError, "the elastic context is closed");
     return NULL;
@@ -69,6 +72,7 @@ static PyObject *elastic_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return NULL;
   }
   o->e = e;
+  o->generation = bagua_py_generation();
   return (PyObject *)o;
 }
 
@@ -82,7 +86,7 @@ static void unfollow_all(elastic_obj_t *self) {
     PyObject *o = self->followed[i];
     if (!o) continue;
     bagua_ddp_t *d = bagua_py_ddp_peek(o);
-    if (d && self->e) bagua_elastic_detach(self->e, d);
+    if (d && self->e && !bagua_py_inherited(self->generation)) bagua_elastic_detach(self->e, d);
     self->followed[i] = NULL;
     Py_DECREF(o);
   }
@@ -92,7 +96,7 @@ static void destroy(elastic_obj_t *self) {
   unfollow_all(self);
   bagua_elastic_t *e = self->e;
   self->e = NULL;
-  if (e) {
+  if (e && !bagua_py_inherited(self->generation)) {
     Py_BEGIN_ALLOW_THREADS bagua_elastic_destroy(e);
     Py_END_ALLOW_THREADS
   }

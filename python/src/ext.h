@@ -35,6 +35,13 @@ int bagua_py_interrupt_init(void);
 void bagua_py_begin_blocking(bagua_comm_t *comm, bagua_ddp_t *ddp);
 PyObject *bagua_py_end_blocking(bagua_status_t st, const char *what);
 
+/* Fork guard (fork.c): objects record bagua_py_generation() when created; in a process
+ * forked after that, bagua_py_inherited() is true, bagua_py_check_owner() raises RuntimeError
+ * naming `what` and returns -1, and deallocation leaks the object instead of destroying it. */
+int bagua_py_fork_init(void);
+unsigned bagua_py_generation(void);
+int bagua_py_inherited(unsigned generation);
+int bagua_py_check_owner(unsigned generation, const char *what);
 /* Adds the error classes (BaguaError and one subclass per status) to the module. */
 int bagua_py_errors_init(PyObject *module);
 /* Adds the Comm type; bagua_py_comm_get() unwraps one (borrowed; NULL + TypeError if not). */

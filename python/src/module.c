@@ -70,7 +70,7 @@ PyMODINIT_FUNC PyInit__C(void) {
   for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
     if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) goto fail;
   if (PyModule_AddStringConstant(m, "__version__", BAGUA_VERSION_STRING) < 0) goto fail;
-  if (bagua_py_interrupt_init() < 0 || bagua_py_errors_init(m) < 0 || bagua_py_comm_init(m) < 0 ||
+  if (bagua_py_fork_init() < 0 || bagua_py_interrupt_init() < 0 || bagua_py_errors_init(m) < 0 || bagua_py_comm_init(m) < 0 ||
       bagua_py_ddp_init(m) < 0 || bagua_py_sampler_init(m) < 0 || bagua_py_elastic_init(m) < 0)
     goto fail;
   return m;

@@ -47,3 +47,4 @@ def pin_gloo_to_loopback():
     (GLOO_SOCKET_IFNAME, which torch reads when it creates the Gloo group)."""
     if "GLOO_SOCKET_IFNAME" not in os.environ and os.path.isdir(f"/sys/class/net/{LOOPBACK}"):
         os.environ["GLOO_SOCKET_IFNAME"] = LOOPBACK
+

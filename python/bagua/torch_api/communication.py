@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from bagua import _C
 from bagua._C import BaguaError
-from bagua.torch_api import _store, env
+from bagua.torch_api import _fork, _store, env  # noqa: F401 - _fork guards fork()
 
 __all__ = [
     "ReduceOp", "BaguaProcessGroup", "BaguaSingleCommunicatorPy", "CommMember",

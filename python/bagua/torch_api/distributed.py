@@ -24,7 +24,7 @@ import itertools
 import torch
 
 from bagua import _C
-from bagua.torch_api import _step, communication
+from bagua.torch_api import _fork, _step, communication
 from bagua.torch_api.algorithms.base import Algorithm
 
 _module_ids = itertools.count()
@@ -121,6 +121,8 @@ class _BaguaDDP:
             self._broadcast_optimizer_state()
         self.stepped = set()
         self._hooks = []
+        self._born = _fork.generation
+        self._forward_guard = module.register_forward_pre_hook(self._check_not_forked)
         for i, (_, p) in enumerate(self.params):
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             handle = acc.register_hook(self._make_hook(i, p))
@@ -188,11 +190,17 @@ class _BaguaDDP:
         for _, handle in self._hooks:
             handle.remove()
         self._hooks = []
+        self._forward_guard.remove()
         for opt in self.optimizers:
             _step.detach(opt, self)
             if getattr(opt, "_bagua_qadam", None) is self:
                 opt._bagua_qadam = None
         self._detach()
+
+    def _check_not_forked(self, module, inputs):
+        """Forward pre-hook: a forked child gets the fork's RuntimeError before autograd
+        runs (see _fork)."""
+        _fork.check(self._born, "model's Bagua context")
 
     def _broadcast_optimizer_state(self):
         """Rank 0's optimizer state (momentum buffers, step counts) on every rank."""
