@@ -131,6 +131,11 @@ static int first_contact(bagua__agent_t *a, bagua__agent_snap_t *s) {
   for (;;) {
     bagua_status_t st = bagua__agent_snap_read(a->etcd, a->prefix, s);
     if (st == BAGUA_OK) return -1;
+    if (st == BAGUA_ERR_ABORTED) { /* a signal that ends the agent is pending */
+      bagua__agent_wait(a, 0);
+      if (a->term_sig) return interrupted_code(a->term_sig);
+      continue;
+    }
     int64_t now = bagua__now_ms();
     if (now >= deadline) {
       bagua__agent_say("giving up: etcd at %s was unreachable for %lld s (--rdzv-timeout %d): %s",
@@ -565,7 +570,7 @@ static int loop(bagua__agent_t *a) {
   }
 }
 
-int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
+int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd, int endfd) {
   bagua__agent_t a;
   memset(&a, 0, sizeof(a));
   a.cfg = cfg;
@@ -582,7 +587,7 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
     }
     a.bootstrap[off] = '\0';
   }
-  int rc = BAGUA_AGENT_EXIT_RDZV;
+  int rc = BAGUA_AGENT_EXIT_RDZV, looping = 0;
   bagua__agent_snap_t s;
   memset(&s, 0, sizeof(s));
   a.prog.recovery_ms = -1;
@@ -625,6 +630,7 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
     rc = 1;
     goto out;
   }
+  bagua__etcd_set_interrupt_fd(a.etcd, endfd);
   bagua__agent_detect_addr(&a);
   if ((rc = first_contact(&a, &s)) >= 0) goto out;
   if ((rc = handle_stale(&a, &s)) >= 0) goto out;
@@ -649,8 +655,15 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd) {
   BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: node %s (%s, %d workers) joined job %s at %s",
              cfg->node_id, cfg->node_addr, cfg->nproc, cfg->job_id, cfg->endpoints);
   if (start_watch(&a) != BAGUA_OK) a.watch = NULL; /* the loop retries; the 1 s tick covers */
+  looping = 1;
   rc = loop(&a);
 out:
+  /* A start-up step that failed because a pending signal cut its request short exits as the
+   * signal asks, not with that step's error. (The loop handles signals itself.) */
+  if (!looping && rc != 0 && rc != BAGUA_AGENT_EXIT_USAGE && a.wake_fd >= 0) {
+    if (!a.term_sig) bagua__agent_wait(&a, 0);
+    if (a.term_sig) rc = interrupted_code(a.term_sig);
+  }
   bagua__agent_snap_clear(&s);
   bagua__etcd_watch_stop(a.watch);
   if (a.ws.nrunning > 0) bagua__agent_stop_workers(&a, SIGKILL);

@@ -93,7 +93,7 @@ void bagua__agent_set_name(const char *node);
  * `sigfd` is a signalfd for SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2,
  * which the caller has blocked in every thread (main() does it before any thread starts).
  */
-int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd);
+int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd, int endfd);
 
 /* Formats wall-clock milliseconds as "YYYY-mm-ddTHH:MM:SS.mmmZ". */
 void bagua__agent_format_time(int64_t wall_ms, char *out, size_t len);

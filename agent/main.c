@@ -27,9 +27,18 @@ int main(int argc, char **argv) {
   /* A console that went away must not kill the agent (and with it the job's workers). */
   signal(SIGPIPE, SIG_IGN);
   int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (sigfd < 0) {
+  /* A second signalfd of the signals that end the agent is only polled, never read: the etcd
+   * client ends a request as soon as one of them is pending, and the loop reads it from the
+   * first descriptor right after. SIGCHLD and the forwarded signals stay out of it, so they
+   * never cut a request short. */
+  sigset_t ending;
+  sigemptyset(&ending);
+  const int ends[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) sigaddset(&ending, ends[i]);
+  int endfd = signalfd(-1, &ending, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sigfd < 0 || endfd < 0) {
     bagua__agent_say("signalfd failed");
     return 1;
   }
-  return bagua__agent_run(&cfg, sigfd);
+  return bagua__agent_run(&cfg, sigfd, endfd);
 }

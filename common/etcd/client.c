@@ -3,6 +3,7 @@
  * POST requests with failover between endpoints, and the mapping of transport failures and
  * gateway errors onto bagua_status_t.
  */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,7 @@ void bagua__etcd_buf_free(etcd_buf_t *b) {
 
 bagua_status_t bagua__etcd_conn_init(etcd_conn_t *conn) {
   memset(conn, 0, sizeof(*conn));
+  conn->interrupt_fd = -1;
   pthread_once(&g_curl_once, curl_init_once);
   if (g_curl_init_rc != CURLE_OK) {
     BAGUA_WARN("curl_global_init failed: %s", curl_easy_strerror(g_curl_init_rc));
@@ -107,9 +109,16 @@ void bagua__etcd_conn_setup(etcd_conn_t *conn, const char *url, const char *body
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_ms > 0 ? connect_ms : 1L);
 }
 
+/* Whether the interrupt descriptor is readable now. */
+static int fd_readable(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
 bagua_status_t bagua__etcd_conn_perform(etcd_conn_t *conn, CURLcode *res) {
   *res = CURLE_OK;
-  if (__atomic_load_n(&conn->abort, __ATOMIC_SEQ_CST)) return BAGUA_ERR_ABORTED;
+  int ifd = __atomic_load_n(&conn->interrupt_fd, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&conn->abort, __ATOMIC_SEQ_CST) || fd_readable(ifd)) return BAGUA_ERR_ABORTED;
   CURLMcode mc = curl_multi_add_handle(conn->multi, conn->easy);
   if (mc != CURLM_OK) {
     BAGUA_WARN("curl_multi_add_handle failed: %s", curl_multi_strerror(mc));
@@ -136,11 +145,17 @@ bagua_status_t bagua__etcd_conn_perform(etcd_conn_t *conn, CURLcode *res) {
       st = BAGUA_ERR_ABORTED;
       break;
     }
-    /* libcurl shortens this wait to its own next timeout; a wakeup ends it at once. */
-    mc = curl_multi_poll(conn->multi, NULL, 0, 1000, NULL);
+    /* libcurl shortens this wait to its own next timeout; a wakeup or the interrupt
+     * descriptor ends it at once. */
+    struct curl_waitfd extra = {.fd = ifd, .events = CURL_WAIT_POLLIN, .revents = 0};
+    mc = curl_multi_poll(conn->multi, ifd >= 0 ? &extra : NULL, ifd >= 0 ? 1 : 0, 1000, NULL);
     if (mc != CURLM_OK) {
       BAGUA_WARN("curl_multi_poll failed: %s", curl_multi_strerror(mc));
       st = BAGUA_ERR_CURL;
+      break;
+    }
+    if (extra.revents) {
+      st = BAGUA_ERR_ABORTED;
       break;
     }
   }
@@ -259,6 +274,11 @@ int64_t bagua__etcd_unreachable_since_ms(const bagua__etcd_t *c) {
 
 void bagua__etcd_set_timeout_ms(bagua__etcd_t *c, int timeout_ms) {
   if (c && timeout_ms > 0) c->timeout_ms = timeout_ms;
+}
+
+void bagua__etcd_set_interrupt_fd(bagua__etcd_t *c, int fd) {
+  __atomic_store_n(&c->conn.interrupt_fd, fd, __ATOMIC_SEQ_CST);
+  if (fd >= 0) curl_multi_wakeup(c->conn.multi);
 }
 
 void bagua__etcd_abort(bagua__etcd_t *c, int on) {

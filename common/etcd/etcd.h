@@ -83,6 +83,14 @@ int64_t bagua__etcd_unreachable_since_ms(const bagua__etcd_t *c);
  * (not from a signal handler) while the client exists.
  */
 void bagua__etcd_abort(bagua__etcd_t *c, int on);
+/*
+ * Makes every call of this client (not of its clones: leases' keepers and watches) end with
+ * BAGUA_ERR_ABORTED as soon as `fd` is readable, and while it stays so; -1 removes it. The
+ * descriptor is polled, never read. A program that blocks its termination signals into a
+ * signalfd passes one for those signals alone, so a signal that arrives during a request
+ * ends the request at once and the caller reads the signal next. Any thread.
+ */
+void bagua__etcd_set_interrupt_fd(bagua__etcd_t *c, int fd);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Key-value                                                                                 */

@@ -39,6 +39,8 @@ typedef struct {
   CURLM *multi;
   struct curl_slist *headers;
   int abort; /* atomic: non-zero makes transfers end with BAGUA_ERR_ABORTED */
+  /* atomic: while this descriptor is readable transfers end with BAGUA_ERR_ABORTED; -1: none */
+  int interrupt_fd;
   char errbuf[CURL_ERROR_SIZE];
 } etcd_conn_t;
 

@@ -16,7 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -264,6 +267,40 @@ static void test_secret_refused(void) {
   h_fini(&h);
 }
 
+/* SIGTERM while the agent's first etcd request waits on an endpoint that accepts the
+ * connection and never answers: the agent exits 128+15 at once (before, the signal waited in
+ * the signalfd until the request's BAGUA_ETCD_TIMEOUT_MS ran out). */
+static void test_sigterm_first_request(void) {
+  harness_t h;
+  h_init(&h, "hostile_sigterm", 0);
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_TRUE(lfd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ASSERT_EQ(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  ASSERT_EQ(listen(lfd, 16), 0); /* never accepted: the kernel completes the handshake */
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+  char endpoint[64];
+  snprintf(endpoint, sizeof(endpoint), "127.0.0.1:%d", ntohs(sa.sin_port));
+  setenv("BAGUA_ETCD_TIMEOUT_MS", "30000", 1);
+  agent_proc_t ap;
+  const char *args[] = {"--nnodes", "1", "--nproc-per-node", "1", NULL};
+  const char *worker[] = {NULL};
+  h_spawn(&h, &ap, "t0", endpoint, args, worker);
+  unsetenv("BAGUA_ETCD_TIMEOUT_MS");
+  usleep(800 * 1000); /* the agent is inside its first request by now */
+  long long t0 = etcd_fixture_now_ms();
+  h_kill(&ap, SIGTERM);
+  int code = h_wait_exit(&ap, 10000);
+  long long took = etcd_fixture_now_ms() - t0;
+  printf("SIGTERM during the first etcd request: exit %d after %lld ms\n", code, took);
+  if (code != 128 + SIGTERM || took > REFUSE_MS) h_dump(&ap, 1);
+  ASSERT_EQ(code, 128 + SIGTERM);
+  ASSERT_LE(took, REFUSE_MS);
+  close(lfd);
+  h_fini(&h);
+}
+
 int main(int argc, char **argv) {
   static const struct {
     const char *name;
@@ -272,7 +309,8 @@ int main(int argc, char **argv) {
                {"agent_paths", test_agent_paths},
                {"log_fifo", test_log_fifo},
                {"launch_paths", test_launch_paths},
-               {"secret_refused", test_secret_refused}};
+               {"secret_refused", test_secret_refused},
+               {"sigterm_first_request", test_sigterm_first_request}};
   setvbuf(stdout, NULL, _IOLBF, 0);
   for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
     if (strcmp(argv[1], tests[i].name) != 0) continue;
