@@ -28,43 +28,16 @@
 #include "marks.h"
 #include "progress.h"
 #include "common/time.h"
+#include "common/worker_env.h"
 
 extern char **environ;
 
-/* Variables the agent sets; copies inherited from its own environment are dropped. */
-static const char *const owned_vars[] = {"RANK",
-                                         "LOCAL_RANK",
-                                         "WORLD_SIZE",
-                                         "LOCAL_WORLD_SIZE",
-                                         "GROUP_RANK",
-                                         "GROUP_WORLD_SIZE",
-                                         "ROLE_RANK",
-                                         "ROLE_WORLD_SIZE",
-                                         "MASTER_ADDR",
-                                         "MASTER_PORT",
-                                         "BAGUA_JOB_ID",
-                                         "BAGUA_NODE_ID",
-                                         "BAGUA_ROUND",
-                                         "BAGUA_RESTART_COUNT",
-                                         "BAGUA_MAX_RESTARTS",
-                                         "BAGUA_RDZV_ENDPOINT",
-                                         "BAGUA_NODE_ADDR",
-                                         "BAGUA_ELASTIC_MODE",
-                                         "BAGUA_ELASTIC_MARK",
-                                         "BAGUA_PROGRESS_FILE",
-                                         "BAGUA_JOB_SECRET",
-                                         "BAGUA_RDZV_TIMEOUT_MS",
-                                         "BAGUA_LOG_DIR",
-                                         "TORCHELASTIC_RESTART_COUNT",
-                                         "TORCHELASTIC_MAX_RESTARTS",
-                                         "TORCHELASTIC_RUN_ID",
-                                         NULL};
-
+/* Whether an inherited "NAME=VALUE" entry gives way to the agent's value: every variable of
+ * the worker contract, except one the user may choose when the agent does not set it. */
 static int owned(const char *entry, const char *bootstrap) {
-  size_t n = strcspn(entry, "=");
-  for (int i = 0; owned_vars[i]; i++)
-    if (strlen(owned_vars[i]) == n && strncmp(entry, owned_vars[i], n) == 0) return 1;
-  return bootstrap && n == 15 && strncmp(entry, "BAGUA_BOOTSTRAP", 15) == 0;
+  int v = bagua__worker_var_find(entry, strcspn(entry, "="));
+  if (v < 0) return 0;
+  return bagua__worker_var_kind((bagua__worker_var_t)v) != BAGUA__WV_USER_FIRST || bootstrap;
 }
 
 typedef struct {
@@ -96,51 +69,85 @@ static void vec_free(strvec_t *sv) {
   memset(sv, 0, sizeof(*sv));
 }
 
+/* Adds worker contract variable `v` for one worker; a variable the agent has no value for
+ * (no mark directory, no --log-dir, ...) is left out. Every row of common/worker_env.def has a
+ * case here: the switch has no default, so the compiler names a row without one. */
+static int add_var(const bagua__agent_config_t *cfg, const bagua__worker_assign_t *a,
+                   int local_rank, bagua__worker_var_t v, strvec_t *sv) {
+  const char *name = bagua__worker_var_name(v);
+  char path[4200];
+  switch (v) {
+    case BAGUA__WV_RANK:
+    case BAGUA__WV_ROLE_RANK:
+      return vec_add(sv, "%s=%d", name, a->rank_base + local_rank);
+    case BAGUA__WV_LOCAL_RANK:
+      return vec_add(sv, "%s=%d", name, local_rank);
+    case BAGUA__WV_WORLD_SIZE:
+    case BAGUA__WV_ROLE_WORLD_SIZE:
+      return vec_add(sv, "%s=%d", name, a->world_size);
+    case BAGUA__WV_LOCAL_WORLD_SIZE:
+      return vec_add(sv, "%s=%d", name, cfg->nproc);
+    case BAGUA__WV_GROUP_RANK:
+      return vec_add(sv, "%s=%d", name, a->group_rank);
+    case BAGUA__WV_GROUP_WORLD_SIZE:
+      return vec_add(sv, "%s=%d", name, a->group_world_size);
+    case BAGUA__WV_MASTER_ADDR:
+      return vec_add(sv, "%s=%s", name, a->master_addr);
+    case BAGUA__WV_MASTER_PORT:
+      return vec_add(sv, "%s=%d", name, a->master_port);
+    case BAGUA__WV_ROUND:
+      return vec_add(sv, "%s=%lld", name, (long long)a->round);
+    case BAGUA__WV_RESTART_COUNT:
+    case BAGUA__WV_TE_RESTART_COUNT:
+      return vec_add(sv, "%s=%d", name, a->restart_count);
+    case BAGUA__WV_MAX_RESTARTS:
+    case BAGUA__WV_TE_MAX_RESTARTS:
+      return vec_add(sv, "%s=%d", name, cfg->max_restarts);
+    case BAGUA__WV_JOB_ID:
+    case BAGUA__WV_TE_RUN_ID:
+      return vec_add(sv, "%s=%s", name, cfg->job_id);
+    case BAGUA__WV_NODE_ID:
+      return vec_add(sv, "%s=%s", name, cfg->node_id);
+    case BAGUA__WV_RDZV_ENDPOINT:
+      return vec_add(sv, "%s=%s", name, cfg->endpoints);
+    case BAGUA__WV_NODE_ADDR:
+      return vec_add(sv, "%s=%s", name, cfg->node_addr);
+    case BAGUA__WV_ELASTIC_MODE:
+      return vec_add(sv, "%s=%s", name, bagua__elastic_mode_name(cfg->elastic_mode));
+    case BAGUA__WV_ELASTIC_MARK:
+      if (!a->mark_dir) return 0;
+      if (bagua__marks_path(a->mark_dir, local_rank, a->round, path, sizeof(path)) != 0) return -1;
+      return vec_add(sv, "%s=%s", name, path);
+    case BAGUA__WV_PROGRESS_FILE:
+      if (!a->progress_dir) return 0;
+      if (bagua__agent_progress_path(a->progress_dir, local_rank, path, sizeof(path)) != 0)
+        return -1;
+      return vec_add(sv, "%s=%s", name, path);
+    case BAGUA__WV_BOOTSTRAP:
+      return a->bootstrap ? vec_add(sv, "%s=%s", name, a->bootstrap) : 0;
+    case BAGUA__WV_LOG_DIR:
+      /* The job's log directory, where libbagua writes files such as autotune.csv. */
+      return cfg->log_dir ? vec_add(sv, "%s=%s", name, cfg->log_dir) : 0;
+    case BAGUA__WV_RDZV_TIMEOUT_MS:
+      /* Every wait of the workers' library for a round (bagua_elastic_rebuild) is bounded by
+       * the job's rendezvous timeout. */
+      return vec_add(sv, "%s=%lld", name, (long long)cfg->rdzv_timeout_s * 1000);
+    case BAGUA__WV_JOB_SECRET:
+      /* The job secret goes through the environment only, never a command line. */
+      return a->secret && a->secret[0] ? vec_add(sv, "%s=%s", name, a->secret) : 0;
+    case BAGUA__WV_COUNT:
+      break;
+  }
+  return -1;
+}
+
 /* The environment of one worker: the agent's own, minus what the agent sets, plus the round. */
 static int build_env(const bagua__agent_config_t *cfg, const bagua__worker_assign_t *a,
                      int local_rank, strvec_t *sv) {
   for (char **e = environ; e && *e; e++)
     if (!owned(*e, a->bootstrap) && vec_add(sv, "%s", *e) != 0) return -1;
   int rc = 0;
-  rc |= vec_add(sv, "RANK=%d", a->rank_base + local_rank);
-  rc |= vec_add(sv, "LOCAL_RANK=%d", local_rank);
-  rc |= vec_add(sv, "WORLD_SIZE=%d", a->world_size);
-  rc |= vec_add(sv, "LOCAL_WORLD_SIZE=%d", cfg->nproc);
-  rc |= vec_add(sv, "GROUP_RANK=%d", a->group_rank);
-  rc |= vec_add(sv, "GROUP_WORLD_SIZE=%d", a->group_world_size);
-  rc |= vec_add(sv, "ROLE_RANK=%d", a->rank_base + local_rank);
-  rc |= vec_add(sv, "ROLE_WORLD_SIZE=%d", a->world_size);
-  rc |= vec_add(sv, "MASTER_ADDR=%s", a->master_addr);
-  rc |= vec_add(sv, "MASTER_PORT=%d", a->master_port);
-  rc |= vec_add(sv, "BAGUA_JOB_ID=%s", cfg->job_id);
-  rc |= vec_add(sv, "BAGUA_NODE_ID=%s", cfg->node_id);
-  rc |= vec_add(sv, "BAGUA_ROUND=%lld", (long long)a->round);
-  rc |= vec_add(sv, "BAGUA_RESTART_COUNT=%d", a->restart_count);
-  rc |= vec_add(sv, "BAGUA_MAX_RESTARTS=%d", cfg->max_restarts);
-  rc |= vec_add(sv, "BAGUA_RDZV_ENDPOINT=%s", cfg->endpoints);
-  rc |= vec_add(sv, "BAGUA_NODE_ADDR=%s", cfg->node_addr);
-  rc |= vec_add(sv, "BAGUA_ELASTIC_MODE=%s", bagua__elastic_mode_name(cfg->elastic_mode));
-  if (a->mark_dir) {
-    char mark[4200];
-    if (bagua__marks_path(a->mark_dir, local_rank, a->round, mark, sizeof(mark)) != 0) return -1;
-    rc |= vec_add(sv, "BAGUA_ELASTIC_MARK=%s", mark);
-  }
-  if (a->progress_dir) {
-    char path[4200];
-    if (bagua__agent_progress_path(a->progress_dir, local_rank, path, sizeof(path)) != 0) return -1;
-    rc |= vec_add(sv, "BAGUA_PROGRESS_FILE=%s", path);
-  }
-  rc |= vec_add(sv, "TORCHELASTIC_RESTART_COUNT=%d", a->restart_count);
-  rc |= vec_add(sv, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->max_restarts);
-  rc |= vec_add(sv, "TORCHELASTIC_RUN_ID=%s", cfg->job_id);
-  if (a->bootstrap) rc |= vec_add(sv, "BAGUA_BOOTSTRAP=%s", a->bootstrap);
-  /* The job's log directory (--log-dir), where libbagua writes files such as autotune.csv. */
-  if (cfg->log_dir) rc |= vec_add(sv, "BAGUA_LOG_DIR=%s", cfg->log_dir);
-  /* Every wait of the workers' library for a round (bagua_elastic_rebuild) is bounded by the
-   * job's rendezvous timeout. */
-  rc |= vec_add(sv, "BAGUA_RDZV_TIMEOUT_MS=%lld", (long long)cfg->rdzv_timeout_s * 1000);
-  /* The job secret goes through the environment only, never a command line (docs/security.md). */
-  if (a->secret && a->secret[0]) rc |= vec_add(sv, "BAGUA_JOB_SECRET=%s", a->secret);
+  for (int i = 0; i < BAGUA__WV_COUNT && rc == 0; i++) rc = add_var(cfg, a, local_rank, i, sv);
   return rc ? -1 : 0;
 }
 

@@ -25,6 +25,7 @@
 #include "bagua/params.h"
 #include "common/output.h"
 #include "common/params.h"
+#include "common/worker_env.h"
 
 int bagua__launch_find_agent(const char *configured, int need_local, char *out, size_t outlen,
                              char *err, size_t errlen) {
@@ -131,15 +132,10 @@ static int env_keeps(const bagua__launch_var_t *v) {
   return v->origin.kind != LO_FLAG && env_provides(v->name);
 }
 
-/* Registry parameters that are per worker or passed as agent flags: never forwarded. */
+/* Registry parameters that the agent sets per worker (the worker contract) or that are passed
+ * as agent flags: never forwarded. */
 static int forwardable(const char *env) {
-  static const char *const skip[] = {
-      "RANK",          "WORLD_SIZE",   "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
-      "GROUP_RANK",    "MASTER_ADDR",  "MASTER_PORT",     "BAGUA_ROUND",
-      "BAGUA_NODE_ID", "BAGUA_JOB_ID", "BAGUA_BOOTSTRAP", "BAGUA_ELASTIC_MARK"};
-  if (host_local(env)) return 0;
-  for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
-    if (strcmp(skip[i], env) == 0) return 0;
+  if (host_local(env) || bagua__worker_var_never_forwarded(env)) return 0;
   return bagua__launch_find_env(env) < 0;
 }
 

@@ -13,6 +13,7 @@
 #include "bagua/params.h"
 #include "common/params.h"
 #include "common/validate.h"
+#include "common/worker_env.h"
 #include "launch.h"
 
 #define TEMPLATE_ACCEPTED                                                                    \
@@ -115,13 +116,6 @@ int bagua__launch_parse_value(bagua__launch_setting_t s, const char *raw,
   return 0;
 }
 
-/* Variables every worker gets from its agent; a configuration must not set them. */
-static const char *const k_agent_vars[] = {
-    "RANK",         "LOCAL_RANK",       "WORLD_SIZE",          "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",   "MASTER_ADDR",      "MASTER_PORT",         "BAGUA_ROUND",
-    "BAGUA_JOB_ID", "BAGUA_NODE_ID",    "BAGUA_RDZV_ENDPOINT", "BAGUA_BOOTSTRAP",
-    "ROLE_RANK",    "GROUP_WORLD_SIZE", "BAGUA_ELASTIC_MARK"};
-
 static int check_var(const char *name, const char *value, char *err, size_t errlen);
 
 int bagua__launch_check_var(const char *name, const char *raw, char *err, size_t errlen) {
@@ -152,8 +146,7 @@ static int check_var(const char *name, const char *value, char *err, size_t errl
              name);
     return -1;
   }
-  for (size_t i = 0; i < sizeof(k_agent_vars) / sizeof(k_agent_vars[0]); i++) {
-    if (strcmp(name, k_agent_vars[i]) != 0) continue;
+  if (bagua__worker_var_config_refused(name)) {
     snprintf(err, errlen, "%s is set by bagua-agent for every worker; accepted: any other variable",
              name);
     return -1;

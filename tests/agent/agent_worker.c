@@ -86,6 +86,14 @@ int main(int argc, char **argv) {
     return 65;
   }
   for (int i = 0; dumped[i]; i++) fprintf(f, "%s=%s\n", dumped[i], env(dumped[i]));
+  /* Then everything else it inherited, so tests can check the whole worker contract. */
+  for (char **e = environ; *e; e++) {
+    size_t n = strcspn(*e, "=");
+    int listed = 0;
+    for (int i = 0; dumped[i] && !listed; i++)
+      listed = strlen(dumped[i]) == n && strncmp(dumped[i], *e, n) == 0;
+    if (!listed && strchr(*e, '\n') == NULL) fprintf(f, "%s\n", *e);
+  }
   fprintf(f, "PID=%d\n", (int)getpid());
   fclose(f);
   rename(tmp, path);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/worker_env.h"
 #include "harness.h"
 #include "test.h"
 
@@ -58,6 +59,16 @@ static void test_ranks(void) {
     h_expect_env(&h, 1, n, want[i].lr, "BAGUA_RESTART_COUNT", "0");
     h_expect_env(&h, 1, n, want[i].lr, "TORCHELASTIC_RESTART_COUNT", "0");
     h_expect_env(&h, 1, n, want[i].lr, "BAGUA_ELASTIC_MODE", "auto");
+  }
+  /* The whole worker contract (common/worker_env.def) reaches every worker; the three rows
+   * the agent sets only when it has a value are left out here. */
+  for (int v = 0; v < BAGUA__WV_COUNT; v++) {
+    if (v == BAGUA__WV_ELASTIC_MARK || v == BAGUA__WV_PROGRESS_FILE || v == BAGUA__WV_LOG_DIR)
+      continue;
+    char buf[512];
+    const char *got =
+        h_env(&h, 1, "n3", 1, bagua__worker_var_name((bagua__worker_var_t)v), buf, sizeof(buf));
+    if (!got[0]) TEST_FAIL("worker contract variable %s is empty", bagua__worker_var_name(v));
   }
   char boot[128];
   snprintf(boot, sizeof(boot), "etcd://%s", h.fx.host_port);
