@@ -1,6 +1,6 @@
 /*
  * Plain SGD with momentum and weight decay over the model's flat parameter buffer, using
- * the library's torch.optim.SGD kernel (bagua__sgd_step) so that the update is bit-identical
+ * the library's torch.optim.SGD step (bagua_sgd_step) so that the update is bit-identical
  * on every rank and every ISA for identical gradients.
  */
 #ifndef FM_OPTIM_H
@@ -9,16 +9,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/kernels.h"
+#include "bagua/optim.h"
 #include "mlp.h"
 
 typedef struct {
-  bagua__sgd_params_t hp;
+  bagua_sgd_config_t hp;
   float *momentum_buf; /* nparams floats, owned; NULL when momentum is 0 */
   int64_t steps;       /* updates applied so far */
 } fm_sgd_t;
 
-/* Returns 0, or -1 when out of memory. */
+/* Returns 0, or -1 when out of memory or a hyper-parameter is out of range (logged). */
 int fm_sgd_init(fm_sgd_t *o, size_t nparams, double lr, double momentum, double weight_decay);
 void fm_sgd_free(fm_sgd_t *o);
 /* params -= lr * (momentum-smoothed grads + weight_decay * params), over the whole model. */

@@ -8,6 +8,8 @@
 #include "bagua/ddp.h"
 #include "bagua/elastic.h"
 #include "bagua/nccl.h"
+#include "bagua/optim.h"
+#include "bagua/port.h"
 #include "bagua/error.h"
 #include "bagua/loader.h"
 #include "bagua/params.h"

@@ -6,8 +6,6 @@
  */
 #include "ext.h"
 
-#include "common/sock.h"
-
 static PyObject *py_param_get(PyObject *self, PyObject *args) {
   const char *name;
   if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
@@ -17,16 +15,17 @@ static PyObject *py_param_get(PyObject *self, PyObject *args) {
 }
 
 /* A port that binds on `host` now ("" for every address), below the kernel's ephemeral range
- * where it can (bagua__sock_spare_port); OSError when nothing binds, ValueError for a host
- * that does not resolve. */
+ * where it can (bagua_spare_port); OSError when nothing binds, ValueError for a host that does
+ * not resolve. */
 static PyObject *py_spare_port(PyObject *self, PyObject *args) {
   const char *host;
   if (!PyArg_ParseTuple(args, "s", &host)) return NULL;
-  uint32_t addr = 0; /* INADDR_ANY */
-  if (host[0] && bagua__resolve_ipv4(host, &addr) != BAGUA_OK)
+  int port = 0;
+  bagua_status_t st = bagua_spare_port(host, &port);
+  if (st == BAGUA_ERR_INVALID_ARG)
     return PyErr_Format(PyExc_ValueError, "spare_port: host \"%s\" does not resolve", host);
-  int port = bagua__sock_spare_port(addr);
-  if (port < 0) return PyErr_Format(PyExc_OSError, "spare_port: no TCP port binds on \"%s\"", host);
+  if (st != BAGUA_OK)
+    return PyErr_Format(PyExc_OSError, "spare_port: no TCP port binds on \"%s\"", host);
   return PyLong_FromLong(port);
 }
 
@@ -70,8 +69,9 @@ PyMODINIT_FUNC PyInit__C(void) {
   for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
     if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) goto fail;
   if (PyModule_AddStringConstant(m, "__version__", BAGUA_VERSION_STRING) < 0) goto fail;
-  if (bagua_py_fork_init() < 0 || bagua_py_interrupt_init() < 0 || bagua_py_errors_init(m) < 0 || bagua_py_comm_init(m) < 0 ||
-      bagua_py_ddp_init(m) < 0 || bagua_py_sampler_init(m) < 0 || bagua_py_elastic_init(m) < 0)
+  if (bagua_py_fork_init() < 0 || bagua_py_interrupt_init() < 0 || bagua_py_errors_init(m) < 0 ||
+      bagua_py_comm_init(m) < 0 || bagua_py_ddp_init(m) < 0 || bagua_py_sampler_init(m) < 0 ||
+      bagua_py_elastic_init(m) < 0)
     goto fail;
   return m;
 fail:
