@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# In-process elastic recovery and join times for a >= 10M-parameter model (issue 5 targets:
+# In-process elastic recovery and join times for a >= 10M-parameter model (targets:
 # recovery <= lease TTL + 1 s with TTL 2 s; a join adds the node within 2 s of its agent
 # registering).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Link-rate report (issue 12 item 5): collective busbw across emulated hosts (bench/netsim/netsim.sh:
+# Link-rate report (docs/linkrate.md): collective busbw across emulated hosts (bench/netsim/netsim.sh:
 # one network namespace per host, every link shaped both ways with tbf) against the link rate,
 # for bagua-bench (TCP transport), Gloo (bench/peer_gloo.py under torch.distributed) and Open MPI
 # TCP (bench/peer_mpi.c), one rank per host, all in the same cluster, interleaved (bagua, gloo,

@@ -4,7 +4,7 @@
 Two processes share one GPU and each gives NCCL its own NCCL_HOSTID, so NCCL sees two hosts
 and every byte crosses its network transport over loopback: its own sockets by default, or
 Bagua-Net when --plugin names libnccl-net-bagua.so (NCCL_NET=Bagua then makes NCCL fail
-instead of falling back to sockets). This is the measurement issue 14 asks for on a GPU: an
+instead of falling back to sockets). This is Bagua-Net's measurement on a GPU: an
 unmodified torch program, with only the environment changed.
 
 Prints one line per size: "size_bytes time_us busbw_GBps" plus the transport, and with

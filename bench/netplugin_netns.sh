@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bagua-Net over emulated links (issue 14): the plugin's point-to-point throughput between two
+# Bagua-Net over emulated links (docs/net-plugin.md): the plugin's point-to-point throughput between two
 # network namespaces joined by shaped links (bench/netsim/netsim.sh), for several TCP streams
 # per connection, against one stream (the plain-TCP baseline, same driver). Prints a markdown
 # table: median GB/s per message size and stream count, the fraction of the link rate, and the

@@ -7,7 +7,7 @@
 # sizes with the same warmup/iters methodology, repeats everything --repeat
 # times *interleaved* (ours, mpi, gloo, ours, ...) so that noise from other
 # tenants hits every implementation alike, and prints the median per
-# (implementation, size) as a table ready for docs/benchmarks.md.
+# (implementation, size) as a table ready for a results file under docs/results/.
 #
 # Every implementation checks its results; a nonzero `wrong` count is marked
 # with '!' in the table and makes the script exit 3.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The algorithm trade-off under network conditions (issue 12, the paper's second claim): on an
+# The algorithm trade-off under network conditions (the paper's second claim): on an
 # emulated cluster of 4 hosts (bench/netsim/netsim.sh, tbf-shaped links), every Bagua algorithm
 # and torch DDP (Gloo) on the same workloads, at several link rates. One bagua-launch starts
 # each job across the namespaces with --remote-cmd "ip netns exec {host}"; the DDP runs are the
@@ -15,7 +15,7 @@
 # which for the torch workloads counts evaluation and the first steps too; steady_samples_per_s
 # (torch workloads only) is the global batch over the steady-state step time (the loop without
 # its first 2 steps and without evaluation), the fairer figure for a few steps of a big model; bench/tradeoff_table.py turns them into the table of
-# docs/benchmarks.md. Needs root (network namespaces). Latency: none beyond a veth pair's by
+# a results file (docs/results/, summarised in docs/benchmarks.md §9). Needs root (network namespaces). Latency: none beyond a veth pair's by
 # default; --delay MS adds MS each way through netsim's userspace delay switch (netsim.sh), and
 # the rows' rate then reads e.g. "1gbit+25ms". The switch costs CPU (about half a vCPU at
 # 1 Gbit/s), which the workers on this machine then lack.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Turns bench/tradeoff.sh's CSV into the markdown table of docs/benchmarks.md and a PNG plot.
+"""Turns bench/tradeoff.sh's CSV into a markdown table for a results file and a PNG plot.
 
 For every link rate and workload: the median samples/s of each variant over its repeats, its
 ratio to torch DDP on the same workload and rate (to gradient_allreduce for the C workload,
@@ -7,7 +7,7 @@ which has no DDP twin), bytes per step, test accuracy, and which variant wins. W
 of a cell has a steady_samples_per_s figure (newer CSVs, torch workloads), the cell uses it
 and says so ("steady"); older CSVs and the C workload use samples_per_s.
 
-usage: bench/tradeoff_table.py CSV [--png docs/tradeoff.png]
+usage: bench/tradeoff_table.py CSV [--png docs/results/<date>-tradeoff.png]
 """
 
 import argparse

@@ -23,7 +23,7 @@
  * MTU. The 9000-byte default (jumbo frames) keeps 1 Gbit/s at about 14 000 data packets a
  * second; 1500 would be six times as many. On the 2-vCPU development machine the switch used
  * 40-50 % of one vCPU at 1 Gbit/s (kernel time in its TUN reads and writes included), and
- * carried about 0.9-1.1 GB/s one way at most (docs/net-plugin.md, "links with delay").
+ * carried about 0.9-1.1 GB/s one way at most (docs/results/2026-11-26-net-plugin-delay.md).
  *
  * It runs at a real-time priority (SCHED_FIFO 10) where it may, so that busy hosts on the same
  * CPUs do not hold packets back; the counters it prints at exit say how late packets left.

@@ -31,7 +31,7 @@
 # over max(1 MiB, 2 x R x RTT). TUN devices have no offloads here, so every packet is at most
 # the MTU: the links use 9000-byte (jumbo) frames to keep the packet rate, and the switch's CPU
 # cost on a small machine, low at 1 Gbit/s. The switch relays every packet in one thread, so
-# its own ceiling (docs/net-plugin.md, "Measurements (links with delay)") bounds the rate.
+# its own ceiling (docs/results/2026-11-26-net-plugin-delay.md) bounds the rate.
 #
 # Needs root and Debian's iproute2.
 set -uo pipefail
