@@ -188,8 +188,8 @@ static void describe_end(const bagua__agent_t *a, const bagua__rdzv_status_t *st
 }
 
 /*
- * State of an earlier run under the same job id (complaint 4 in reference/elastic.md: a
- * restarted job that reads an old closed rendezvous fails in a loop). The rule:
+ * State of an earlier run under the same job id (a known failure of other elastic launchers:
+ * a restarted job that reads an old closed rendezvous fails in a loop). The rule:
  *  - a terminal status while agents are still registered is this job ending: a late agent
  *    exits with the job's result instead of starting it again;
  *  - any state with no agent registered (a terminal status, or "running" left by agents that

@@ -454,7 +454,7 @@ static void test_unreachable(void) {
 
 /* etcd frozen (SIGSTOP) mid-job, longer than --rdzv-timeout 6: the agent gives up 6 s after
  * its first failed request began (each request during the outage fits in what is left), not
- * one or more request timeouts later (it took about 19 s before: issue 13). */
+ * one or more request timeouts later (it took about 19 s before the fix). */
 static void test_etcd_frozen(void) {
   harness_t h;
   h_init(&h, "etcd_frozen", 1);

@@ -1,5 +1,5 @@
 /*
- * A worker program that stops being executable while the job runs (issue 13 item 5): the
+ * A worker program that stops being executable while the job runs: the
  * program deletes itself and fails, so the restart's exec fails with ENOENT. Before, the root
  * cause read "exited with code 127" and every restart was spent on an exec that could only
  * fail again; now the failure record carries the exec error and is marked permanent, so the

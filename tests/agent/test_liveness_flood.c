@@ -1,5 +1,5 @@
 /*
- * The agent's liveness channel under a hostile world (issue 13, Why 3; docs/security.md):
+ * The agent's liveness channel under a hostile world (docs/security.md):
  *   auth     two agents with the same secret watch each other (a death is reported); with
  *            different secrets the connection never counts (no death is reported)
  *   prober   a prober that cannot prove the secret gets a challenge without the node id, and no

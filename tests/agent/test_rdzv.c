@@ -98,7 +98,7 @@ static void expect_round_refused(const char *json, const char *field) {
 
 static void test_round(void) {
   expect_round_refused("{\"garbage\":", "JSON");
-  /* The overflow of issue 13: a world that does not add up, or does not fit. */
+  /* Overflow: a world that does not add up, or does not fit. */
   expect_round_refused(
       "{\"members\":[\"a\",\"b\"],\"nprocs\":[2147483647,2147483647],"
       "\"world_size\":-2," ROUND_TAIL "}",

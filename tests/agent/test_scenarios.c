@@ -1,5 +1,5 @@
 /*
- * Elastic training scenarios (issue #5): examples/fashion_mnist --elastic trained by real
+ * Elastic training scenarios: examples/fashion_mnist --elastic trained by real
  * bagua-agent processes (--elastic-mode in-process, one worker per agent, several agents on
  * this host told apart by --node-id) against a real etcd. Nodes join, are SIGKILLed (the agent
  * and its worker together, as when a machine dies), are frozen with SIGSTOP for longer than the

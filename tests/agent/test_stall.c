@@ -1,5 +1,5 @@
 /*
- * A stalled elastic worker (issue 13, "Why" 2): one worker of a two-node in-process job is
+ * A stalled elastic worker: one worker of a two-node in-process job is
  * SIGSTOPped for longer than BAGUA_COMM_TIMEOUT_MS and then resumed. Its peer's collective
  * times out and, with no membership change, nothing used to publish a round: every worker sat
  * in bagua_elastic_rebuild() for the 600 s default. Now the peer asks for a new round

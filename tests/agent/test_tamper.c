@@ -1,5 +1,5 @@
 /*
- * A hostile or clumsy writer to etcd (issue 13, "Why" 1): values written by hand into a
+ * A hostile or clumsy writer to etcd: values written by hand into a
  * running job's keys must never wedge it. Each scenario starts two real agents whose workers
  * wait on a gate file, tampers with one key while round 1 runs, opens the gate, and expects
  * the job to end normally within a few seconds (before the schema module, every one of them

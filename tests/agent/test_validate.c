@@ -62,7 +62,7 @@ static void test_endpoints(void) {
   ASSERT_OK(
       bagua__check_endpoints("etcd-a:1,http://10.0.0.2:2379,https://h:2", g_err, sizeof(g_err)));
   refused(bagua__check_endpoints("etcdhost", g_err, sizeof(g_err)), "has no port");
-  /* A host that ssh would read as an option (issue 13): refused, for --node-addr too. */
+  /* A host that ssh would read as an option: refused, for --node-addr too. */
   refused(bagua__check_host("-oProxyCommand=x", g_err, sizeof(g_err)), "starts with '-'");
   ASSERT_OK(bagua__check_host("node-1.example", g_err, sizeof(g_err)));
   refused(bagua__check_endpoints(":2379", g_err, sizeof(g_err)), "has no host");
@@ -100,6 +100,12 @@ static void test_int_and_choice(void) {
   refused(bagua__check_choice("live", "auto|restart|in-process", g_err, sizeof(g_err)),
           "accepted: auto, restart or in-process");
   refused(bagua__check_choice("", "a|b", g_err, sizeof(g_err)), "the value is empty");
+  /* One case rule for every word, the registry's: any ASCII case (tests/common/test_choices.c
+   * checks that every reader agrees). */
+  ASSERT_OK(bagua__check_choice("Restart", "auto|restart|in-process", g_err, sizeof(g_err)));
+  ASSERT_OK(bagua__check_choice("IN-PROCESS", "auto|restart|in-process", g_err, sizeof(g_err)));
+  refused(bagua__check_choice("restart ", "auto|restart|in-process", g_err, sizeof(g_err)),
+          "accepted: auto, restart or in-process");
 }
 
 /* Runs the agent's parser on a NULL-terminated argument list. */
@@ -142,6 +148,15 @@ static void test_agent_cli(void) {
             0);
   ASSERT_EQ(cfg.grace_ms, 5);
   unsetenv("BAGUA_STOP_GRACE_MS");
+  /* A word from the environment in another case is the word: what bagua-launch
+   * --print-params and --dry-run accept, the agent accepts too. */
+  setenv("BAGUA_ELASTIC_MODE", "Restart", 1);
+  bagua__params_reload();
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1",
+                                   "--nproc-per-node", "1", "true", NULL}),
+            0);
+  ASSERT_EQ(cfg.elastic_mode, BAGUA__ELASTIC_RESTART);
+  unsetenv("BAGUA_ELASTIC_MODE");
   bagua__params_reload();
   /* The registry's bounds, and the shared validators' refusals, exit 2. */
   int64_t lo = 0, hi = 0;
@@ -185,7 +200,7 @@ static void parse_refused(char **args, const char *needle) {
   if (!strstr(text, "accepted: ")) TEST_FAIL("stderr \"%s\" says nothing accepted", text);
 }
 
-/* Issue 13: empty ids and directories, and programs that can never run, are usage errors. */
+/* Empty ids and directories, and programs that can never run, are usage errors. */
 static void test_agent_cli_refusals(void) {
   parse_refused((char *[]){"--rdzv-endpoint", "h:1", "--job-id", "", "--nnodes", "1",
                            "--nproc-per-node", "1", "true", NULL},

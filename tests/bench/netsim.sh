@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/netsim/netsim.sh (issue 12): set-up and tear-down leave no namespace, link, process or
+# bench/netsim/netsim.sh: set-up and tear-down leave no namespace, link, process or
 # pid file behind, also after the command fails and after a SIGTERM; a 2-host TCP transfer runs
 # within 20 % of the configured rate on both kinds of link (tbf on veth, and the delay switch's
 # TUN links), and the delay switch gives the round trip it was asked for. Exits 77 (skipped)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A /dev/shm too small for the arena (a 256 KiB tmpfs in a private mount namespace): creating a
 # shm communicator must fail on every rank with a message naming /dev/shm and the way out,
-# never die of SIGBUS (exit 135) when the pages are first touched (issue 13, item 5).
+# never die of SIGBUS (exit 135) when the pages are first touched.
 # usage: small_shm.sh BAGUA_BENCH. Skips (77) where a mount namespace cannot be made.
 set -uo pipefail
 bench=$1

@@ -1,5 +1,5 @@
 /*
- * Authenticated, bounded handshakes (issue 13, Why 4; docs/security.md):
+ * Authenticated, bounded handshakes (docs/security.md):
  *   vectors   SHA-256 (FIPS 180-4 examples) and HMAC-SHA256 (RFC 4231) test vectors, the
  *             constant-time comparison, and BAGUA_JOB_SECRET's validation
  *   theft     a client that knows the job hash and communicator id cannot take a rank slot

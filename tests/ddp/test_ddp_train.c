@@ -190,7 +190,7 @@ static int body(bagua_comm_t *c, void *arg) {
      * training alone: the background rounds did the averaging. With steps paced on rounds
      * (see train) a rank is at most about one local step from the average; measured over 88 rank
      * runs, 4 jobs at once on 2 vCPUs: 0.0148 to 0.0163 against bounds of 0.0267 to 0.0298
-     * (rank-dependent), a margin of at least 39 %. Before pacing it reached 0.0267 (issue 13). */
+     * (rank-dependent), a margin of at least 39 %. Before pacing it reached 0.0267. */
     double mid = 0.5 * (limit + loss_alone);
     if (!(r.loss_before_abort < mid))
       TEST_FAIL("rank %d: loss %g before the final average is not below %g", me,

@@ -189,7 +189,7 @@ static int dry_run(void) {
   assert_nothing_left(out);
   free(out);
 
-  /* Issue 13: ssh gets "--" before the destination, and the -x and [env] values travel on the
+  /* ssh gets "--" before the destination, and the -x and [env] values travel on the
    * agent's stdin (--env-stdin), named but not shown on any command line. */
   rc = run((char *[]){"--dry-run", "--job-id", "dry", "--agent", "/opt/bagua-agent", "--hosts",
                       "nodeA:1", "--remote-cmd", "ssh -p 2222 -o BatchMode=yes {host}", "-x",

@@ -220,7 +220,7 @@ static int mode_no_program(void) {
 }
 
 /*
- * Issue 15: a .py program without its execute bit runs under python3 (torchrun's habit), and
+ * A .py program without its execute bit runs under python3 (torchrun's habit), and
  * -m MODULE runs a module; -x NAME=VALUE reaches the workers.
  */
 static int mode_python(void) {

@@ -340,7 +340,7 @@ static int count_entries(const char *dir, const char *prefix) {
 }
 
 /*
- * Issue 15, fail fast: a host whose remote command exits before its agent registers (ssh:
+ * Fail fast: a host whose remote command exits before its agent registers (ssh:
  * "Could not resolve hostname") fails a job that needs it at once, exit 3, with the host's own
  * words, instead of waiting for the rendezvous timeout; an elastic job that still has MIN
  * nodes goes on without it.
@@ -394,7 +394,7 @@ static int mode_start_failure(int elastic) {
 }
 
 /*
- * Issue 13: an agent that could not remove its private directory ($TMPDIR/bagua-agent.<node>.
+ * An agent that could not remove its private directory ($TMPDIR/bagua-agent.<node>.
  * <pid>.XXXXXX: killed with SIGKILL) has it removed by the launcher once it was reaped, and
  * only its own: a live pid's directory, or one of a pid the launcher never started, stays.
  */
