@@ -67,4 +67,34 @@
     exit(77);            \
   } while (0)
 
+/*
+ * Scenario programs: one executable holds several scenarios and ctest runs each by name
+ * (`test_x NAME`). test_run_scenario runs the one argv[1] names and prints "PASS NAME", or
+ * lists the names and returns 2 when argv[1] names none.
+ */
+typedef struct {
+  const char *name;
+  void (*fn)(void);
+} test_scenario_t;
+
+static inline int test_run_scenario(int argc, char **argv, const test_scenario_t *list, size_t n) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  for (size_t i = 0; argc > 1 && i < n; i++) {
+    if (strcmp(argv[1], list[i].name) != 0) continue;
+    list[i].fn();
+    printf("PASS %s\n", argv[1]);
+    return 0;
+  }
+  fprintf(stderr, "usage: %s SCENARIO; scenarios:", argv[0]);
+  for (size_t i = 0; i < n; i++) fprintf(stderr, " %s", list[i].name);
+  fprintf(stderr, "\n");
+  return 2;
+}
+
+#define TEST_RUN_SCENARIOS(argc, argv, ...)                                        \
+  do {                                                                             \
+    static const test_scenario_t list_[] = {__VA_ARGS__};                          \
+    return test_run_scenario(argc, argv, list_, sizeof(list_) / sizeof(list_[0])); \
+  } while (0)
+
 #endif

@@ -517,25 +517,11 @@ static void test_fm_elastic(void) {
 }
 
 int main(int argc, char **argv) {
-  static const struct {
-    const char *name;
-    void (*fn)(void);
-  } tests[] = {{"inprocess", test_inprocess},
-               {"auto_inprocess", test_auto_inprocess},
-               {"auto_restart", test_auto_restart},
-               {"graceful_leave", test_graceful_leave},
-               {"graceful_leave_leader", test_graceful_leave_leader},
-               {"graceful_leave_auto", test_graceful_leave_auto},
-               {"inprocess_shrink", test_inprocess_shrink},
-               {"log_inprocess", test_log_inprocess},
-               {"fm_elastic", test_fm_elastic}};
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
-    if (strcmp(argv[1], tests[i].name) != 0) continue;
-    tests[i].fn();
-    printf("PASS %s\n", argv[1]);
-    return 0;
-  }
-  fprintf(stderr, "usage: %s SCENARIO\n", argv[0]);
-  return 2;
+  TEST_RUN_SCENARIOS(argc, argv, {"inprocess", test_inprocess},
+                     {"auto_inprocess", test_auto_inprocess}, {"auto_restart", test_auto_restart},
+                     {"graceful_leave", test_graceful_leave},
+                     {"graceful_leave_leader", test_graceful_leave_leader},
+                     {"graceful_leave_auto", test_graceful_leave_auto},
+                     {"inprocess_shrink", test_inprocess_shrink},
+                     {"log_inprocess", test_log_inprocess}, {"fm_elastic", test_fm_elastic});
 }

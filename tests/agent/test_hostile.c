@@ -302,22 +302,8 @@ static void test_sigterm_first_request(void) {
 }
 
 int main(int argc, char **argv) {
-  static const struct {
-    const char *name;
-    void (*fn)(void);
-  } tests[] = {{"fullfs", test_fullfs},
-               {"agent_paths", test_agent_paths},
-               {"log_fifo", test_log_fifo},
-               {"launch_paths", test_launch_paths},
-               {"secret_refused", test_secret_refused},
-               {"sigterm_first_request", test_sigterm_first_request}};
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
-    if (strcmp(argv[1], tests[i].name) != 0) continue;
-    tests[i].fn();
-    printf("PASS %s\n", argv[1]);
-    return 0;
-  }
-  fprintf(stderr, "usage: %s SCENARIO\n", argv[0]);
-  return 2;
+  TEST_RUN_SCENARIOS(argc, argv, {"fullfs", test_fullfs}, {"agent_paths", test_agent_paths},
+                     {"log_fifo", test_log_fifo}, {"launch_paths", test_launch_paths},
+                     {"secret_refused", test_secret_refused},
+                     {"sigterm_first_request", test_sigterm_first_request});
 }

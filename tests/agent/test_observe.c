@@ -388,20 +388,7 @@ static void test_metrics_in_use(void) {
 }
 
 int main(int argc, char **argv) {
-  static const struct {
-    const char *name;
-    void (*fn)(void);
-  } tests[] = {{"status_list", test_status_list},
-               {"unknown_job", test_unknown_job},
-               {"metrics", test_metrics},
-               {"metrics_in_use", test_metrics_in_use}};
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
-    if (strcmp(argv[1], tests[i].name) != 0) continue;
-    tests[i].fn();
-    printf("PASS %s\n", argv[1]);
-    return 0;
-  }
-  fprintf(stderr, "usage: %s SCENARIO\n", argv[0]);
-  return 2;
+  TEST_RUN_SCENARIOS(argc, argv, {"status_list", test_status_list},
+                     {"unknown_job", test_unknown_job}, {"metrics", test_metrics},
+                     {"metrics_in_use", test_metrics_in_use});
 }

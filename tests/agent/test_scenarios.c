@@ -888,24 +888,9 @@ static void test_late_join(void) {
 }
 
 int main(int argc, char **argv) {
-  static const struct {
-    const char *name;
-    void (*fn)(void);
-  } tests[] = {{"join_one", test_join_one},
-               {"join_two", test_join_two},
-               {"sigkill_node", test_sigkill_node},
-               {"sigkill_leader", test_sigkill_leader},
-               {"sigkill_rank0", test_sigkill_rank0},
-               {"sigstop_node", test_sigstop_node},
-               {"belowmin", test_belowmin},
-               {"late_join", test_late_join}}; /* a reproducer, not registered */
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
-    if (strcmp(argv[1], tests[i].name) != 0) continue;
-    tests[i].fn();
-    printf("PASS %s\n", argv[1]);
-    return 0;
-  }
-  fprintf(stderr, "usage: %s SCENARIO\n", argv[0]);
-  return 2;
+  TEST_RUN_SCENARIOS(argc, argv, {"join_one", test_join_one}, {"join_two", test_join_two},
+                     {"sigkill_node", test_sigkill_node}, {"sigkill_leader", test_sigkill_leader},
+                     {"sigkill_rank0", test_sigkill_rank0}, {"sigstop_node", test_sigstop_node},
+                     {"belowmin", test_belowmin},
+                     {"late_join", test_late_join}); /* a reproducer, not registered */
 }

@@ -83,17 +83,5 @@ static void test_resume(void) {
 }
 
 int main(int argc, char **argv) {
-  static const struct {
-    const char *name;
-    void (*fn)(void);
-  } tests[] = {{"resume", test_resume}};
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
-    if (strcmp(argv[1], tests[i].name) != 0) continue;
-    tests[i].fn();
-    printf("PASS %s\n", argv[1]);
-    return 0;
-  }
-  fprintf(stderr, "usage: %s SCENARIO\n", argv[0]);
-  return 2;
+  TEST_RUN_SCENARIOS(argc, argv, {"resume", test_resume});
 }

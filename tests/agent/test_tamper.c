@@ -311,28 +311,11 @@ static void test_own_node_garbage(void) {
 }
 
 int main(int argc, char **argv) {
-  static const struct {
-    const char *name;
-    void (*fn)(void);
-  } tests[] = {{"leader_nobody", test_leader_nobody},
-               {"leader_nolease", test_leader_nolease},
-               {"round_garbage", test_round_garbage},
-               {"status_garbage", test_status_garbage},
-               {"nproc_overflow", test_nproc_overflow},
-               {"phantom", test_phantom},
-               {"lease_api", test_lease_api},
-               {"secret", test_secret},
-               {"secret_overwritten", test_secret_overwritten},
-               {"secret_env", test_secret_env},
-               {"secret_file", test_secret_file},
-               {"own_node_garbage", test_own_node_garbage}};
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
-    if (strcmp(argv[1], tests[i].name) != 0) continue;
-    tests[i].fn();
-    printf("PASS %s\n", argv[1]);
-    return 0;
-  }
-  fprintf(stderr, "usage: %s SCENARIO\n", argv[0]);
-  return 2;
+  TEST_RUN_SCENARIOS(
+      argc, argv, {"leader_nobody", test_leader_nobody}, {"leader_nolease", test_leader_nolease},
+      {"round_garbage", test_round_garbage}, {"status_garbage", test_status_garbage},
+      {"nproc_overflow", test_nproc_overflow}, {"phantom", test_phantom},
+      {"lease_api", test_lease_api}, {"secret", test_secret},
+      {"secret_overwritten", test_secret_overwritten}, {"secret_env", test_secret_env},
+      {"secret_file", test_secret_file}, {"own_node_garbage", test_own_node_garbage});
 }

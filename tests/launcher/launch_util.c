@@ -256,3 +256,25 @@ void lu_dump(const char *path) {
   fprintf(stderr, "---- %s ----\n%s---- end ----\n", path, t ? t : "(unreadable)\n");
   free(t);
 }
+
+pid_t lu_start_launcher(const char *launcher, char *const *prefix, char *const *args,
+                        const char *tag, char *marker, size_t marker_len, char *const *extra_env,
+                        int n_extra, const char *out_path) {
+  char *argv[64], *env[24];
+  int n = 0, ne = 0;
+  argv[n++] = (char *)launcher;
+  for (int i = 0; prefix && prefix[i] && n < 40; i++) argv[n++] = prefix[i];
+  for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  char unique[64];
+  lu_unique(tag, unique, sizeof(unique));
+  snprintf(marker, marker_len, "BAGUA_TEST_MARKER=%s", unique);
+  env[ne++] = marker;
+  env[ne++] = "BAGUA_DEBUG=INFO";
+  env[ne++] = "BAGUA_DEBUG_SUBSYS=LAUNCH";
+  env[ne++] = "-BAGUA_RDZV_ENDPOINT";
+  env[ne++] = "-BAGUA_JOB_ID";
+  for (int i = 0; i < n_extra && ne < 23; i++) env[ne++] = extra_env[i];
+  env[ne] = NULL;
+  return lu_spawn(argv, env, out_path);
+}

@@ -61,6 +61,18 @@ int lu_find_etcd_dir(const char *text, char *out, size_t len);
 /* A unique string for job ids and file names of one test run. */
 void lu_unique(const char *prefix, char *out, size_t len);
 
+/*
+ * Starts bagua-launch (`launcher`) with `prefix` (NULL-terminated, may be NULL) and then `args`
+ * as its arguments, output appended to `out_path`, in the environment every launcher test
+ * uses: a fresh BAGUA_TEST_MARKER=<tag-unique> (written to `marker`, which must outlive the
+ * child's start, so tests can find the job's processes), launcher debug logging, and no
+ * inherited BAGUA_RDZV_ENDPOINT or BAGUA_JOB_ID; `extra_env` (n_extra entries, lu_spawn's
+ * form) follows. Returns the pid.
+ */
+pid_t lu_start_launcher(const char *launcher, char *const *prefix, char *const *args,
+                        const char *tag, char *marker, size_t marker_len, char *const *extra_env,
+                        int n_extra, const char *out_path);
+
 /* Creates a fresh temporary directory (removed by lu_rmtree). */
 void lu_mkdtemp(char *out, size_t len);
 void lu_rmtree(const char *dir);

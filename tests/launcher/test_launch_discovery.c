@@ -36,22 +36,8 @@ static char *g_extra_env[8];
 static int g_extra_env_n;
 
 static pid_t start(char *const *args) {
-  char *argv[64], *env[16];
-  int n = 0, ne = 0;
-  argv[n++] = (char *)g_launcher;
-  for (int i = 0; args[i]; i++) argv[n++] = args[i];
-  argv[n] = NULL;
-  char unique[64];
-  lu_unique("disc", unique, sizeof(unique));
-  snprintf(g_marker, sizeof(g_marker), "BAGUA_TEST_MARKER=%s", unique);
-  env[ne++] = g_marker;
-  env[ne++] = "BAGUA_DEBUG=INFO";
-  env[ne++] = "BAGUA_DEBUG_SUBSYS=LAUNCH";
-  env[ne++] = "-BAGUA_RDZV_ENDPOINT";
-  env[ne++] = "-BAGUA_JOB_ID";
-  for (int i = 0; i < g_extra_env_n; i++) env[ne++] = g_extra_env[i];
-  env[ne] = NULL;
-  return lu_spawn(argv, env, g_out);
+  return lu_start_launcher(g_launcher, NULL, args, "disc", g_marker, sizeof(g_marker), g_extra_env,
+                           g_extra_env_n, g_out);
 }
 
 static void expect(int cond, const char *what) {

@@ -26,21 +26,8 @@ static const char *g_launcher;
 static char g_dir[128], g_out[256], g_marker[128];
 
 static pid_t start(char *const *args) {
-  char *argv[64], *env[8];
-  int n = 0, ne = 0;
-  argv[n++] = (char *)g_launcher;
-  for (int i = 0; args[i]; i++) argv[n++] = args[i];
-  argv[n] = NULL;
-  char unique[64];
-  lu_unique("e2e", unique, sizeof(unique));
-  snprintf(g_marker, sizeof(g_marker), "BAGUA_TEST_MARKER=%s", unique);
-  env[ne++] = g_marker;
-  env[ne++] = "BAGUA_DEBUG=INFO";
-  env[ne++] = "BAGUA_DEBUG_SUBSYS=LAUNCH";
-  env[ne++] = "-BAGUA_RDZV_ENDPOINT";
-  env[ne++] = "-BAGUA_JOB_ID";
-  env[ne] = NULL;
-  return lu_spawn(argv, env, g_out);
+  return lu_start_launcher(g_launcher, NULL, args, "e2e", g_marker, sizeof(g_marker), NULL, 0,
+                           g_out);
 }
 
 static void expect(int cond, const char *what) {

@@ -29,26 +29,11 @@ static char *g_extra_env[8];
 
 /* Starts bagua-launch with `args` (NULL-terminated) after --agent FAKE. */
 static pid_t start(char *const *args) {
-  char *argv[64], *env[16];
-  int n = 0, ne = 0;
-  argv[n++] = (char *)g_launcher;
-  if (args[0] && strcmp(args[0], "--agent") != 0) {
-    argv[n++] = "--agent";
-    argv[n++] = (char *)g_fake;
-  }
-  for (int i = 0; args[i]; i++) argv[n++] = args[i];
-  argv[n] = NULL;
-  char unique[64];
-  lu_unique("fake", unique, sizeof(unique));
-  snprintf(g_marker, sizeof(g_marker), "BAGUA_TEST_MARKER=%s", unique);
-  env[ne++] = g_marker;
-  env[ne++] = "BAGUA_DEBUG=INFO";
-  env[ne++] = "BAGUA_DEBUG_SUBSYS=LAUNCH";
-  env[ne++] = "-BAGUA_RDZV_ENDPOINT";
-  env[ne++] = "-BAGUA_JOB_ID";
-  for (int i = 0; i < g_extra_env_n; i++) env[ne++] = g_extra_env[i];
-  env[ne] = NULL;
-  return lu_spawn(argv, env, g_out);
+  /* The fake agent unless the test names its own. */
+  char *const fake[] = {"--agent", (char *)g_fake, NULL};
+  int own = args[0] && strcmp(args[0], "--agent") == 0;
+  return lu_start_launcher(g_launcher, own ? NULL : fake, args, "fake", g_marker, sizeof(g_marker),
+                           g_extra_env, g_extra_env_n, g_out);
 }
 
 static char *output(void) {
