@@ -1,6 +1,6 @@
 /*
  * The private etcd bagua-launch runs when no --rdzv-endpoint is given: the common helper
- * (common/etcd/local.h) with etcd under a keeper process, so that etcd is stopped and its
+ * (etcd_server.h) with etcd under a keeper process, so that etcd is stopped and its
  * directory removed however the launcher ends (even by SIGKILL).
  */
 #ifndef BAGUA_LAUNCHER_ETCD_LOCAL_H
@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "common/etcd/local.h"
+#include "etcd_server.h"
 
 /* The launcher uses the helper's state as is: `endpoint` ("ADDR:PORT") for the agents,
  * `client_port` for its own loopback client, `evt_fd` (readable once etcd exited) to poll. */

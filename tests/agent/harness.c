@@ -1,5 +1,5 @@
 /* Harness for the agent integration tests (see harness.h). */
-#include "common/etcd/local.h"
+#include "etcd_server.h"
 #include "harness.h"
 
 #include <dirent.h>

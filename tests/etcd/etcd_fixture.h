@@ -1,6 +1,6 @@
 /*
  * Test fixture: a real single-member etcd on free loopback ports with a temporary data dir.
- * The process itself is run by the common helper (common/etcd/local.h), directly: etcd is a
+ * The process itself is run by the launcher's helper (launcher/etcd_server.h), directly: etcd is a
  * child of the test, so it can be stopped, restarted on the same ports and data, or frozen.
  *
  * The fixture is plain data, so processes forked after etcd_fixture_start() can read
@@ -17,7 +17,7 @@
 #ifndef BAGUA_TESTS_ETCD_FIXTURE_H
 #define BAGUA_TESTS_ETCD_FIXTURE_H
 
-#include "common/etcd/local.h"
+#include "etcd_server.h"
 
 #ifndef ETCD_FIXTURE_BIN
 #define ETCD_FIXTURE_BIN BAGUA__ETCD_LOCAL_BIN

@@ -1,5 +1,5 @@
 /*
- * The private etcd helper (common/etcd/local.h) on its own: the failures a start reports and
+ * The private etcd helper (launcher/etcd_server.h) on its own: the failures a start reports and
  * the clean-up after each; a direct etcd that goes down and up on the same port, is frozen
  * and is still stopped within the stop timeout; calls from another process do nothing; a
  * start aborted by a signal; and etcd under a keeper, which stops etcd and removes the
@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "bagua/error.h"
-#include "common/etcd/local.h"
+#include "etcd_server.h"
 #include "common/time.h"
 #include "etcd_fixture.h"
 #include "test.h"

@@ -1,7 +1,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "common/etcd/local.h"
+#include "etcd_server.h"
 #include "launch_util.h"
 
 #include <dirent.h>

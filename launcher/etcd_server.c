@@ -1,9 +1,9 @@
 /*
- * A private single-member etcd server (see local.h): free ports, a mkdtemp directory, etcd run
+ * A private single-member etcd server (see etcd_server.h): free ports, a mkdtemp directory, etcd run
  * directly or under a keeper process, a health poll bounded by a deadline, and a stop that
  * escalates from SIGTERM to SIGKILL after a bounded wait.
  */
-#include "common/etcd/local.h"
+#include "etcd_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -26,8 +26,8 @@
  * thread-safe for one state; different states are independent. Failures are described in
  * `err` (the helper prints nothing but the end of etcd's log when a start fails).
  */
-#ifndef BAGUA_COMMON_ETCD_LOCAL_H
-#define BAGUA_COMMON_ETCD_LOCAL_H
+#ifndef BAGUA_LAUNCHER_ETCD_SERVER_H
+#define BAGUA_LAUNCHER_ETCD_SERVER_H
 
 #include <limits.h>
 #include <stddef.h>
