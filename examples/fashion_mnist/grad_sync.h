@@ -5,15 +5,16 @@
  * fm_grad_sync_on_grad_ready() to fm_mlp_backward() as its grad-ready callback (so it runs
  * once per layer, last layer first, as soon as that layer's gradient is final), and after
  * backward the loop calls fm_grad_sync_step(), which finishes any communication still in
- * flight and updates the parameters. Swapping the synchronisation strategy - the simple
- * per-layer allreduce here, or the library's bucketed, overlapped algorithms - changes this
- * file pair and nothing else.
+ * flight and updates the parameters. The synchronisation strategy lives in this file pair
+ * and nothing else.
  *
- * With several ranks every algorithm runs through the library's data-parallel layer
- * (bagua/ddp.h): layers are registered last first, the hook marks a layer's gradient ready so
- * its bucket is communicated while backward goes on, and the step runs the algorithm's
- * optimizer over the fused buffers. With one rank it communicates nothing and runs SGD
- * directly.
+ * With several ranks (or --elastic) every algorithm runs through the library's data-parallel
+ * layer (bagua/ddp.h): layers are registered last first in copy mode (the model keeps its own
+ * arrays), the hook checks that gradients arrive in backward order and marks a layer's
+ * gradient ready so its bucket is communicated while backward goes on, and the step runs the
+ * algorithm's optimizer over the fused buffers and writes the weights back into the model.
+ * With one rank it communicates nothing and runs the example's SGD (optim.h, the library's
+ * bagua_sgd_step) directly.
  */
 #ifndef FM_GRAD_SYNC_H
 #define FM_GRAD_SYNC_H

@@ -221,9 +221,11 @@ static void sigkill_one(const char *job, int victim) {
   }
   h_wait_round_files(&h, 2, 4, 10000);
   long long reform = etcd_fixture_now_ms() - t0;
-  /* The target (TTL + settle + 1 s = 3.3 s) is a benchmark figure recorded in
-   * docs/benchmarks.md; the test only asserts that re-forming happens in bounded time, so a
-   * loaded CI machine cannot make it flake. */
+  /* With FAST's settings the round re-forms within TTL + settle + 1 s = 3.3 s even when the
+   * lease has to expire (no liveness connection noticed the death); through the liveness
+   * channel it takes a fraction of that. The printed time is for reading only: the test
+   * asserts 9 s, well above that worst case, so that a loaded CI machine cannot make it flake
+   * while a re-forming that is not bounded still fails. */
   printf(
       "re-form after SIGKILL of %s%s: %lld ms (target: TTL 2000 + settle 300 + 1000 = 3300 ms)\n",
       nodes[victim], victim == 0 ? " (the leader)" : "", reform);
