@@ -698,34 +698,12 @@ static void test_torch(void) {
 }
 
 int main(int argc, char **argv) {
-  static const struct {
-    const char *name;
-    void (*fn)(void);
-  } tests[] = {{"ranks", test_ranks},
-               {"exitcode", test_exitcode},
-               {"signal", test_signal},
-               {"restarts", test_restarts},
-               {"sigkill", test_sigkill},
-               {"sigkill_leader", test_sigkill_leader},
-               {"fast_death", test_fast_death},
-               {"sigint", test_sigint},
-               {"belowmin", test_belowmin},
-               {"badcli", test_badcli},
-               {"unreachable", test_unreachable},
-               {"etcd_frozen", test_etcd_frozen},
-               {"etcd_restart", test_etcd_restart},
-               {"stale", test_stale},
-               {"scale", test_scale},
-               {"lease_lost", test_lease_lost},
-               {"libbagua", test_libbagua},
-               {"torch", test_torch}};
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  for (size_t i = 0; argc > 1 && i < sizeof(tests) / sizeof(tests[0]); i++) {
-    if (strcmp(argv[1], tests[i].name) != 0) continue;
-    tests[i].fn();
-    printf("PASS %s\n", argv[1]);
-    return 0;
-  }
-  fprintf(stderr, "usage: %s SCENARIO\n", argv[0]);
-  return 2;
+  TEST_RUN_SCENARIOS(
+      argc, argv, {"ranks", test_ranks}, {"exitcode", test_exitcode}, {"signal", test_signal},
+      {"restarts", test_restarts}, {"sigkill", test_sigkill},
+      {"sigkill_leader", test_sigkill_leader}, {"fast_death", test_fast_death},
+      {"sigint", test_sigint}, {"belowmin", test_belowmin}, {"badcli", test_badcli},
+      {"unreachable", test_unreachable}, {"etcd_frozen", test_etcd_frozen},
+      {"etcd_restart", test_etcd_restart}, {"stale", test_stale}, {"scale", test_scale},
+      {"lease_lost", test_lease_lost}, {"libbagua", test_libbagua}, {"torch", test_torch});
 }
