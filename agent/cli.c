@@ -442,7 +442,7 @@ static int read_secret_file(bagua__agent_config_t *cfg) {
   if (fd < 0) {
     bagua__agent_say(
         "--secret-file %s; accepted: a regular file only its owner can read "
-        "(chmod 600) holding %d lowercase hex digits",
+        "(chmod 600) holding %d hex digits",
         err, BAGUA_RDZV_SECRET_HEX);
     return -1;
   }
@@ -462,7 +462,7 @@ static int read_secret_file(bagua__agent_config_t *cfg) {
   int rc = bagua__rdzv_secret_decode(buf, (size_t)n, cfg->secret, why, sizeof(why));
   explicit_bzero(buf, sizeof(buf));
   if (rc != 0) {
-    bagua__agent_say("--secret-file %s: %s; accepted: %d lowercase hex digits", path, why,
+    bagua__agent_say("--secret-file %s: %s; accepted: %d hex digits", path, why,
                      BAGUA_RDZV_SECRET_HEX);
     cfg->secret[0] = '\0';
     return -1;
@@ -483,7 +483,7 @@ static int load_secret(bagua__agent_config_t *cfg) {
   const char *env = bagua__param_str(BAGUA_P_JOB_SECRET);
   if (!env || !env[0]) return 0;
   if (bagua__rdzv_secret_decode(env, strlen(env), cfg->secret, why, sizeof(why)) != 0) {
-    bagua__agent_say("BAGUA_JOB_SECRET: %s; accepted: %d lowercase hex digits", why,
+    bagua__agent_say("BAGUA_JOB_SECRET: %s; accepted: %d hex digits", why,
                      BAGUA_RDZV_SECRET_HEX);
     cfg->secret[0] = '\0';
     return -1;

@@ -615,10 +615,15 @@ int bagua__rdzv_secret_decode(const char *value, size_t len, char *out, char *wh
   out[0] = '\0';
   if (!value || len != BAGUA_RDZV_SECRET_HEX)
     return fail(&w, "not %d hex digits (%zu bytes)", BAGUA_RDZV_SECRET_HEX, value ? len : 0);
-  for (size_t i = 0; i < len; i++)
-    if (!((value[i] >= '0' && value[i] <= '9') || (value[i] >= 'a' && value[i] <= 'f')))
-      return fail(&w, "byte %zu is not a lowercase hex digit", i);
-  memcpy(out, value, len);
+  /* Either case, as libbagua's key decoding (common/auth.c) accepts; the canonical spelling
+   * is lower case, so agents that compare the text they hold with etcd's agree. */
+  for (size_t i = 0; i < len; i++) {
+    char c = value[i];
+    if (c >= 'A' && c <= 'F') c = (char)(c - 'A' + 'a');
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      return fail(&w, "byte %zu is not a hex digit", i);
+    out[i] = c;
+  }
   out[len] = '\0';
   return 0;
 }

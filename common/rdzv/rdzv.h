@@ -222,8 +222,9 @@ const char *bagua__rdzv_job_state_name(bagua__job_state_t st);
 char *bagua__rdzv_jobcfg_encode(const bagua__rdzv_jobcfg_t *c);
 int bagua__rdzv_jobcfg_decode(const char *json, bagua__rdzv_jobcfg_t *c, char *why, size_t len);
 
-/* secret: BAGUA_RDZV_SECRET_HEX lowercase hex digits, plain text (no JSON). Checks `value`
- * of `len` bytes and copies it with its NUL into out[BAGUA_RDZV_SECRET_HEX + 1]. */
+/* secret: BAGUA_RDZV_SECRET_HEX hex digits, plain text (no JSON), stored in lower case.
+ * Checks `value` of `len` bytes (either case, as common/auth.c decodes keys) and copies it in
+ * lower case with its NUL into out[BAGUA_RDZV_SECRET_HEX + 1]. */
 int bagua__rdzv_secret_decode(const char *value, size_t len, char *out, char *why, size_t whylen);
 /* Fills out[BAGUA_RDZV_SECRET_HEX + 1] with a fresh secret from getrandom() (or /dev/urandom).
  * BAGUA_ERR_SYSTEM when the kernel gives no randomness. */

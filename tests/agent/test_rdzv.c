@@ -186,6 +186,12 @@ static void test_other_records(void) {
   ASSERT_EQ(bagua__rdzv_secret_decode(s1, strlen(s1), back, why, sizeof(why)), 0);
   ASSERT_STREQ(back, s1);
   ASSERT_EQ(bagua__rdzv_secret_decode(s1, 63, back, why, sizeof(why)), -1);
+  /* Upper case is accepted, as libbagua's key decoding accepts it, and stored in lower case. */
+  char upper[BAGUA_RDZV_SECRET_HEX + 1];
+  for (int i = 0; i <= BAGUA_RDZV_SECRET_HEX; i++)
+    upper[i] = (s1[i] >= 'a' && s1[i] <= 'f') ? (char)(s1[i] - 'a' + 'A') : s1[i];
+  ASSERT_EQ(bagua__rdzv_secret_decode(upper, strlen(upper), back, why, sizeof(why)), 0);
+  ASSERT_STREQ(back, s1);
   s1[5] = 'G';
   ASSERT_EQ(bagua__rdzv_secret_decode(s1, strlen(s1), back, why, sizeof(why)), -1);
 }
