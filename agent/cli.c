@@ -216,8 +216,9 @@ static int apply(const arg_desc_t *d, const char *text, bagua__agent_config_t *c
       return 0;
     case AK_CHOICE: {
       const char *words = bagua__param_choices((bagua__param_id_t)d->param);
-      if (bagua__check_choice(text, words, err, sizeof(err)) != BAGUA_OK ||
-          parse_elastic_mode(text, (bagua__elastic_mode_t *)(base + d->field)) != 0) {
+      char word[32]; /* the canonical spelling: "In-Process" is "in-process" */
+      if (bagua__choice_parse(text, words, word, sizeof(word), err, sizeof(err)) != BAGUA_OK ||
+          parse_elastic_mode(word, (bagua__elastic_mode_t *)(base + d->field)) != 0) {
         if (!strstr(err, "accepted")) bagua__list_choices(words, err, sizeof(err));
         break;
       }

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/rdzv/rdzv.h"
 #include "common/sock.h"
+#include "common/validate.h"
 
 bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
                                      bagua__endpoint_t *mine, bagua__endpoint_t *all) {
@@ -24,6 +25,13 @@ bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
   size_t nkv = 0;
   bagua_status_t st = BAGUA_OK;
   char job_prefix[BAGUA_RDZV_KEY_MAX], prefix[BAGUA_RDZV_KEY_MAX], key[BAGUA_RDZV_KEY_MAX];
+  char err[256];
+  /* The communicator's settings checked the id already; this bootstrap builds keys from it,
+   * so it refuses an id that would leave the job's prefix (a '/', "..") whoever calls it. */
+  if (bagua__check_id(cfg->job_id, err, sizeof(err)) != BAGUA_OK) {
+    BAGUA_WARN("etcd bootstrap: job id \"%.80s\" is invalid: %s", cfg->job_id, err);
+    return BAGUA_ERR_INVALID_ARG;
+  }
   int *seen = calloc((size_t)ctx->size, sizeof(int));
   if (!seen) return BAGUA_ERR_NO_MEMORY;
   /* bagua__route_addr() has said what was wrong with the endpoint; this names the remedy. */

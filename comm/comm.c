@@ -220,6 +220,13 @@ bagua_status_t bagua__comm_split_streams(bagua_comm_t *c, int color, int key, in
   int lfd = -1;
   if (!c || !out) return BAGUA_ERR_INVALID_ARG;
   *out = NULL;
+  /* More streams than BAGUA_NET_NSTREAMS allows would be refused in a config; here too. */
+  char err[256];
+  if (nstreams > 0 && bagua__param_check_int(BAGUA_P_NET_NSTREAMS, "split streams", nstreams, err,
+                                             sizeof(err)) != BAGUA_OK) {
+    BAGUA_WARN("bagua_comm_split: %s", err);
+    return BAGUA_ERR_INVALID_ARG;
+  }
   uint16_t port = 0;
   /* The sub-communicator's streams listen where this rank's world streams do. */
   BAGUA_CHECK(bagua__listen(c->eps[c->rank].addr, 0, &lfd, &port));

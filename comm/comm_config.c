@@ -5,12 +5,11 @@
  * the bootstrap URL (env://, tcp://HOST:PORT, etcd://HOST:PORT) becomes a bootstrap function
  * and its argument.
  *
- * Bounds come from the registry's own description (bagua__param_bounds), never from numbers
+ * Bounds come from the registry's own description (bagua__param_check_int), never from numbers
  * written again here, so that a config field and its environment variable accept the same.
  */
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "bootstrap.h"
 #include "comm_internal.h"
@@ -18,38 +17,79 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "common/sock.h"
+#include "common/validate.h"
 
-/* BAGUA_TRANSPORT as a bagua_transport_kind_t; the registry admits only these three names. */
+/* BAGUA_TRANSPORT as a bagua_transport_kind_t. The registry admits only these three words and
+ * hands them over in their canonical (lower-case) spelling, whatever case the variable used. */
 static int transport_param(void) {
   const char *t = bagua__param_str(BAGUA_P_TRANSPORT);
-  return strcasecmp(t, "tcp") == 0   ? BAGUA_TRANSPORT_TCP
-         : strcasecmp(t, "shm") == 0 ? BAGUA_TRANSPORT_SHM
-                                     : BAGUA_TRANSPORT_AUTO;
+  return strcmp(t, "tcp") == 0   ? BAGUA_TRANSPORT_TCP
+         : strcmp(t, "shm") == 0 ? BAGUA_TRANSPORT_SHM
+                                 : BAGUA_TRANSPORT_AUTO;
+}
+
+bagua_status_t bagua__comm_config_int(const char *who, const char *field, bagua__param_id_t id,
+                                      int64_t value) {
+  char err[256];
+  if (value == BAGUA__CONFIG_UNSET ||
+      bagua__param_check_int(id, field, value, err, sizeof(err)) == BAGUA_OK)
+    return BAGUA_OK;
+  int64_t lo = 0;
+  bagua__param_bounds(id, &lo, NULL);
+  /* -1 is always accepted; say so where the variable's own bounds do not already. */
+  BAGUA_WARN("%s: %s%s", who, err, lo > BAGUA__CONFIG_UNSET ? ", or -1 to use the variable" : "");
+  return BAGUA_ERR_INVALID_ARG;
+}
+
+/*
+ * The job id names the job's etcd keys (/bagua/<job>/...) and is hashed into every handshake.
+ * The tools refuse an id outside common/validate.h's rule; libbagua applies the same rule to
+ * the id it is given directly, before any key is built or any connection made, because an id
+ * such as "a/../b" would read and write another job's keys.
+ */
+static bagua_status_t check_job_id(const char *who, const char *from, const char *id) {
+  char err[256];
+  if (bagua__check_id(id, err, sizeof(err)) == BAGUA_OK) return BAGUA_OK;
+  BAGUA_WARN("%s: job id %s=\"%.*s\" is invalid: %s", who, from, BAGUA_ID_MAX_LEN + 16, id, err);
+  return BAGUA_ERR_INVALID_ARG;
 }
 
 bagua_status_t bagua__comm_settings_resolve(const char *who, bagua__comm_settings_t *s) {
   BAGUA_CHECK(bagua__params_check());
-  if (s->rank < 0) s->rank = (int)bagua__param_int(BAGUA_P_RANK);
-  if (s->size < 0) s->size = (int)bagua__param_int(BAGUA_P_WORLD_SIZE);
-  if (!s->job_id) s->job_id = bagua__param_str(BAGUA_P_JOB_ID);
+  /* Every field that was set is checked before any is filled in, so that a caller learns of
+   * its own mistake rather than of one the environment's value would have hidden. */
+  BAGUA_CHECK(bagua__comm_config_int(who, "config.rank", BAGUA_P_RANK, s->rank));
+  BAGUA_CHECK(bagua__comm_config_int(who, "config.size", BAGUA_P_WORLD_SIZE, s->size));
+  BAGUA_CHECK(
+      bagua__comm_config_int(who, "config.timeout_ms", BAGUA_P_COMM_TIMEOUT_MS, s->timeout_ms));
+  BAGUA_CHECK(bagua__comm_config_int(who, "config.connect_timeout_ms", BAGUA_P_CONNECT_TIMEOUT_MS,
+                                     s->connect_timeout_ms));
+  BAGUA_CHECK(bagua__comm_config_int(who, "config.nstreams", BAGUA_P_NET_NSTREAMS, s->nstreams));
+  if (s->transport != BAGUA__CONFIG_UNSET &&
+      (s->transport < BAGUA_TRANSPORT_AUTO || s->transport > BAGUA_TRANSPORT_SHM)) {
+    BAGUA_WARN(
+        "%s: config.transport %d is invalid; accepted: 0 auto, 1 tcp, 2 shm, or -1 to use "
+        "BAGUA_TRANSPORT",
+        who, s->transport);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  if (s->job_id) {
+    BAGUA_CHECK(check_job_id(who, "config.job_id", s->job_id));
+  } else {
+    /* An empty variable is no value, as for bagua-launch and bagua-agent. */
+    s->job_id = bagua__param_str(BAGUA_P_JOB_ID);
+    if (!s->job_id[0]) s->job_id = bagua__param_str_default(BAGUA_P_JOB_ID);
+    BAGUA_CHECK(check_job_id(who, bagua__param_env_name(BAGUA_P_JOB_ID), s->job_id));
+  }
+  if (s->rank == BAGUA__CONFIG_UNSET) s->rank = (int)bagua__param_int(BAGUA_P_RANK);
+  if (s->size == BAGUA__CONFIG_UNSET) s->size = (int)bagua__param_int(BAGUA_P_WORLD_SIZE);
   if (!s->node_id) s->node_id = bagua__param_str(BAGUA_P_NODE_ID);
-  if (s->transport < 0) {
-    s->transport = transport_param();
-  } else if (s->transport > BAGUA_TRANSPORT_SHM) {
-    BAGUA_WARN("%s: transport %d is invalid; accepted: 0 auto, 1 tcp, 2 shm", who, s->transport);
-    return BAGUA_ERR_INVALID_ARG;
-  }
-  if (s->timeout_ms <= 0) s->timeout_ms = (int)bagua__param_int(BAGUA_P_COMM_TIMEOUT_MS);
-  if (s->connect_timeout_ms <= 0)
+  if (s->transport == BAGUA__CONFIG_UNSET) s->transport = transport_param();
+  if (s->timeout_ms == BAGUA__CONFIG_UNSET)
+    s->timeout_ms = (int)bagua__param_int(BAGUA_P_COMM_TIMEOUT_MS);
+  if (s->connect_timeout_ms == BAGUA__CONFIG_UNSET)
     s->connect_timeout_ms = (int)bagua__param_int(BAGUA_P_CONNECT_TIMEOUT_MS);
-  if (s->nstreams <= 0) s->nstreams = (int)bagua__param_int(BAGUA_P_NET_NSTREAMS);
-  int64_t lo, hi;
-  bagua__param_bounds(BAGUA_P_NET_NSTREAMS, &lo, &hi);
-  if (s->nstreams < lo || s->nstreams > hi) {
-    BAGUA_WARN("%s: nstreams %d is invalid; accepted: %lld..%lld (as %s)", who, s->nstreams,
-               (long long)lo, (long long)hi, bagua__param_env_name(BAGUA_P_NET_NSTREAMS));
-    return BAGUA_ERR_INVALID_ARG;
-  }
+  if (s->nstreams == BAGUA__CONFIG_UNSET) s->nstreams = (int)bagua__param_int(BAGUA_P_NET_NSTREAMS);
   return BAGUA_OK;
 }
 

@@ -9,6 +9,7 @@
 
 #include "bagua/comm.h"
 #include "bootstrap.h"
+#include "common/params.h"
 #include "wire.h"
 
 typedef struct bagua__shm bagua__shm_t;
@@ -161,21 +162,24 @@ bagua_status_t bagua__endpoint_init(bagua__endpoint_t *ep, const char *node_id, 
 
 /* ---- configuration (comm/comm_config.c) ---- */
 
+/* The "unset" value of a numeric config field: the field takes its BAGUA_* parameter. */
+#define BAGUA__CONFIG_UNSET (-1)
+
 /*
  * The settings every world communicator is created with. A caller copies in what its own
- * config says and leaves the rest "unset" (-1 or NULL; 0 or less for the timeouts and
- * nstreams); bagua__comm_settings_resolve() then gives every unset field its BAGUA_*
- * parameter and checks the others, so that bagua_comm_create() and bagua_elastic_create()
- * resolve each setting by one rule.
+ * config says and leaves the rest unset (BAGUA__CONFIG_UNSET or NULL);
+ * bagua__comm_settings_resolve() then checks every set field against what its parameter
+ * accepts and gives every unset field its BAGUA_* parameter, so that bagua_comm_create() and
+ * bagua_elastic_create() resolve each setting by one rule.
  */
 typedef struct {
-  int rank, size;         /* -1: RANK, WORLD_SIZE (range checked by the caller) */
-  const char *job_id;     /* NULL: BAGUA_JOB_ID */
+  int rank, size;         /* -1: RANK, WORLD_SIZE (rank < size checked by the caller) */
+  const char *job_id;     /* NULL: BAGUA_JOB_ID (common/validate.h's id rule either way) */
   const char *node_id;    /* NULL: BAGUA_NODE_ID; "" then means as bagua__endpoint_init */
   int transport;          /* -1: BAGUA_TRANSPORT; else a bagua_transport_kind_t */
-  int timeout_ms;         /* <= 0: BAGUA_COMM_TIMEOUT_MS */
-  int connect_timeout_ms; /* <= 0: BAGUA_CONNECT_TIMEOUT_MS */
-  int nstreams;           /* <= 0: BAGUA_NET_NSTREAMS */
+  int timeout_ms;         /* -1: BAGUA_COMM_TIMEOUT_MS */
+  int connect_timeout_ms; /* -1: BAGUA_CONNECT_TIMEOUT_MS */
+  int nstreams;           /* -1: BAGUA_NET_NSTREAMS */
 } bagua__comm_settings_t;
 
 /* The settings of a config struct with the fields bagua_comm_config_t and
@@ -191,10 +195,16 @@ typedef struct {
                             .connect_timeout_ms = (cfg)->connect_timeout_ms, \
                             .nstreams = (streams)})
 
-/* Validates the parameter registry, fills the unset fields of `s` and checks the set ones
- * against what the registry accepts. `who` names the public caller in warnings. Returns
- * BAGUA_ERR_INVALID_ARG (with a warning) for a bad field or parameter. */
+/* Validates the parameter registry, checks the set fields of `s` against what the registry
+ * accepts (and the job id against the tools' id rule), then fills the unset ones. `who` names
+ * the public caller in warnings. Returns BAGUA_ERR_INVALID_ARG (with a warning) for a bad
+ * field or parameter, before anything touches the network or etcd. */
 bagua_status_t bagua__comm_settings_resolve(const char *who, bagua__comm_settings_t *s);
+/* A numeric config field named `field` ("config.timeout_ms") that has registry parameter
+ * `id`: BAGUA_OK when it is BAGUA__CONFIG_UNSET or within the parameter's bounds, else
+ * BAGUA_ERR_INVALID_ARG with a warning naming `who`, the field, its value and the range. */
+bagua_status_t bagua__comm_config_int(const char *who, const char *field, bagua__param_id_t id,
+                                      int64_t value);
 
 /* ---- life cycle (comm/comm.c) ---- */
 

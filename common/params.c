@@ -10,6 +10,7 @@
 
 #include "bagua/params.h"
 #include "log.h"
+#include "validate.h"
 
 typedef enum { PARAM_INT, PARAM_STR } param_type_t;
 
@@ -37,18 +38,16 @@ typedef struct {
 } param_val_t;
 
 static param_val_t g_val[BAGUA_P__COUNT];
+/* The canonical spelling of a word parameter whose variable spells it in another case (see
+ * canonical()); NULL while the variable's own text is canonical. Freed by the next load. */
+static char *g_canon[BAGUA_P__COUNT];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* Whether `word` (n bytes) is one of the '|'-separated `choices`, in any case. */
+/* Whether `word` (n bytes) is one of the '|'-separated `choices`. The rule, ASCII case
+ * ignored, is common/validate.c's, which the tools apply to their flags and INI keys, so that a
+ * word means the same wherever it is given. */
 static int is_choice(const char *choices, const char *word, size_t n) {
-  for (const char *p = choices; *p;) {
-    const char *bar = strchr(p, '|');
-    size_t len = bar ? (size_t)(bar - p) : strlen(p);
-    if (len == n && strncasecmp(p, word, n) == 0) return 1;
-    if (!bar) break;
-    p = bar + 1;
-  }
-  return 0;
+  return bagua__choice_find(choices, word, n) != NULL;
 }
 
 /* A list parameter (choices ",a|b|c"): every comma-separated word must be a choice, and the
@@ -101,12 +100,40 @@ static int validate(const param_desc_t *d, const char *value, int64_t *out, char
   return 0;
 }
 
+/*
+ * The value of word parameter `d` as its consumers must see it: the words of its list in their
+ * canonical spelling ("Restart" becomes "restart", "Bytegrad,QADAM" "bytegrad,qadam"), so that
+ * no consumer has to know that the case was ignored, and none compares it differently. `value`
+ * has passed validate(). Returns `value` itself when it is canonical already, else a copy kept
+ * in *keep; NULL when that copy cannot be allocated.
+ */
+static const char *canonical(const param_desc_t *d, const char *value, char **keep) {
+  const char *choices = d->choices[0] == ',' ? d->choices + 1 : d->choices;
+  size_t len = strlen(value);
+  char *out = NULL;
+  for (size_t at = 0; at < len;) {
+    /* A single word is one item; a list has comma-separated items. */
+    size_t n = d->choices[0] == ',' ? strcspn(value + at, ",") : len;
+    const char *word = bagua__choice_find(choices, value + at, n);
+    if (word && memcmp(word, value + at, n) != 0) {
+      if (!out && !(out = strdup(value))) return NULL;
+      memcpy(out + at, word, n);
+    }
+    at += n + 1;
+  }
+  if (!out) return value;
+  *keep = out;
+  return out;
+}
+
 static void load(void) {
   for (int i = 0; i < BAGUA_P__COUNT; i++) {
     const param_desc_t *d = &g_desc[i];
     param_val_t *v = &g_val[i];
     const char *e = getenv(d->env);
     memset(v, 0, sizeof(*v));
+    free(g_canon[i]);
+    g_canon[i] = NULL;
     v->ival = d->idef;
     v->sval = d->sdef;
     if (e == NULL || (e[0] == '\0' && d->type == PARAM_INT)) continue;
@@ -117,10 +144,18 @@ static void load(void) {
       v->bad = 1;
       continue;
     }
-    if (d->type == PARAM_INT)
+    if (d->type == PARAM_INT) {
       v->ival = iv;
-    else
+    } else if (d->choices[0]) {
+      v->sval = canonical(d, e, &g_canon[i]);
+      /* Without memory for the canonical copy the value cannot be used as given. */
+      if (!v->sval) {
+        v->sval = d->sdef;
+        v->bad = 1;
+      }
+    } else {
       v->sval = e;
+    }
   }
 }
 
@@ -169,6 +204,19 @@ int bagua__param_find(const char *env_name) {
   return -1;
 }
 
+bagua_status_t bagua__param_check_int(bagua__param_id_t id, const char *what, int64_t value,
+                                      char *err, size_t errlen) {
+  const param_desc_t *d = &g_desc[id];
+  if (d->type == PARAM_INT && value >= d->lo && value <= d->hi) return BAGUA_OK;
+  if (d->type != PARAM_INT)
+    snprintf(err, errlen, "%s: %s is not an integer parameter", what, d->env);
+  else
+    snprintf(err, errlen,
+             "%s %lld is out of range; accepted: an integer in [%lld, %lld] (the bounds of %s)",
+             what, (long long)value, (long long)d->lo, (long long)d->hi, d->env);
+  return BAGUA_ERR_INVALID_ARG;
+}
+
 bagua_status_t bagua__param_parse(bagua__param_id_t id, const char *value, int64_t *out, char *err,
                                   size_t errlen) {
   int64_t v = 0;
@@ -187,7 +235,9 @@ bagua_status_t bagua__params_check(void) {
   for (int i = 0; i < BAGUA_P__COUNT; i++) {
     if (!g_val[i].bad) continue;
     char err[256];
-    validate(&g_desc[i], getenv(g_desc[i].env), NULL, err, sizeof(err));
+    /* A value can be good and still unusable: no memory for its canonical spelling. */
+    if (validate(&g_desc[i], getenv(g_desc[i].env), NULL, err, sizeof(err)) == 0)
+      snprintf(err, sizeof(err), "%s: out of memory for its value", g_desc[i].env);
     BAGUA_WARN("invalid environment setting: %s", err);
     return BAGUA_ERR_INVALID_ARG;
   }
@@ -238,8 +288,12 @@ void bagua_params_print(FILE *out) {
 
 const char *bagua_param_get(const char *name) {
   ensure_loaded();
-  for (int i = 0; i < BAGUA_P__COUNT; i++)
-    if (name && strcmp(g_desc[i].env, name) == 0)
-      return g_val[i].set && !g_val[i].bad ? getenv(name) : NULL;
+  for (int i = 0; i < BAGUA_P__COUNT; i++) {
+    if (!name || strcmp(g_desc[i].env, name) != 0) continue;
+    if (!g_val[i].set || g_val[i].bad) return NULL;
+    /* A word parameter in its canonical spelling, as libbagua itself uses it: the launcher
+     * and the Python front end read their settings through here. */
+    return g_desc[i].type == PARAM_STR && g_desc[i].choices[0] ? g_val[i].sval : getenv(name);
+  }
   return NULL;
 }

@@ -5,6 +5,11 @@
  * not parse or is out of bounds is never silently replaced: bagua__params_check() reports the
  * first bad one (name, value, what is accepted) and callers that create communicators or
  * start jobs refuse to proceed.
+ *
+ * Words (parameters with a list of accepted values) follow common/validate.h's one rule: any
+ * ASCII case is accepted, and every reader (bagua__param_str(), bagua_param_get(),
+ * bagua_params_print()) sees the list's canonical spelling, so that BAGUA_ELASTIC_MODE=Restart
+ * means "restart" to the library, the launcher and the agent alike.
  */
 #ifndef BAGUA_COMMON_PARAMS_H
 #define BAGUA_COMMON_PARAMS_H
@@ -22,6 +27,7 @@ typedef enum {
 } bagua__param_id_t;
 
 int64_t bagua__param_int(bagua__param_id_t id);
+/* The string is valid until the next bagua__params_reload(). */
 const char *bagua__param_str(bagua__param_id_t id);
 /* The registry's description of a parameter, so that no caller writes its bounds or default
  * again: the variable's name, and for INT parameters the inclusive bounds and the default. */
@@ -40,6 +46,15 @@ int bagua__param_find(const char *env_name);
  * message as bagua__params_check()); on success *out holds the parsed integer (INT only). */
 bagua_status_t bagua__param_parse(bagua__param_id_t id, const char *value, int64_t *out, char *err,
                                   size_t errlen);
+/*
+ * Checks a value that was not read from the environment, such as a config struct field named
+ * `what` ("config.timeout_ms"), against the bounds of INT parameter `id`, so that the field
+ * and its variable accept the same values. BAGUA_OK, or BAGUA_ERR_INVALID_ARG with "<what>
+ * <value> is out of range; accepted: an integer in [lo, hi] (the bounds of <VARIABLE>)" in
+ * `err`.
+ */
+bagua_status_t bagua__param_check_int(bagua__param_id_t id, const char *what, int64_t value,
+                                      char *err, size_t errlen);
 /* True when the environment set the parameter (as opposed to the built-in default). */
 int bagua__param_is_set(bagua__param_id_t id);
 /* BAGUA_OK, or BAGUA_ERR_INVALID_ARG with a warning naming the first bad variable. */

@@ -255,14 +255,40 @@ void bagua__list_choices(const char *choices, char *out, size_t len) {
   }
 }
 
-bagua_status_t bagua__check_choice(const char *text, const char *choices, char *err,
-                                   size_t errlen) {
-  size_t tl = strlen(text);
+/* ASCII only: the C library's tolower() follows the locale, and a word must mean the same
+ * bytes on every host. */
+static int ascii_lower(unsigned char c) {
+  return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
+
+const char *bagua__choice_find(const char *choices, const char *text, size_t n) {
+  if (n == 0) return NULL;
   for (const char *p = choices; *p;) {
     size_t w = strcspn(p, "|");
-    if (tl > 0 && w == tl && strncmp(p, text, w) == 0) return BAGUA_OK;
+    if (w == n) {
+      size_t i = 0;
+      while (i < n && ascii_lower((unsigned char)p[i]) == ascii_lower((unsigned char)text[i])) i++;
+      if (i == n) return p;
+    }
     p += w;
     if (*p == '|') p++;
+  }
+  return NULL;
+}
+
+bagua_status_t bagua__choice_parse(const char *text, const char *choices, char *word,
+                                   size_t wordlen, char *err, size_t errlen) {
+  size_t n = strlen(text);
+  const char *match = bagua__choice_find(choices, text, n);
+  if (match && word && n >= wordlen) {
+    /* The caller's buffer is too small for a word of its own list: a bug, said as such. */
+    snprintf(err, errlen, "\"%s\" does not fit the caller's %zu-byte buffer; accepted: %zu bytes",
+             text, wordlen, n + 1);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  if (match) {
+    if (word) snprintf(word, wordlen, "%.*s", (int)n, match);
+    return BAGUA_OK;
   }
   char list[256];
   bagua__list_choices(choices, list, sizeof(list));
@@ -271,4 +297,9 @@ bagua_status_t bagua__check_choice(const char *text, const char *choices, char *
   else
     snprintf(err, errlen, "\"%s\" is invalid; accepted: %s", text, list);
   return BAGUA_ERR_INVALID_ARG;
+}
+
+bagua_status_t bagua__check_choice(const char *text, const char *choices, char *err,
+                                   size_t errlen) {
+  return bagua__choice_parse(text, choices, NULL, 0, err, errlen);
 }

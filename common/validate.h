@@ -55,7 +55,22 @@ bagua_status_t bagua__check_endpoints(const char *text, char *err, size_t errlen
  */
 bagua_status_t bagua__endpoint_first(const char *endpoints, char *host, size_t hostlen,
                                      uint16_t *port, char *err, size_t errlen);
-/* One of the '|'-separated words of `choices` (case-sensitive; "" is never one). */
+/*
+ * Words from a list ("a|b|c"): the one rule for every choice a person gives Bagua-C, on the
+ * command line, in an INI file or in a BAGUA_* variable, so that no consumer accepts a value
+ * another refuses. A word matches without regard to ASCII case ("Restart" is "restart"), and
+ * the consumer sees the list's own spelling, its canonical form. The empty text matches no
+ * word.
+ *
+ * bagua__choice_find() is the match itself: the word of `choices` that the `n` bytes at `text`
+ * spell, as a pointer into `choices` (its length is `n`), or NULL.
+ */
+const char *bagua__choice_find(const char *choices, const char *text, size_t n);
+/* One of the words of `choices`; on success `word` (when not NULL) receives its canonical
+ * spelling, which fits when `wordlen` exceeds the longest word. */
+bagua_status_t bagua__choice_parse(const char *text, const char *choices, char *word,
+                                   size_t wordlen, char *err, size_t errlen);
+/* bagua__choice_parse() without the canonical spelling. */
 bagua_status_t bagua__check_choice(const char *text, const char *choices, char *err, size_t errlen);
 /* Writes the words of "a|b|c" as "a, b or c" into out. */
 void bagua__list_choices(const char *choices, char *out, size_t len);

@@ -40,11 +40,18 @@ static void announce_elastic(void) {
 /* Resolves `cfg` (unset fields from the parameters, as bagua_comm_create does) into `e`,
  * copying every string the context keeps. */
 static bagua_status_t resolve_config(const bagua_elastic_config_t *cfg, bagua_elastic_t *e) {
-  bagua__comm_settings_t s = BAGUA__COMM_SETTINGS_OF(cfg, -1);
-  BAGUA_CHECK(bagua__comm_settings_resolve("bagua_elastic_create", &s));
+  static const char who[] = "bagua_elastic_create";
+  bagua__comm_settings_t s = BAGUA__COMM_SETTINGS_OF(cfg, BAGUA__CONFIG_UNSET);
+  BAGUA_CHECK(bagua__comm_settings_resolve(who, &s));
+  /* The fields only the elastic config has are bounded by their parameters too. */
+  BAGUA_CHECK(bagua__comm_config_int(who, "config.round", BAGUA_P_ROUND, cfg->round));
+  BAGUA_CHECK(
+      bagua__comm_config_int(who, "config.local_rank", BAGUA_P_LOCAL_RANK, cfg->local_rank));
+  BAGUA_CHECK(bagua__comm_config_int(who, "config.round_wait_ms", BAGUA_P_RDZV_TIMEOUT_MS,
+                                     cfg->round_wait_ms));
   const char *boot = bagua__param_str(BAGUA_P_BOOTSTRAP);
   const char *endpoint = cfg->etcd ? cfg->etcd : strncmp(boot, "etcd://", 7) == 0 ? boot + 7 : "";
-  int64_t round = cfg->round >= 0 ? cfg->round : bagua__param_int(BAGUA_P_ROUND);
+  int64_t round = cfg->round != BAGUA__CONFIG_UNSET ? cfg->round : bagua__param_int(BAGUA_P_ROUND);
   if (!endpoint[0] || !s.node_id[0] || round < 0 || s.size < 1 || s.rank < 0 || s.rank >= s.size) {
     BAGUA_WARN(
         "bagua_elastic_create: needs an etcd endpoint (BAGUA_BOOTSTRAP=etcd://HOST:PORT), "
@@ -63,15 +70,18 @@ static bagua_status_t resolve_config(const bagua_elastic_config_t *cfg, bagua_el
   e->round = e->cur_round = round;
   e->rank = s.rank;
   e->size = s.size;
-  e->local_rank = cfg->local_rank >= 0 ? cfg->local_rank
+  e->local_rank = cfg->local_rank != BAGUA__CONFIG_UNSET ? cfg->local_rank
                   : bagua__param_int(BAGUA_P_LOCAL_RANK) >= 0
                       ? (int)bagua__param_int(BAGUA_P_LOCAL_RANK)
                       : 0;
   /* The agent passes its --rdzv-timeout as BAGUA_RDZV_TIMEOUT_MS: no worker waits longer
-   * for a round than the job's rendezvous timeout. */
-  int64_t wait_ms = bagua__param_int(BAGUA_P_RDZV_TIMEOUT_MS);
+   * for a round than the job's rendezvous timeout. A set field means what the variable would:
+   * 0 defers to BAGUA_RDZV_TIMEOUT_S. */
+  int64_t wait_ms = cfg->round_wait_ms != BAGUA__CONFIG_UNSET
+                        ? cfg->round_wait_ms
+                        : bagua__param_int(BAGUA_P_RDZV_TIMEOUT_MS);
   if (wait_ms <= 0) wait_ms = bagua__param_int(BAGUA_P_RDZV_TIMEOUT_S) * 1000;
-  e->round_wait_ms = cfg->round_wait_ms > 0 ? cfg->round_wait_ms : (int)wait_ms;
+  e->round_wait_ms = (int)wait_ms;
   e->etcd_timeout_ms = (int)bagua__param_int(BAGUA_P_ETCD_TIMEOUT_MS);
   e->abort_delay_ms = (int)bagua__param_int(BAGUA_P_ELASTIC_ABORT_DELAY_MS);
   atomic_store(&e->seen_round, round);

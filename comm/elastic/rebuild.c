@@ -229,10 +229,10 @@ static bagua_status_t wait_new_round(bagua_elastic_t *e, char **json) {
 /*
  * Called when this worker must leave its round but no newer round is known: a collective
  * failed or made no progress for BAGUA_COMM_TIMEOUT_MS (a stalled peer), and nothing changed
- * the membership. Without a word from us no agent would publish a round (issue 13: every
- * worker then sat in the rebuild wait), so we ask for one in rounds/<N>/rebuild/<rank>; the
- * leader retries the round with the same members. Best effort: the wait that follows is
- * bounded by the rendezvous timeout either way.
+ * the membership. Without a word from us no agent would publish a round (every worker would
+ * then sit in the rebuild wait until its timeout), so we ask for one in
+ * rounds/<N>/rebuild/<rank>; the leader retries the round with the same members. Best effort:
+ * the wait that follows is bounded by the rendezvous timeout either way.
  */
 static void request_round(bagua_elastic_t *e) {
   char key[BAGUA_RDZV_KEY_MAX];

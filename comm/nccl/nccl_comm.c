@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "nccl_internal.h"
+#include "nccl_settings.h"
 
 /* Sleeps *pause_ns and doubles it up to 1 ms: quick answers stay quick, long waits stay cheap.
  * The first pauses are shorter than the millisecond bagua__sleep_ms() resolves, hence nanosleep. */
@@ -297,6 +298,9 @@ int bagua_nccl_comm_size(const bagua_nccl_comm_t *c) {
 }
 int bagua_nccl_comm_device(const bagua_nccl_comm_t *c) {
   return c ? c->device : -1;
+}
+int bagua__nccl_comm_timeout_ms(const bagua_nccl_comm_t *c) {
+  return c ? c->timeout_ms : 0;
 }
 void *bagua_nccl_comm_stream(const bagua_nccl_comm_t *c) {
   return c ? (void *)c->stream : NULL;

@@ -4,6 +4,7 @@
  */
 #include "bagua/nccl.h"
 #include "common/log.h"
+#include "nccl_settings.h"
 
 int bagua_nccl_available(void) {
   return 0;
@@ -26,6 +27,9 @@ int bagua_nccl_comm_size(const bagua_nccl_comm_t *comm) {
 }
 int bagua_nccl_comm_device(const bagua_nccl_comm_t *comm) {
   return -1;
+}
+int bagua__nccl_comm_timeout_ms(const bagua_nccl_comm_t *comm) {
+  return 0;
 }
 void *bagua_nccl_comm_stream(const bagua_nccl_comm_t *comm) {
   return NULL;

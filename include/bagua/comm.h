@@ -27,7 +27,8 @@
  * message of another size is BAGUA_ERR_PROTOCOL there, and poisons.
  *
  * Failures: a peer that dies makes the survivors' calls return BAGUA_ERR_REMOTE; a peer that
- * stalls makes them return BAGUA_ERR_TIMEOUT after BAGUA_COMM_TIMEOUT_MS without progress.
+ * stalls makes them return BAGUA_ERR_TIMEOUT after the communicator's timeout (config
+ * timeout_ms, else BAGUA_COMM_TIMEOUT_MS) without progress.
  * After any error other than BAGUA_ERR_INVALID_ARG and a collective's signature mismatch the
  * communicator is poisoned (its connections are closed so that every other rank also fails
  * promptly); destroy it and create a new one. The receive buffers of a failed call hold
@@ -57,7 +58,12 @@ typedef enum {
 /*
  * Creation settings. Initialise with BAGUA_COMM_CONFIG_INIT, then override fields; a field
  * left at its "unset" value (-1 / NULL) takes the BAGUA_* environment parameter, then the
- * built-in default (bagua-launch --print-params lists them).
+ * built-in default (bagua-launch --print-params lists them). A numeric field that is set must
+ * lie within the bounds of the parameter named in its comment, as the variable must, and the
+ * job id (from the field or BAGUA_JOB_ID) must be 1 to 64 characters from A-Z a-z 0-9 . _ -
+ * other than "." and "..", as for bagua-launch --job-id, because it names the job's etcd keys.
+ * bagua_comm_create() refuses anything else with BAGUA_ERR_INVALID_ARG and a warning naming
+ * the field, the value and what is accepted, before it touches the network.
  */
 typedef struct {
   size_t struct_size;     /* sizeof(bagua_comm_config_t), for ABI growth */

@@ -1,6 +1,6 @@
 /*
- * Bagua-C in-process elasticity (DESIGN.md §5, "in-process" mode; Horovod's elastic State is
- * the model): workers stay alive while the world grows or shrinks.
+ * Bagua-C in-process elasticity (docs/elastic.md, the "in-process" mode; Horovod's elastic
+ * State is the model): workers stay alive while the world grows or shrinks.
  *
  * A program registers every buffer that must survive a world change (parameters, optimizer
  * state, its own counters), commits after each completed step and checks for a pending change
@@ -45,7 +45,11 @@ typedef struct bagua_elastic_s bagua_elastic_t;
 
 /*
  * Creation settings. Initialise with BAGUA_ELASTIC_CONFIG_INIT; a field left at its "unset"
- * value (-1 / NULL) takes the environment parameter named in its comment.
+ * value (-1 / NULL) takes the environment parameter named in its comment. As for
+ * bagua_comm_config_t, a numeric field that is set must lie within that parameter's bounds
+ * (round_wait_ms: those of BAGUA_RDZV_TIMEOUT_MS, where 0 means BAGUA_RDZV_TIMEOUT_S), and the
+ * job id follows the id rule of bagua-launch --job-id; bagua_elastic_create() refuses anything
+ * else with BAGUA_ERR_INVALID_ARG before it contacts etcd.
  */
 typedef struct {
   size_t struct_size;     /* sizeof(bagua_elastic_config_t), for ABI growth */

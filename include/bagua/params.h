@@ -26,8 +26,10 @@ BAGUA_EXTERN bagua_status_t bagua_param_validate(const char *name, const char *v
 
 /*
  * Current value of registry parameter `name` as the environment set it, or NULL when the
- * environment does not set it (or set it to an invalid value). The string is owned by the
- * process environment; copy it if the environment may change.
+ * environment does not set it (or set it to an invalid value). A parameter whose value is one
+ * of a list of words gives the word's canonical spelling ("Restart" reads as "restart"), a
+ * string owned by the library; any other value is the environment's own string. Copy it if the
+ * environment may change.
  */
 BAGUA_EXTERN const char *bagua_param_get(const char *name);
 

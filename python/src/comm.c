@@ -11,6 +11,8 @@
  */
 #include "ext.h"
 
+#include <strings.h>
+
 typedef struct {
   PyObject_HEAD bagua_comm_t *comm;
   PyObject *elastic;   /* borrowed Comm: the Elastic whose current communicator this is */
@@ -69,16 +71,16 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   cfg.bootstrap = bootstrap;
   cfg.timeout_ms = timeout_ms;
   if (transport) {
-    static const char *names[] = {"auto", "tcp", "shm"};
-    static const int kinds[] = {BAGUA_TRANSPORT_AUTO, BAGUA_TRANSPORT_TCP, BAGUA_TRANSPORT_SHM};
-    int found = 0;
-    for (int i = 0; i < 3; i++)
-      if (!strcmp(transport, names[i])) cfg.transport = kinds[i], found = 1;
-    if (!found) {
-      PyErr_Format(PyExc_ValueError, "transport \"%s\" is unknown; accepted: auto, tcp, shm",
-                   transport);
+    /* The registry's verdict and message for BAGUA_TRANSPORT, and its case rule (any case). */
+    char err[256];
+    if (bagua_param_validate("BAGUA_TRANSPORT", transport, err, sizeof(err)) != BAGUA_OK) {
+      PyErr_Format(PyExc_ValueError, "transport: %s", err);
       return NULL;
     }
+    static const char *names[] = {"auto", "tcp", "shm"};
+    static const int kinds[] = {BAGUA_TRANSPORT_AUTO, BAGUA_TRANSPORT_TCP, BAGUA_TRANSPORT_SHM};
+    for (int i = 0; i < 3; i++)
+      if (!strcasecmp(transport, names[i])) cfg.transport = kinds[i];
   }
   bagua_comm_t *comm = NULL;
   bagua_status_t st;

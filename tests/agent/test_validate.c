@@ -158,6 +158,13 @@ static void test_agent_cli(void) {
   ASSERT_EQ(cfg.elastic_mode, BAGUA__ELASTIC_RESTART);
   unsetenv("BAGUA_ELASTIC_MODE");
   bagua__params_reload();
+  /* The flag follows the same rule (bagua-launch forwards the canonical word, but an agent
+   * started by hand may be given any case). */
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1",
+                                   "--nproc-per-node", "1", "--elastic-mode", "In-Process", "true",
+                                   NULL}),
+            0);
+  ASSERT_EQ(cfg.elastic_mode, BAGUA__ELASTIC_IN_PROCESS);
   /* The registry's bounds, and the shared validators' refusals, exit 2. */
   int64_t lo = 0, hi = 0;
   bagua__param_bounds(BAGUA_P_LEASE_TTL_S, &lo, &hi);

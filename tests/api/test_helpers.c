@@ -16,7 +16,7 @@
 static void test_sgd(void) {
   /* torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), two steps, by hand in double. */
   float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.5f, 0.25f, -1.0f}, buf[3];
-  double want[3], mom[3];
+  double want[3], mom[3] = {0, 0, 0};
   bagua_sgd_config_t cfg = {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
   for (int i = 0; i < 3; i++) want[i] = p[i];
   for (int step = 0; step < 2; step++) {
