@@ -611,8 +611,9 @@ int bagua__launch_supervise(bagua__launch_run_t *r) {
   bagua__launch_progress_clear(stderr);
   /* Local agents killed with SIGKILL (or stopped before they set up their handlers) could
    * not remove their private directories. They are swept before the verdict is printed, so
-   * that the verdict stays the job's last line. The agents inherited TMPDIR from here ([env]
-   * may have exported it). */
+   * that the verdict stays the job's last line. The agents inherited TMPDIR from here, and
+   * [env] may have exported it after the registry read the environment at start-up, so the
+   * live environment is read here, not the registry's snapshot. */
   const char *tmp = getenv("TMPDIR");
   for (int i = 0; i < r->nagents; i++)
     if (r->agents[i].local && r->agents[i].pid > 0 && r->agents[i].exited)

@@ -27,7 +27,7 @@
  */
 static bagua_status_t join(bagua_comm_t **comm) {
   bagua_comm_config_t cfg = BAGUA_COMM_CONFIG_INIT;
-  if (getenv("WORLD_SIZE")) return bagua_comm_create(NULL, comm);
+  if (bagua_param_get("WORLD_SIZE")) return bagua_comm_create(NULL, comm);
   cfg.rank = 0;
   cfg.size = 1;
   return bagua_comm_create(&cfg, comm);
