@@ -94,6 +94,8 @@ void bagua__agent_set_name(const char *node);
  * which the caller has blocked in every thread (main() does it before any thread starts).
  */
 int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd, int endfd);
+/* Whether bagua-agent has the command-line flag `flag` ("--name"). */
+int bagua__agent_flag_known(const char *flag);
 
 /* Formats wall-clock milliseconds as "YYYY-mm-ddTHH:MM:SS.mmmZ". */
 void bagua__agent_format_time(int64_t wall_ms, char *out, size_t len);

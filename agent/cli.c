@@ -23,6 +23,7 @@
 #include "agent.h"
 #include "bagua/params.h"
 #include "common/file.h"
+#include "common/flags.h"
 #include "common/output.h"
 #include "common/params.h"
 #include "common/rdzv/rdzv.h"
@@ -53,43 +54,16 @@ void bagua__agent_say(const char *fmt, ...) {
 /* The flags                                                                                 */
 /* ---------------------------------------------------------------------------------------- */
 
-/* The usage text; the two numbers are the registry's bounds of BAGUA_NPROC_PER_NODE. */
-static const char usage_fmt[] =
+/* The usage text around the flags, which print_usage() lists from the tables. */
+static const char usage_head[] =
     "usage: bagua-agent --rdzv-endpoint HOST:PORT[,HOST:PORT] --job-id ID --nnodes MIN[:MAX]\n"
     "                   --nproc-per-node N [options] -- PROGRAM [ARGS...]\n"
     "\n"
     "One agent runs per node: it registers the node in etcd, joins rendezvous rounds and\n"
-    "starts the node's N workers for each round (see docs/agent.md).\n"
-    "\n"
-    "  --rdzv-endpoint E   etcd endpoint list (env BAGUA_RDZV_ENDPOINT)\n"
-    "  --job-id ID         job identity, 1-64 of [A-Za-z0-9._-] (env BAGUA_JOB_ID)\n"
-    "  --nnodes MIN[:MAX]  nodes needed to run, and the most admitted (1 <= MIN <= MAX)\n"
-    "  --nproc-per-node N  workers started on this node (%lld..%lld)\n"
-    "  --node-id ID        this node's identity (env BAGUA_NODE_ID; default: host name)\n"
-    "  --node-addr ADDR    address other nodes use to reach this node's workers (env\n"
-    "                      BAGUA_NODE_ADDR; default: the local address towards etcd)\n"
-    "  --max-restarts K    worker-failure restarts before the job fails (BAGUA_MAX_RESTARTS)\n"
-    "  --lease-ttl S       etcd lease TTL in seconds (BAGUA_LEASE_TTL_S)\n"
-    "  --rdzv-timeout S    fail when below MIN nodes this long (BAGUA_RDZV_TIMEOUT_S)\n"
-    "  --last-call-ms MS   wait for more nodes after MIN joined (BAGUA_RDZV_LAST_CALL_MS)\n"
-    "  --settle-ms MS      batch membership changes (BAGUA_RDZV_SETTLE_MS)\n"
-    "  --grace-ms MS       SIGTERM-to-SIGKILL grace for workers (BAGUA_STOP_GRACE_MS)\n"
-    "  --log-dir DIR       also write DIR/<node>.<local rank>.log (BAGUA_LOG_DIR)\n"
-    "  --elastic-mode M    auto (default): a membership change keeps the running workers\n"
-    "                      when all of them use libbagua's elastic API, else restarts them;\n"
-    "                      restart: every new round restarts the workers; in-process: a\n"
-    "                      membership change always keeps them (BAGUA_ELASTIC_MODE)\n"
-    "  --metrics-port P    serve Prometheus metrics at http://ADDR:P/metrics; 0: off\n"
-    "                      (BAGUA_METRICS_PORT)\n"
-    "  --metrics-addr ADDR IPv4 address the metrics endpoint binds (BAGUA_METRICS_ADDR,\n"
-    "                      default 127.0.0.1)\n"
-    "  --tag NAME          label recorded in this node's etcd record\n"
-    "  --secret-file PATH  the job secret (64 hex digits) in a file only its owner can read\n"
-    "                      (chmod 600); default: BAGUA_JOB_SECRET, else the job's in etcd,\n"
-    "                      else a new random one\n"
-    "  --env-stdin         read NAME=VALUE entries, each ended by a NUL byte, from stdin and\n"
-    "                      export them (bagua-launch passes [env] and -x this way)\n"
-    "  --help, --version\n"
+    "starts the node's N workers for each round (see docs/agent.md). A flag overrides its\n"
+    "environment variable, which overrides the default.\n"
+    "\n";
+static const char usage_tail[] =
     "\n"
     "Exit status: 0 job succeeded; 1..255 the root-cause worker's exit code (128+signal);\n"
     "2 usage error; 3 rendezvous failed; 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP.\n";
@@ -112,46 +86,122 @@ typedef enum {
 #define CFG(field) offsetof(bagua__agent_config_t, field)
 
 typedef struct {
+  int shared;       /* 1 + the row of common/flags.def (flag, param, help come from it), or 0 */
   const char *flag; /* "--name" */
   arg_kind_t kind;
   int param;           /* registry parameter: bounds or accepted words, and the default */
   int env;             /* 1: the parameter's variable, when set, is the value the flag overrides */
   size_t field;        /* where the value goes in bagua__agent_config_t */
   const char *missing; /* "" when the flag may be left out, else the rest of the refusal */
+  const char *metavar, *help; /* for this agent's own flags; shared ones take the table's */
 } arg_desc_t;
 
 /*
  * Checked in this order. The structured values (endpoints, ids, node counts) are checked
  * only once the flags as a whole parsed and a program was given, as they always were.
  */
-static const arg_desc_t k_args[] = {
-    {"--rdzv-endpoint", AK_ENDPOINTS, BAGUA_P_RDZV_ENDPOINT, 1, CFG(endpoints),
-     " (or BAGUA_RDZV_ENDPOINT); accepted: HOST:PORT[,HOST:PORT]"},
-    {"--job-id", AK_ID, BAGUA_P_JOB_ID, 1, CFG(job_id),
-     " (or BAGUA_JOB_ID); every node of a job passes the same id"},
-    {"--node-id", AK_ID, BAGUA_P_NODE_ID, 1, CFG(node_id), ""},
-    {"--nnodes", AK_NNODES, NO_PARAM, 0, 0, "; accepted: N or MIN:MAX"},
+/* A flag bagua-launch has too: its spelling, variable and help are common/flags.def's. */
+#define SHARED(f) .shared = 1 + BAGUA__FLAG_##f
+
+static arg_desc_t k_args[] = {
+    {SHARED(RDZV_ENDPOINT), .kind = AK_ENDPOINTS, .env = 1, .field = CFG(endpoints),
+     .missing = " (or BAGUA_RDZV_ENDPOINT); accepted: HOST:PORT[,HOST:PORT]"},
+    {SHARED(JOB_ID), .kind = AK_ID, .env = 1, .field = CFG(job_id),
+     .missing = " (or BAGUA_JOB_ID); every node of a job passes the same id"},
+    {SHARED(NODE_ID), .kind = AK_ID, .env = 1, .field = CFG(node_id), .missing = ""},
+    {SHARED(NNODES), .kind = AK_NNODES, .missing = "; accepted: N or MIN:MAX"},
     /* The registry bounds the worker count, but an agent never takes it from the
      * environment: a launcher passes it to every agent explicitly. */
-    {"--nproc-per-node", AK_INT, BAGUA_P_NPROC_PER_NODE, 0, CFG(nproc), "; accepted: "},
-    {"--node-addr", AK_BUF, BAGUA_P_NODE_ADDR, 1, CFG(node_addr), ""},
-    {"--max-restarts", AK_INT, BAGUA_P_MAX_RESTARTS, 1, CFG(max_restarts), ""},
-    {"--lease-ttl", AK_INT, BAGUA_P_LEASE_TTL_S, 1, CFG(lease_ttl_s), ""},
-    {"--rdzv-timeout", AK_INT, BAGUA_P_RDZV_TIMEOUT_S, 1, CFG(rdzv_timeout_s), ""},
-    {"--last-call-ms", AK_INT, BAGUA_P_RDZV_LAST_CALL_MS, 1, CFG(last_call_ms), ""},
-    {"--settle-ms", AK_INT, BAGUA_P_RDZV_SETTLE_MS, 1, CFG(settle_ms), ""},
-    {"--log-dir", AK_STR, BAGUA_P_LOG_DIR, 1, CFG(log_dir), ""},
-    {"--grace-ms", AK_INT, BAGUA_P_STOP_GRACE_MS, 1, CFG(grace_ms), ""},
-    {"--tag", AK_STR, NO_PARAM, 0, CFG(tag), ""},
-    {"--secret-file", AK_STR, NO_PARAM, 0, CFG(secret_file), ""},
-    {"--elastic-mode", AK_CHOICE, BAGUA_P_ELASTIC_MODE, 1, CFG(elastic_mode), ""},
-    {"--metrics-port", AK_INT, BAGUA_P_METRICS_PORT, 1, CFG(metrics_port), ""},
-    {"--metrics-addr", AK_STR, BAGUA_P_METRICS_ADDR, 1, CFG(metrics_addr), ""},
-    {"--env-stdin", AK_SWITCH, NO_PARAM, 0, 0, ""}, /* read by read_env_stdin() first */
-    {"--help", AK_HELP, NO_PARAM, 0, 0, ""},
-    {"--version", AK_VERSION, NO_PARAM, 0, 0, ""},
+    {SHARED(NPROC_PER_NODE), .kind = AK_INT, .field = CFG(nproc), .missing = "; accepted: "},
+    {SHARED(NODE_ADDR), .kind = AK_BUF, .env = 1, .field = CFG(node_addr), .missing = ""},
+    {SHARED(MAX_RESTARTS), .kind = AK_INT, .env = 1, .field = CFG(max_restarts), .missing = ""},
+    {SHARED(LEASE_TTL), .kind = AK_INT, .env = 1, .field = CFG(lease_ttl_s), .missing = ""},
+    {SHARED(RDZV_TIMEOUT), .kind = AK_INT, .env = 1, .field = CFG(rdzv_timeout_s), .missing = ""},
+    {SHARED(LAST_CALL_MS), .kind = AK_INT, .env = 1, .field = CFG(last_call_ms), .missing = ""},
+    {SHARED(SETTLE_MS), .kind = AK_INT, .env = 1, .field = CFG(settle_ms), .missing = ""},
+    {SHARED(LOG_DIR), .kind = AK_STR, .env = 1, .field = CFG(log_dir), .missing = ""},
+    {SHARED(GRACE_MS), .kind = AK_INT, .env = 1, .field = CFG(grace_ms), .missing = ""},
+    {.flag = "--tag",
+     .kind = AK_STR,
+     .param = NO_PARAM,
+     .field = CFG(tag),
+     .missing = "",
+     .metavar = "NAME",
+     .help = "label recorded in this node's etcd record"},
+    {.flag = "--secret-file",
+     .kind = AK_STR,
+     .param = NO_PARAM,
+     .field = CFG(secret_file),
+     .missing = "",
+     .metavar = "PATH",
+     .help = "the job secret (64 hex digits) in a file only its owner can read (chmod 600); "
+             "default: BAGUA_JOB_SECRET, else the job's in etcd, else a new random one"},
+    {SHARED(ELASTIC_MODE), .kind = AK_CHOICE, .env = 1, .field = CFG(elastic_mode), .missing = ""},
+    {SHARED(METRICS_PORT), .kind = AK_INT, .env = 1, .field = CFG(metrics_port), .missing = ""},
+    {SHARED(METRICS_ADDR), .kind = AK_STR, .env = 1, .field = CFG(metrics_addr), .missing = ""},
+    /* read by read_env_stdin() first */
+    {.flag = "--env-stdin",
+     .kind = AK_SWITCH,
+     .param = NO_PARAM,
+     .missing = "",
+     .help = "read NAME=VALUE entries, each ended by a NUL byte, from stdin and export them "
+             "(bagua-launch passes [env] and -x this way)"},
+    {.flag = "--help", .kind = AK_HELP, .param = NO_PARAM, .missing = "", .help = "this text"},
+    {.flag = "--version",
+     .kind = AK_VERSION,
+     .param = NO_PARAM,
+     .missing = "",
+     .help = "the version"},
 };
 #define NARGS ((int)(sizeof(k_args) / sizeof(k_args[0])))
+
+/* Fills the shared flags' spelling, parameter and help from common/flags.def. Idempotent. */
+static void fill_shared(void) {
+  for (int i = 0; i < NARGS; i++) {
+    arg_desc_t *d = &k_args[i];
+    if (!d->shared) continue;
+    const bagua__flag_desc_t *f = bagua__flag((bagua__flag_t)(d->shared - 1));
+    d->flag = f->flag;
+    d->param = (int)f->param;
+    d->metavar = f->metavar;
+    d->help = f->help;
+  }
+}
+
+int bagua__agent_flag_known(const char *flag) {
+  fill_shared();
+  for (int i = 0; i < NARGS; i++)
+    if (strcmp(k_args[i].flag, flag) == 0) return 1;
+  return 0;
+}
+
+/* The usage text: every flag with its value, help, variable and accepted range. */
+static void print_usage(void) {
+  fputs(usage_head, stdout);
+  for (int i = 0; i < NARGS; i++) {
+    const arg_desc_t *d = &k_args[i];
+    char left[64], more[160] = "";
+    snprintf(left, sizeof(left), "  %s%s%s", d->flag, d->metavar ? " " : "",
+             d->metavar ? d->metavar : "");
+    bagua__print_wrapped(stdout, left, 33, 100, d->help ? d->help : "");
+    if (d->param == NO_PARAM) continue;
+    bagua__param_id_t id = (bagua__param_id_t)d->param;
+    size_t n = 0;
+    if (bagua__param_is_int(id)) {
+      int64_t lo = 0, hi = 0;
+      bagua__param_bounds(id, &lo, &hi);
+      n = (size_t)snprintf(more, sizeof(more), "%lld..%lld; ", (long long)lo, (long long)hi);
+    } else if (bagua__param_choices(id)[0]) {
+      n = (size_t)snprintf(more, sizeof(more), "%s; ", bagua__param_choices(id));
+    }
+    if (n < sizeof(more))
+      snprintf(more + n, sizeof(more) - n,
+               d->env ? "environment: %s" : "never from the environment (%s is bagua-launch's)",
+               bagua__param_env_name(id));
+    bagua__print_wrapped(stdout, "", 33, 100, more);
+  }
+  fputs(usage_tail, stdout);
+}
 
 /* Structured and required values are checked once a program was given; the others (the
  * tuning integers, words and texts) right away. */
@@ -484,8 +534,7 @@ static int load_secret(bagua__agent_config_t *cfg) {
   const char *env = bagua__param_str(BAGUA_P_JOB_SECRET);
   if (!env || !env[0]) return 0;
   if (bagua__rdzv_secret_decode(env, strlen(env), cfg->secret, why, sizeof(why)) != 0) {
-    bagua__agent_say("BAGUA_JOB_SECRET: %s; accepted: %d hex digits", why,
-                     BAGUA_RDZV_SECRET_HEX);
+    bagua__agent_say("BAGUA_JOB_SECRET: %s; accepted: %d hex digits", why, BAGUA_RDZV_SECRET_HEX);
     cfg->secret[0] = '\0';
     return -1;
   }
@@ -509,6 +558,7 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   struct option long_opts[NARGS + 1];
   const char *given[NARGS];
   char host[256] = "localhost";
+  fill_shared();
   memset(cfg, 0, sizeof(*cfg));
   memset(given, 0, sizeof(given));
   if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "localhost");
@@ -559,12 +609,9 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
       }
     }
     switch (c) {
-      case 'h': {
-        int64_t lo = 0, hi = 0;
-        bagua__param_bounds(BAGUA_P_NPROC_PER_NODE, &lo, &hi);
-        printf(usage_fmt, (long long)lo, (long long)hi);
+      case 'h':
+        print_usage();
         return 1;
-      }
       case ':':
         bagua__agent_say("flag %s needs a value; run bagua-agent --help for the flags",
                          argv[optind - 1]);

@@ -2,6 +2,7 @@
 #include "output.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 void bagua__vsay(const char *tool, const char *fmt, va_list ap) {
@@ -23,4 +24,28 @@ void bagua__say(const char *tool, const char *fmt, ...) {
   va_start(ap, fmt);
   bagua__vsay(tool, fmt, ap);
   va_end(ap);
+}
+
+void bagua__print_wrapped(FILE *out, const char *left, int indent, int width, const char *text) {
+  int col;
+  if ((int)strlen(left) >= indent) { /* no room after it: the text starts on the next line */
+    col = fprintf(out, "%s\n%*s", left, indent, "") - (int)strlen(left) - 1;
+  } else {
+    col = fprintf(out, "%-*s", indent, left);
+  }
+  int first = 1;
+  for (const char *p = text; *p;) {
+    while (*p == ' ') p++;
+    if (!*p) break;
+    int n = (int)strcspn(p, " ");
+    if (!first && col + 1 + n > width) {
+      fprintf(out, "\n%*s", indent, "");
+      col = indent;
+      first = 1;
+    }
+    col += fprintf(out, "%s%.*s", first ? "" : " ", n, p);
+    first = 0;
+    p += n;
+  }
+  fputc('\n', out);
 }

@@ -24,6 +24,7 @@
 
 #include "bagua/params.h"
 #include "common/output.h"
+#include "common/flags.h"
 #include "common/params.h"
 #include "common/worker_env.h"
 
@@ -85,26 +86,38 @@ static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
   char num[32];
   int rc = push(a, agent_path);
   if (env_stdin) rc = rc || push(a, "--env-stdin");
-  rc = rc || push_kv(a, "--rdzv-endpoint", endpoint) ||
-       push_kv(a, "--job-id", cfg->v[LS_JOB_ID].s) || push_kv(a, "--nnodes", cfg->v[LS_NNODES].s);
-  snprintf(num, sizeof(num), "%d", nproc);
-  rc = rc || push_kv(a, "--nproc-per-node", num);
-  if (node_id) rc = rc || push_kv(a, "--node-id", node_id);
-  if (cfg->v[LS_NODE_ADDR].s[0]) rc = rc || push_kv(a, "--node-addr", cfg->v[LS_NODE_ADDR].s);
-  static const struct {
-    bagua__launch_setting_t s;
-    const char *flag;
-  } pass[] = {{LS_MAX_RESTARTS, "--max-restarts"}, {LS_LEASE_TTL, "--lease-ttl"},
-              {LS_RDZV_TIMEOUT, "--rdzv-timeout"}, {LS_LAST_CALL_MS, "--last-call-ms"},
-              {LS_SETTLE_MS, "--settle-ms"},       {LS_GRACE_MS, "--grace-ms"},
-              {LS_ELASTIC_MODE, "--elastic-mode"}};
-  for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
-    rc = rc || push_kv(a, pass[i].flag, cfg->v[pass[i].s].s);
-  if (cfg->v[LS_LOG_DIR].s[0]) rc = rc || push_kv(a, "--log-dir", cfg->v[LS_LOG_DIR].s);
-  if (cfg->v[LS_METRICS_PORT].i > 0) {
-    snprintf(num, sizeof(num), "%lld", (long long)(cfg->v[LS_METRICS_PORT].i + slot));
-    rc = rc || push_kv(a, "--metrics-port", num) ||
-         push_kv(a, "--metrics-addr", cfg->v[LS_METRICS_ADDR].s);
+  /* Every flag the agent shares with the launcher (common/flags.def), in the table's order:
+   * the values the launcher computes per agent, then the settings it passes on when set. */
+  for (int f = 0; f < BAGUA__FLAG_COUNT && !rc; f++) {
+    const char *flag = bagua__flag((bagua__flag_t)f)->flag;
+    const char *value = NULL;
+    switch ((bagua__flag_t)f) {
+      case BAGUA__FLAG_RDZV_ENDPOINT:
+        value = endpoint;
+        break;
+      case BAGUA__FLAG_NPROC_PER_NODE:
+        snprintf(num, sizeof(num), "%d", nproc);
+        value = num;
+        break;
+      case BAGUA__FLAG_NODE_ID:
+        value = node_id;
+        break;
+      case BAGUA__FLAG_METRICS_PORT:
+        /* Off unless asked for; agents sharing a host take consecutive ports. */
+        if (cfg->v[LS_METRICS_PORT].i <= 0) break;
+        snprintf(num, sizeof(num), "%lld", (long long)(cfg->v[LS_METRICS_PORT].i + slot));
+        value = num;
+        break;
+      case BAGUA__FLAG_METRICS_ADDR:
+        if (cfg->v[LS_METRICS_PORT].i > 0) value = cfg->v[LS_METRICS_ADDR].s;
+        break;
+      default: {
+        int s = bagua__launch_find_shared((bagua__flag_t)f);
+        if (s >= 0) value = cfg->v[s].s;
+        break;
+      }
+    }
+    if (value && value[0]) rc = push_kv(a, flag, value);
   }
   rc = rc || push(a, "--");
   for (int i = 0; i < cfg->program.n; i++) rc = rc || push(a, cfg->program.v[i]);

@@ -19,6 +19,7 @@
 #include "bagua/error.h"
 #include "bagua/params.h"
 #include "common/file.h"
+#include "common/output.h"
 #include "common/params.h"
 #include "common/time.h"
 #include "discovery.h"
@@ -639,8 +640,8 @@ void bagua__launch_usage(FILE *out) {
               strcmp(section, "job") == 0 ? "Job" : "Rendezvous", section);
     }
     char left[64];
-    snprintf(left, sizeof(left), "%s %s", d->flag, d->metavar);
-    fprintf(out, "  %-30s %s\n", left, d->help);
+    snprintf(left, sizeof(left), "  %s %s", d->flag, d->metavar);
+    bagua__print_wrapped(out, left, 33, 100, d->help);
     /* Defaults and variables on a second line keep the help within 100 columns. */
     if (d->def[0] || d->env) {
       fprintf(out, "  %-30s", "");

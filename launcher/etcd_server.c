@@ -1,6 +1,6 @@
 /*
- * A private single-member etcd server (see etcd_server.h): free ports, a mkdtemp directory, etcd run
- * directly or under a keeper process, a health poll bounded by a deadline, and a stop that
+ * A private single-member etcd server (see etcd_server.h): free ports, a mkdtemp directory, etcd
+ * run directly or under a keeper process, a health poll bounded by a deadline, and a stop that
  * escalates from SIGTERM to SIGKILL after a bounded wait.
  */
 #include "etcd_server.h"

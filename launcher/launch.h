@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/flags.h"
 #include "common/validate.h"
 
 /* The tool name that starts bagua-launch's user-facing lines (common/output.h). */
@@ -92,6 +93,10 @@ typedef struct {
   const char *metavar; /* argument name in --help */
   const char *help;
   const char *choices; /* LT_CHOICE: "a|b|c" (from the registry when `env` is a registry entry) */
+  /* 1 + the row of common/flags.def when bagua-agent has the same flag (its spelling,
+   * metavariable, help and variable then come from that row), else 0. */
+  int shared;
+  int env_off; /* a shared setting the launcher does not read from its environment */
 } bagua__launch_desc_t;
 
 /* The descriptor of setting `s` (bounds and defaults of registry entries filled in). */
@@ -100,6 +105,8 @@ const bagua__launch_desc_t *bagua__launch_desc(bagua__launch_setting_t s);
 int bagua__launch_find_ini(const char *section, const char *key);
 /* Setting whose environment variable is `env`, or -1. */
 int bagua__launch_find_env(const char *env);
+/* The setting whose flag is row `f` of common/flags.def, or -1 (a flag only the agent has). */
+int bagua__launch_find_shared(bagua__flag_t f);
 
 /* Where a value came from. */
 typedef enum { LO_DEFAULT = 0, LO_INI, LO_ENV, LO_FLAG } bagua__launch_origin_kind_t;

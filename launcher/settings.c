@@ -12,33 +12,82 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/flags.h"
 #include "common/params.h"
 #include "launch.h"
 
+/* A setting whose flag bagua-agent shares (common/flags.def). */
+#define SHARED(flag) (1 + BAGUA__FLAG_##flag)
+
 static bagua__launch_desc_t g_desc[LS__COUNT] = {
-    [LS_JOB_ID] = {"job_id", "job", "--job-id", "BAGUA_JOB_ID", LT_ID, 0, 0, "", "ID",
-                   "job identity shared by all agents (default: a fresh random id)", NULL},
+    [LS_JOB_ID] = {.name = "job_id",
+                   .section = "job",
+                   .type = LT_ID,
+                   .lo = 0,
+                   .hi = 0,
+                   .def = "",
+                   .shared = SHARED(JOB_ID)},
     /* Environment variables are read only when the registry declares them (it declares both
      * BAGUA_NNODES and BAGUA_NPROC_PER_NODE). */
-    [LS_NNODES] = {"nnodes", "job", "--nnodes", "BAGUA_NNODES", LT_NNODES, 1, LAUNCH_MAX_NODES,
-                   "1:1", "N|MIN:MAX", "nodes in the job; MIN:MAX makes it elastic", NULL},
-    [LS_NPROC] = {"nproc_per_node", "job", "--nproc-per-node", "BAGUA_NPROC_PER_NODE", LT_INT, 1,
-                  LAUNCH_MAX_NPROC, "1", "N", "workers per node (a host entry may override it)",
-                  NULL},
-    [LS_MAX_RESTARTS] = {"max_restarts", "job", "--max-restarts", "BAGUA_MAX_RESTARTS", LT_INT, 0,
-                         0, "", "K", "worker-failure restarts before the job fails", NULL},
-    [LS_LOG_DIR] = {"log_dir", "job", "--log-dir", "BAGUA_LOG_DIR", LT_STR, 0, 0, "", "DIR",
-                    "directory for per-rank log files", NULL},
-    [LS_NODE_ID] = {"node_id", "job", "--node-id", "BAGUA_NODE_ID", LT_ID, 0, 0, "", "ID",
-                    "node id of the single local agent (default: the agent's choice)", NULL},
-    [LS_NODE_ADDR] = {"node_addr", "job", "--node-addr", NULL, LT_HOST, 0, 0, "", "ADDR",
-                      "address other nodes reach the single local agent's workers on", NULL},
-    [LS_GRACE_MS] = {"stop_grace_ms", "job", "--grace-ms", "BAGUA_STOP_GRACE_MS", LT_INT, 0, 0, "",
-                     "MS", "time between SIGTERM and SIGKILL when stopping", NULL},
-    [LS_ELASTIC_MODE] = {"elastic_mode", "job", "--elastic-mode", "BAGUA_ELASTIC_MODE", LT_CHOICE,
-                         0, 0, "auto", "MODE",
-                         "workers on membership changes: auto, restart or in-process",
-                         "auto|restart|in-process"},
+    [LS_NNODES] = {.name = "nnodes",
+                   .section = "job",
+                   .type = LT_NNODES,
+                   .lo = 1,
+                   .hi = LAUNCH_MAX_NODES,
+                   .def = "1:1",
+                   .shared = SHARED(NNODES)},
+    [LS_NPROC] = {.name = "nproc_per_node",
+                  .section = "job",
+                  .type = LT_INT,
+                  .lo = 1,
+                  .hi = LAUNCH_MAX_NPROC,
+                  .def = "1",
+                  .shared = SHARED(NPROC_PER_NODE)},
+    [LS_MAX_RESTARTS] = {.name = "max_restarts",
+                         .section = "job",
+                         .type = LT_INT,
+                         .lo = 0,
+                         .hi = 0,
+                         .def = "",
+                         .shared = SHARED(MAX_RESTARTS)},
+    [LS_LOG_DIR] = {.name = "log_dir",
+                    .section = "job",
+                    .type = LT_STR,
+                    .lo = 0,
+                    .hi = 0,
+                    .def = "",
+                    .shared = SHARED(LOG_DIR)},
+    [LS_NODE_ID] = {.name = "node_id",
+                    .section = "job",
+                    .type = LT_ID,
+                    .lo = 0,
+                    .hi = 0,
+                    .def = "",
+                    .shared = SHARED(NODE_ID)},
+    /* BAGUA_NODE_ADDR in the launcher's environment is a worker's (the agent sets it), never a
+     * choice for the agents this launcher starts. */
+    [LS_NODE_ADDR] = {.name = "node_addr",
+                      .section = "job",
+                      .type = LT_HOST,
+                      .lo = 0,
+                      .hi = 0,
+                      .def = "",
+                      .shared = SHARED(NODE_ADDR),
+                      .env_off = 1},
+    [LS_GRACE_MS] = {.name = "stop_grace_ms",
+                     .section = "job",
+                     .type = LT_INT,
+                     .lo = 0,
+                     .hi = 0,
+                     .def = "",
+                     .shared = SHARED(GRACE_MS)},
+    [LS_ELASTIC_MODE] = {.name = "elastic_mode",
+                         .section = "job",
+                         .type = LT_CHOICE,
+                         .lo = 0,
+                         .hi = 0,
+                         .def = "auto",
+                         .shared = SHARED(ELASTIC_MODE)},
     [LS_AGENT] = {"agent", "job", "--agent", NULL, LT_STR, 0, 0, "", "PATH",
                   "bagua-agent binary (default: the one next to bagua-launch)", NULL},
     /* BAGUA_PYTHON beats the INI's python and the script's #! line: program_argv (config.c)
@@ -63,29 +112,57 @@ static bagua__launch_desc_t g_desc[LS__COUNT] = {
                                  LT_INT, 100, 600000, "10000", "MS",
                                  "a discovery script still running after MS is killed (failed)",
                                  NULL},
-    [LS_METRICS_PORT] = {"metrics_port", "job", "--metrics-port", "BAGUA_METRICS_PORT", LT_INT, 0,
-                         65535, "0", "PORT",
-                         "each agent serves Prometheus metrics on PORT (+ its index among the "
-                         "agents on its host); 0: off",
-                         NULL},
-    [LS_METRICS_ADDR] = {"metrics_addr", "job", "--metrics-addr", "BAGUA_METRICS_ADDR", LT_HOST, 0,
-                         0, "127.0.0.1", "ADDR", "address the agents' metrics endpoints bind",
-                         NULL},
-    [LS_ENDPOINT] = {"endpoint", "rendezvous", "--rdzv-endpoint", "BAGUA_RDZV_ENDPOINT",
-                     LT_ENDPOINTS, 0, 0, "", "HOST:PORT[,...]",
-                     "etcd to rendezvous through (default: start a private etcd)", NULL},
+    [LS_METRICS_PORT] = {.name = "metrics_port",
+                         .section = "job",
+                         .type = LT_INT,
+                         .lo = 0,
+                         .hi = 65535,
+                         .def = "0",
+                         .shared = SHARED(METRICS_PORT)},
+    [LS_METRICS_ADDR] = {.name = "metrics_addr",
+                         .section = "job",
+                         .type = LT_HOST,
+                         .lo = 0,
+                         .hi = 0,
+                         .def = "127.0.0.1",
+                         .shared = SHARED(METRICS_ADDR)},
+    [LS_ENDPOINT] = {.name = "endpoint",
+                     .section = "rendezvous",
+                     .type = LT_ENDPOINTS,
+                     .lo = 0,
+                     .hi = 0,
+                     .def = "",
+                     .shared = SHARED(RDZV_ENDPOINT)},
     [LS_RDZV_HOST] = {"host", "rendezvous", "--rdzv-host", NULL, LT_HOST, 0, 0, "", "ADDR",
                       "private etcd address when --hosts spans several hosts", NULL},
-    [LS_LEASE_TTL] = {"lease_ttl", "rendezvous", "--lease-ttl", "BAGUA_LEASE_TTL_S", LT_INT, 0, 0,
-                      "", "S", "an agent that stops renewing its lease is lost after S seconds",
-                      NULL},
-    [LS_RDZV_TIMEOUT] = {"timeout", "rendezvous", "--rdzv-timeout", "BAGUA_RDZV_TIMEOUT_S", LT_INT,
-                         0, 0, "", "S", "fail when fewer than MIN nodes are there for S seconds",
-                         NULL},
-    [LS_LAST_CALL_MS] = {"last_call_ms", "rendezvous", "--last-call-ms", "BAGUA_RDZV_LAST_CALL_MS",
-                         LT_INT, 0, 0, "", "MS", "wait for more nodes after MIN have joined", NULL},
-    [LS_SETTLE_MS] = {"settle_ms", "rendezvous", "--settle-ms", "BAGUA_RDZV_SETTLE_MS", LT_INT, 0,
-                      0, "", "MS", "batch membership changes within this window", NULL},
+    [LS_LEASE_TTL] = {.name = "lease_ttl",
+                      .section = "rendezvous",
+                      .type = LT_INT,
+                      .lo = 0,
+                      .hi = 0,
+                      .def = "",
+                      .shared = SHARED(LEASE_TTL)},
+    [LS_RDZV_TIMEOUT] = {.name = "timeout",
+                         .section = "rendezvous",
+                         .type = LT_INT,
+                         .lo = 0,
+                         .hi = 0,
+                         .def = "",
+                         .shared = SHARED(RDZV_TIMEOUT)},
+    [LS_LAST_CALL_MS] = {.name = "last_call_ms",
+                         .section = "rendezvous",
+                         .type = LT_INT,
+                         .lo = 0,
+                         .hi = 0,
+                         .def = "",
+                         .shared = SHARED(LAST_CALL_MS)},
+    [LS_SETTLE_MS] = {.name = "settle_ms",
+                      .section = "rendezvous",
+                      .type = LT_INT,
+                      .lo = 0,
+                      .hi = 0,
+                      .def = "",
+                      .shared = SHARED(SETTLE_MS)},
     [LS_ETCD_TIMEOUT_MS] = {"etcd_timeout_ms", "rendezvous", "--etcd-timeout-ms",
                             "BAGUA_ETCD_TIMEOUT_MS", LT_INT, 0, 0, "", "MS",
                             "bound on one etcd request (and on the reachability check)", NULL},
@@ -100,6 +177,13 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void fill_from_registry(void) {
   for (int s = 0; s < LS__COUNT; s++) {
     bagua__launch_desc_t *d = &g_desc[s];
+    if (d->shared) {
+      const bagua__flag_desc_t *f = bagua__flag((bagua__flag_t)(d->shared - 1));
+      d->flag = f->flag;
+      d->metavar = f->metavar;
+      d->help = f->help;
+      d->env = d->env_off ? NULL : bagua__param_env_name(f->param);
+    }
     if (!d->env) continue;
     /* A variable the registry does not declare (yet) is not read at all. */
     int found = bagua__param_find(d->env);
@@ -182,4 +266,10 @@ void bagua__launch_config_free(bagua__launch_config_t *c) {
   bagua__launch_argv_free(&c->program);
   free(c->config_path);
   memset(c, 0, sizeof(*c));
+}
+
+int bagua__launch_find_shared(bagua__flag_t f) {
+  for (int s = 0; s < LS__COUNT; s++)
+    if (g_desc[s].shared == 1 + (int)f) return s;
+  return -1;
 }

@@ -104,8 +104,7 @@ int bagua__launch_parse_value(bagua__launch_setting_t s, const char *raw,
   } else if (d->type == LT_CHOICE) {
     /* The word in its canonical spelling ("Restart" is kept as "restart"), as every other
      * reader of the setting sees it; the value was checked above. */
-    (void)bagua__choice_parse(text, d->choices ? d->choices : "", norm, sizeof(norm), err,
-                              errlen);
+    (void)bagua__choice_parse(text, d->choices ? d->choices : "", norm, sizeof(norm), err, errlen);
     keep = norm;
   }
   char *copy = strdup(keep);

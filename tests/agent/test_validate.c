@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "common/flags.h"
 #include "common/params.h"
 #include "common/validate.h"
 #include "test.h"
@@ -116,6 +117,16 @@ static int parse(bagua__agent_config_t *cfg, char **args) {
   for (int i = 0; args[i]; i++) argv[argc++] = args[i];
   argv[argc] = NULL;
   return bagua__agent_parse_cli(argc, argv, cfg);
+}
+
+/* Every flag bagua-agent shares with bagua-launch (common/flags.def) is one the agent parses:
+ * the launcher passes them, so a row the agent lacked would fail every job. */
+static void test_shared_flags(void) {
+  for (int f = 0; f < BAGUA__FLAG_COUNT; f++) {
+    const char *flag = bagua__flag((bagua__flag_t)f)->flag;
+    if (!bagua__agent_flag_known(flag)) TEST_FAIL("bagua-agent has no flag %s", flag);
+  }
+  ASSERT_TRUE(!bagua__agent_flag_known("--no-such-flag"));
 }
 
 static void test_agent_cli(void) {
@@ -277,6 +288,7 @@ int main(void) {
   test_nnodes();
   test_endpoints();
   test_int_and_choice();
+  test_shared_flags();
   test_agent_cli();
   test_agent_cli_refusals();
   test_env_stdin();
