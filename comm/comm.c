@@ -193,6 +193,7 @@ bagua_status_t bagua__comm_build(const bagua__comm_build_t *b, bagua_comm_t **ou
   st = bagua__comm_connect(c, lfd); /* closes lfd in every case */
   lfd = -1;
   if (st != BAGUA_OK) goto fail;
+  BAGUA_CHECK_GOTO(bagua__comm_calibrate(c), st, fail);
   *out = c;
   return BAGUA_OK;
 fail:

@@ -146,6 +146,9 @@ void bagua__shm_abort(bagua__shm_t *s);
 void bagua__shm_destroy(bagua__shm_t *s);
 /* Hierarchical composition of shm within nodes and tcp across them (comm/hier.c). */
 extern const bagua__coll_ops_t bagua__hier_ops;
+/* Sets a new TCP (or hierarchical) communicator's allreduce ring threshold from what its
+ * links measure (comm/calibrate.c). Collective over c; called once c is connected. */
+bagua_status_t bagua__comm_calibrate(bagua_comm_t *c);
 bagua_status_t bagua__hier_setup(bagua_comm_t *c);
 
 /* ---- TCP mesh set-up (comm/comm_mesh.c) ---- */

@@ -1,0 +1,120 @@
+/*
+ * The allreduce ring threshold a TCP communicator starts with, measured when it is created.
+ *
+ * Recursive doubling sends the whole message log2(n) times in few rounds; the ring sends
+ * 2(n-1)/n of it in 2(n-1) steps. Which one is faster for a message of S bytes depends on the
+ * link's latency and bandwidth: on a 100 Mbit/s link the ring wins from a few KiB, on a fast
+ * local network only from a few hundred KiB. A fixed threshold loses on one of them, so each
+ * TCP communicator of three or more ranks times both algorithms at two sizes, fits
+ * T(S) = a + b*S to each, and starts with the crossover S* = (a_ring - a_rd) / (b_rd - b_ring).
+ * Every rank measures the same calls and the ranks agree on the largest estimate, so they all
+ * choose alike (both ends of every transfer must). A BAGUA_NET_RING_MIN_BYTES the user set wins,
+ * BAGUA_NET_CALIBRATE=0 keeps the registry's default, and autotuning may change the value later.
+ * With two ranks both algorithms send the same bytes and the default stands.
+ *
+ * Cost: twelve allreduces at creation, the largest of PROBE_LARGE bytes; about 0.2 s on a
+ * 100 Mbit/s link, a few ms on a fast one.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+#include "common/check.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "tune.h"
+
+#define PROBE_SMALL (4u << 10)
+#define PROBE_LARGE (256u << 10)
+#define PROBE_REPS 3
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median time in ns of PROBE_REPS allreduces of `bytes` with the ring threshold at `ring_min`
+ * (0: the ring for every size; SIZE_MAX: recursive doubling). */
+static bagua_status_t time_allreduce(bagua_comm_t *c, float *buf, size_t bytes, size_t ring_min,
+                                     int64_t *ns) {
+  int64_t t[PROBE_REPS];
+  c->ring_min_bytes = ring_min;
+  for (int i = 0; i < PROBE_REPS; i++) {
+    int64_t t0 = bagua__now_ns();
+    BAGUA_CHECK(bagua_allreduce(c, buf, buf, bytes / sizeof(float), BAGUA_F32, BAGUA_SUM));
+    t[i] = bagua__now_ns() - t0;
+  }
+  qsort(t, PROBE_REPS, sizeof(t[0]), cmp_i64);
+  *ns = t[PROBE_REPS / 2];
+  return BAGUA_OK;
+}
+
+/* The crossover of the two fitted lines, in bytes, or 0 when the ring is never slower. */
+static int64_t crossover(const int64_t rd[2], const int64_t ring[2]) {
+  double span = (double)(PROBE_LARGE - PROBE_SMALL);
+  double b_rd = (double)(rd[1] - rd[0]) / span, b_ring = (double)(ring[1] - ring[0]) / span;
+  double a_rd = (double)rd[0] - b_rd * PROBE_SMALL, a_ring = (double)ring[0] - b_ring * PROBE_SMALL;
+  if (a_ring <= a_rd) return 0;         /* the ring costs no more per call */
+  if (b_rd <= b_ring) return INT64_MAX; /* recursive doubling never loses */
+  return (int64_t)((a_ring - a_rd) / (b_rd - b_ring));
+}
+
+/* Measures and sets the threshold of TCP communicator `t` (every rank of `t` calls it). */
+static bagua_status_t calibrate_tcp(bagua_comm_t *t) {
+  bagua_status_t st = BAGUA_OK;
+  float *buf = calloc(PROBE_LARGE / sizeof(float), sizeof(float));
+  if (!buf) return BAGUA_ERR_NO_MEMORY;
+  size_t old_min = t->ring_min_bytes;
+  int old_sig = t->sig_by_parent;
+  /* The probes are the same calls on every rank: no signature exchange, which would add its
+   * own round trip to the latency being measured. */
+  t->sig_by_parent = 1;
+  int64_t rd[2], ring[2];
+  BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_SMALL, SIZE_MAX, &rd[0]), st, out);
+  BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_SMALL, 0, &ring[0]), st, out);
+  BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_LARGE, SIZE_MAX, &rd[1]), st, out);
+  BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_LARGE, 0, &ring[1]), st, out);
+  int64_t lo = 0, hi = 0, want = crossover(rd, ring);
+  /* Where the ring already wins at the small probe, the threshold is at most that size: the
+   * fitted lines only say where they cross, and noise in the intercepts can put that above a
+   * size the ring was just measured to win. */
+  if (ring[0] <= rd[0] && want > (int64_t)PROBE_SMALL) want = PROBE_SMALL;
+  bagua__param_bounds(BAGUA_P_NET_RING_MIN_BYTES, &lo, &hi);
+  if (want > hi) want = hi;
+  if (want < lo) want = lo;
+  /* One value for every rank: the largest estimate (the ranks timed the same calls). */
+  t->ring_min_bytes = SIZE_MAX;
+  BAGUA_CHECK_GOTO(bagua_allreduce(t, &want, &want, 1, BAGUA_I64, BAGUA_MAX), st, out);
+  t->sig_by_parent = old_sig;
+  BAGUA_CHECK_GOTO(bagua__comm_set_ring_min(t, (size_t)want), st, out);
+  BAGUA_INFO(BAGUA_SUBSYS_COMM,
+             "calibrated %d ranks: recursive doubling %.0f/%.0f us, ring %.0f/%.0f us at %u/%u "
+             "bytes: ring from %lld bytes",
+             t->size, rd[0] / 1e3, rd[1] / 1e3, ring[0] / 1e3, ring[1] / 1e3, PROBE_SMALL,
+             PROBE_LARGE, (long long)want);
+  free(buf);
+  return BAGUA_OK;
+out:
+  t->sig_by_parent = old_sig;
+  t->ring_min_bytes = old_min;
+  free(buf);
+  return st;
+}
+
+bagua_status_t bagua__comm_calibrate(bagua_comm_t *c) {
+  if (!c || bagua__param_is_set(BAGUA_P_NET_RING_MIN_BYTES) ||
+      !bagua__param_int(BAGUA_P_NET_CALIBRATE))
+    return BAGUA_OK;
+  if (c->ops == &bagua__generic_ops) return c->size >= 3 ? calibrate_tcp(c) : BAGUA_OK;
+  /* A hierarchical communicator runs the generic collectives among its node leaders, one per
+   * node (c->inter, NULL on the other ranks): they calibrate, and each node's other ranks
+   * take their leader's value, so that every rank reports the same threshold (the advisor and
+   * autotuning read it). */
+  if (c->ops != &bagua__hier_ops || !c->intra || c->node_count < 3) return BAGUA_OK;
+  if (c->inter) BAGUA_CHECK(calibrate_tcp(c->inter));
+  int64_t v = c->inter ? (int64_t)c->inter->ring_min_bytes : 0;
+  BAGUA_CHECK(bagua_broadcast(c->intra, &v, &v, 1, BAGUA_I64, 0));
+  c->ring_min_bytes = (size_t)v;
+  return BAGUA_OK;
+}

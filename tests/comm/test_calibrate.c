@@ -1,0 +1,65 @@
+/*
+ * The allreduce ring threshold a TCP communicator starts with (comm/calibrate.c): measured at
+ * creation on three or more ranks and equal on every rank; a BAGUA_NET_RING_MIN_BYTES the user
+ * set wins; BAGUA_NET_CALIBRATE=0 and two ranks keep the registry's default; a hierarchical
+ * communicator of three emulated nodes gives every rank its leader's value.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm/tune.h"
+#include "common/params.h"
+#include "mp.h"
+#include "../test.h"
+
+/* What every rank's body expects: -1 for "measured, equal on every rank and within bounds". */
+static int64_t g_want;
+
+static int body(bagua_comm_t *c, void *arg) {
+  (void)arg;
+  int64_t mine = (int64_t)bagua__comm_ring_min(c), lo = 0, hi = 0, min = mine, max = mine;
+  ASSERT_OK(bagua_allreduce(c, &min, &min, 1, BAGUA_I64, BAGUA_MIN));
+  ASSERT_OK(bagua_allreduce(c, &max, &max, 1, BAGUA_I64, BAGUA_MAX));
+  if (min != max)
+    TEST_FAIL("ranks disagree on the ring threshold: %lld to %lld", (long long)min, (long long)max);
+  bagua__param_bounds(BAGUA_P_NET_RING_MIN_BYTES, &lo, &hi);
+  ASSERT_TRUE(mine >= lo && mine <= hi);
+  if (g_want >= 0) ASSERT_EQ(mine, g_want);
+  /* And the collectives agree with the oracle at sizes on both sides of it. */
+  const size_t counts[] = {7, 1024, 20000, 200000};
+  for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+    float *buf = malloc(counts[k] * sizeof(float));
+    ASSERT_TRUE(buf != NULL);
+    for (size_t i = 0; i < counts[k]; i++) buf[i] = (float)(bagua_comm_rank(c) + 1);
+    ASSERT_OK(bagua_allreduce(c, buf, buf, counts[k], BAGUA_F32, BAGUA_SUM));
+    float total = (float)(bagua_comm_size(c) * (bagua_comm_size(c) + 1) / 2);
+    for (size_t i = 0; i < counts[k]; i++) ASSERT_TRUE(buf[i] == total);
+    free(buf);
+  }
+  if (bagua_comm_rank(c) == 0)
+    printf("ring threshold %lld bytes on %d ranks (%s)\n", (long long)mine, bagua_comm_size(c),
+           bagua_comm_transport_name(c));
+  return 0;
+}
+
+static int run(int nranks, int per_node, const char *env, int64_t want) {
+  g_want = want;
+  mp_opts_t o = {.nranks = nranks,
+                 .transport = per_node > 1 ? BAGUA_TRANSPORT_AUTO : BAGUA_TRANSPORT_TCP,
+                 .ranks_per_node = per_node,
+                 .deadline_s = 60,
+                 .setenv_list = env};
+  return mp_run(&o, body, NULL);
+}
+
+int main(void) {
+  int64_t def = bagua__param_int_default(BAGUA_P_NET_RING_MIN_BYTES);
+  if (run(3, 1, "", -1) != 0) return 1;                                  /* measured */
+  if (run(4, 1, "BAGUA_NET_RING_MIN_BYTES=12345", 12345) != 0) return 1; /* the user's */
+  if (run(3, 1, "BAGUA_NET_CALIBRATE=0", def) != 0) return 1;            /* off */
+  if (run(2, 1, "", def) != 0) return 1;                                 /* two ranks */
+  if (run(6, 2, "", -1) != 0) return 1; /* hierarchical: 3 nodes of 2 */
+  printf("PASS comm_calibrate\n");
+  return 0;
+}
