@@ -14,15 +14,22 @@
 # a warm-up of 100 steps (20 % of training in the example), too long to reach here; with
 # --algos "... qadam" it runs with BAGUA_WARMUP_STEPS=1, whose barely warmed-up variance makes
 # the optimizer's own step slow (see docs/advisor.md). async keeps its 500 ms interval.
-# Needs root (network namespaces).
+# Needs root (network namespaces). Every prediction and every measured step time is also kept,
+# with the load average at the end of the run it came from, in the record that
+# bench/record.py describes (--record-dir DIR, or BENCH_RECORD_DIR, names its directory; under
+# sudo it is handed to the user who ran sudo). Each algorithm runs once per rate: the figures
+# are single runs, not medians.
 #
 # usage: bench/advise.sh [--build build] [--rates "100mbit 1gbit"] [--steps 3] [--csv FILE]
 #          [--algos "gradient_allreduce bytegrad ..."] [--delay MS] [--hidden 3072,3072]
+#          [--record-dir DIR]
 # --delay adds MS each way through netsim's delay switch (the rate column then reads
 # "1gbit+5ms"); --hidden sets the MLP's hidden layers (a small model, e.g. 64, makes the
 # steps latency-bound).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/record.sh"
+record_argv "$0" "$@"
+cd "$(dirname "$0")/.." || exit 2
 build=build rates="100mbit 1gbit" steps=3 csv=/dev/null inner=0 delay=0 hidden=3072,3072
 algos="gradient_allreduce bytegrad decentralized low_precision_decentralized async"
 while [ $# -gt 0 ]; do
@@ -34,6 +41,7 @@ while [ $# -gt 0 ]; do
     --algos) algos=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --hidden) hidden=$2; shift 2 ;;
+    --record-dir) export BENCH_RECORD_DIR=$2; shift 2 ;;
     --inner) inner=1; shift ;;
     *) echo "advise: unknown argument \"$1\"; see the header of $0" >&2; exit 2 ;;
   esac
@@ -46,6 +54,8 @@ build=$(cd "$build" && pwd) || { echo "advise: no build directory" >&2; exit 2; 
 
 if [ "$inner" = 0 ]; then
   [ "$(id -u)" = 0 ] || { echo "advise: needs root (network namespaces)" >&2; exit 77; }
+  record_open advise "" rate kind step_s:s
+  trap 'record_close $?' EXIT
   echo "rate,algorithm,predicted_s,measured_s,error_pct" | tee "$csv"
   for rate in $rates; do
     bench/netsim/netsim.sh run --hosts 4 --rate "$rate" --delay "$delay" --name adv -- \
@@ -55,7 +65,12 @@ if [ "$inner" = 0 ]; then
   exit 0
 fi
 
-# Inside the cluster: NETSIM_HOSTS names the 4 namespaces.
+# Inside the cluster: NETSIM_HOSTS names the 4 namespaces. Rows go into the outer run's record
+# as each run ends: kind "measured" for the run's own step time, kind "predicted" for each
+# algorithm's prediction in the gradient_allreduce run's table.
+record_attach
+label=$NETSIM_RATE
+[ "${NETSIM_DELAY_MS:-0}" != 0 ] && label="$NETSIM_RATE+${NETSIM_DELAY_MS}ms"
 IFS=, read -ra H <<<"$NETSIM_HOSTS"
 hostspec=$(printf '%s:1,' "${H[@]}")
 hostspec=${hostspec%,}
@@ -80,18 +95,26 @@ for algo in $algos; do
   if [ $rc -ne 0 ] || [ -z "$m" ]; then
     echo "advise: $algo at $NETSIM_RATE failed (rc $rc):" >&2
     tail -20 "$out" >&2
+    record_row "$algo" 0 "$label" measured fail
     continue
   fi
   meas[$algo]=$m
+  record_row "$algo" 0 "$label" measured "$m"
   # Every run's table goes to stderr: its header shows the compute measured under it.
   grep -E '\[[^]/]+/0\].*advise: ' "$out" | sed "s/^/  $algo: /" >&2
   if [ "$algo" = gradient_allreduce ]; then
-    while read -r _ name _ p _; do pred[$name]=$p; done <<<"$rows"
+    while read -r _ name _ p _; do
+      pred[$name]=$p
+      # The summary line above the table matches the row pattern too ("4 ranks on 4
+      # nodes ..."); only the algorithms' rows are predictions.
+      case $name in
+        gradient_allreduce | bytegrad | decentralized | low_precision_decentralized | qadam | async)
+          record_row "$name" 0 "$label" predicted "$p" ;;
+      esac
+    done <<<"$rows"
   fi
 done
 
-label=$NETSIM_RATE
-[ "${NETSIM_DELAY_MS:-0}" != 0 ] && label="$NETSIM_RATE+${NETSIM_DELAY_MS}ms"
 NETSIM_RATE=$label
 for algo in $algos; do
   p=${pred[$algo]:-} m=${meas[$algo]:-}

@@ -12,11 +12,17 @@
 #         it; join = that step's time - the moment the new agent registered in etcd (its INFO
 #         log line "registered"), and also from the agent's start.
 # Rank 0 prints "round N first_step_mono_ms T unix_ms U" after a new round's first step
-# (train_elastic.c). Medians are printed at the end; nothing is asserted.
+# (train_elastic.c). Each time is printed as "median [min-max]" over the cycles at the end
+# (with fewer than 3 cycles, the cycles themselves); nothing is asserted. Every kill and join
+# is kept, with the load average at that moment, in the record that bench/record.py describes
+# (--record-dir DIR, or BENCH_RECORD_DIR, names its directory).
 #
 # Usage: bench/elastic_recovery.sh [--build DIR] [--cycles N] [--ttl S] [--settle-ms MS]
 #                                  [--algorithm A] [--hidden W1,W2] [--batch B]
+#                                  [--record-dir DIR]
 set -euo pipefail
+. "$(dirname "$0")/record.sh"
+record_argv "$0" "$@"
 
 BUILD=build
 CYCLES=3
@@ -34,8 +40,9 @@ while [ $# -gt 0 ]; do
     --algorithm) ALGO=$2; shift 2 ;;
     --hidden) HIDDEN=$2; shift 2 ;;
     --batch) BATCH=$2; shift 2 ;;
+    --record-dir) export BENCH_RECORD_DIR=$2; shift 2 ;;
     *) echo "usage: $0 [--build DIR] [--cycles N] [--ttl S] [--settle-ms MS] [--algorithm A]" \
-            "[--hidden W1,W2] [--batch B]" >&2; exit 2 ;;
+            "[--hidden W1,W2] [--batch B] [--record-dir DIR]" >&2; exit 2 ;;
   esac
 done
 AGENT=$BUILD/agent/bagua-agent
@@ -43,14 +50,16 @@ FM=$BUILD/examples/fashion_mnist
 for b in "$AGENT" "$FM" /usr/bin/etcd; do [ -x "$b" ] || { echo "$b is missing" >&2; exit 2; }; done
 
 now_ms() { local t=$EPOCHREALTIME; t=${t/./}; echo $((t / 1000)); }
-median() { sort -n | awk '{a[NR]=$1} END {if (!NR) print "-"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+record_open elastic_recovery "" algorithm node round ms:ms from_agent_start_ms:ms
 dir=$(mktemp -d /tmp/bagua-elastic-bench-XXXXXX)
 pids=()
 cleanup() {
+  local rc=$?
   for p in "${pids[@]}"; do pkill -KILL -P "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
   rm -rf "$dir"
+  record_close $rc
 }
 trap cleanup EXIT
 
@@ -129,6 +138,7 @@ for c in $(seq 1 "$CYCLES"); do
   round=${got%% *}; ms=$(( ${got##* } - t_kill ))
   rec+=("$ms")
   printf '%-6s %-6s %10s %12s %14s\n' "$c" kill "$victim" "$round" "$ms"
+  record_row recovery "$c" "$ALGO" "$victim" "$round" "$ms" n/a
   sleep 2
   n=n$next; next=$((next + 1))
   start_node "$n"
@@ -139,10 +149,12 @@ for c in $(seq 1 "$CYCLES"); do
   ms=$(( ${got##* } - t_reg )); ms0=$(( ${got##* } - ${agent_start[$n]} ))
   join+=("$ms"); join_start+=("$ms0")
   printf '%-6s %-6s %10s %12s %14s (%s ms from the agent start)\n' "$c" join "$n" "$round" "$ms" "$ms0"
+  record_row join "$c" "$ALGO" "$n" "$round" "$ms" "$ms0"
   sleep 2
 done
 echo "model: $(cat "$dir"/*.out | grep -o "model [0-9]* params" | head -1), algorithm $ALGO, lease TTL ${TTL} s, settle ${SETTLE} ms"
-echo "recovery (kill -> first step of the new round) median ms: $(printf '%s\n' "${rec[@]}" | median)  [${rec[*]}]"
-echo "join (registered -> first step with the newcomer) median ms: $(printf '%s\n' "${join[@]}" | median)  [${join[*]}]"
-echo "join (agent start -> first step with the newcomer) median ms: $(printf '%s\n' "${join_start[@]}" | median)"
+record_runs_note "$CYCLES"
+echo "recovery (kill -> first step of the new round) median [min-max] ms: $(record_stat .0f "${rec[@]}")  runs: ${rec[*]}"
+echo "join (registered -> first step with the newcomer) median [min-max] ms: $(record_stat .0f "${join[@]}")  runs: ${join[*]}"
+echo "join (agent start -> first step with the newcomer) median [min-max] ms: $(record_stat .0f "${join_start[@]}")"
 grep -h "recovery_ms" "$dir"/*.out | sed 's/^/  /' | tail -$((2 * CYCLES)) || true

@@ -2,12 +2,18 @@
 # Start-up time of a standalone bagua-launch job: from the moment bagua-launch is executed
 # until every worker is running, with the private etcd's start included. It reports, per run
 # and as medians: etcd ready (from bagua-launch's INFO log), all workers running (the latest
-# worker start time), and the whole run including shutdown and clean-up.
+# worker start time), and the whole run including shutdown and clean-up. The last line gives
+# each as "median [min-max]" (with fewer than 3 runs, the runs themselves).
 #
 # Usage: bench/launch_time.sh [--launch PATH] [--agent PATH] [--runs N] [--nproc N]
+#                             [--record-dir DIR]
 #   defaults: build/launcher/bagua-launch, the agent bagua-launch finds itself, 10 runs, 4.
 # Each worker records its start time (date +%s%N) in a file and exits; nothing is asserted.
+# Every run is also kept, with the load average at its end, in the record that
+# bench/record.py describes (--record-dir DIR, or BENCH_RECORD_DIR, names its directory).
 set -euo pipefail
+. "$(dirname "$0")/record.sh"
+record_argv "$0" "$@"
 
 LAUNCH=build/launcher/bagua-launch
 AGENT=()
@@ -19,16 +25,19 @@ while [ $# -gt 0 ]; do
     --agent) AGENT=(--agent "$2"); shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --nproc) NPROC=$2; shift 2 ;;
-    *) echo "usage: $0 [--launch PATH] [--agent PATH] [--runs N] [--nproc N]" >&2; exit 2 ;;
+    --record-dir) export BENCH_RECORD_DIR=$2; shift 2 ;;
+    *) echo "usage: $0 [--launch PATH] [--agent PATH] [--runs N] [--nproc N] [--record-dir DIR]" >&2
+       exit 2 ;;
   esac
 done
 [ -x "$LAUNCH" ] || { echo "$LAUNCH is not built" >&2; exit 2; }
+record_open launch_time "" nproc etcd_ready_ms:ms all_workers_running_ms:ms total_ms:ms
+trap 'record_close $?' EXIT
 
 now_us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 etcd_ms=() ; ready_ms=() ; total_ms=()
-printf '%-4s %12s %20s %14s\n' run etcd_ready_ms all_workers_running_ms total_ms
+printf '%-16s %14s %22s %16s\n' run etcd_ready_ms all_workers_running_ms total_ms
 for run in $(seq 1 "$RUNS"); do
   dir=$(mktemp -d /tmp/bagua-launch-bench-XXXXXX)
   t0=$(now_us)
@@ -46,12 +55,14 @@ for run in $(seq 1 "$RUNS"); do
   ready=$(( (last_ns / 1000 - t0) / 1000 ))
   total=$(( (t1 - t0) / 1000 ))
   etcd=$(sed -n 's/.*private etcd at .* ready in \([0-9]*\) ms.*/\1/p' "$dir/launch.log")
-  printf '%-4s %12s %20s %14s\n' "$run" "${etcd:-?}" "$ready" "$total"
-  etcd_ms+=("${etcd:-0}"); ready_ms+=("$ready"); total_ms+=("$total")
+  printf '%-16s %14s %22s %16s\n' "$run" "${etcd:-?}" "$ready" "$total"
+  record_row bagua-launch "$run" "$NPROC" "${etcd:-n/a}" "$ready" "$total"
+  etcd_ms+=("${etcd:-n/a}"); ready_ms+=("$ready"); total_ms+=("$total")
   rm -rf "$dir"
 done
-printf '%-4s %12s %20s %14s\n' median \
-  "$(printf '%s\n' "${etcd_ms[@]}" | median)" \
-  "$(printf '%s\n' "${ready_ms[@]}" | median)" \
-  "$(printf '%s\n' "${total_ms[@]}" | median)"
+record_runs_note "$RUNS"
+printf '%-16s %14s %22s %16s\n' "median [min-max]" \
+  "$(record_stat .0f "${etcd_ms[@]}")" \
+  "$(record_stat .0f "${ready_ms[@]}")" \
+  "$(record_stat .0f "${total_ms[@]}")"
 echo "command: $LAUNCH ${AGENT[*]} --nproc-per-node $NPROC -- sh -c 'date +%s%N > \$0/w\$RANK' DIR"

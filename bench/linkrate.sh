@@ -3,14 +3,19 @@
 # one network namespace per host, every link shaped both ways with tbf) against the link rate,
 # for bagua-bench (TCP transport), Gloo (bench/peer_gloo.py under torch.distributed) and Open MPI
 # TCP (bench/peer_mpi.c), one rank per host, all in the same cluster, interleaved (bagua, gloo,
-# mpi, bagua, ...) --repeat times. Prints a markdown table of medians: busbw GB/s per
-# implementation, bagua's busbw as a percentage of the link rate (bits/8), bagua/gloo, bagua/mpi.
+# mpi, bagua, ...) --repeat times. Prints a markdown table: busbw GB/s per implementation as
+# "median [min-max]" over the repeats (with fewer than 3 repeats, the runs themselves), bagua's
+# median busbw as a percentage of the link rate (bits/8), bagua/gloo, bagua/mpi.
 #
 #   bench/linkrate.sh [--build build] [--rates "100mbit 1gbit 10gbit"] [--hosts "2 4"]
 #                     [--collectives allreduce] [--impls "bagua gloo mpi"] [--repeat 3]
 #                     [--sizes "100mbit=4M:16M:3 1gbit=16M:64M:5 10gbit=16M:64M:5"]
-#                     [--warmup 1] [--timeout 600] [--raw FILE]
+#                     [--warmup 1] [--timeout 600] [--raw FILE] [--record-dir DIR]
 #   bench/linkrate.sh --table FILE [--impls ...]   (the table again from a --raw FILE)
+#
+# Every run is also kept, one row per message size with the load average at its end, in the
+# record that bench/record.py describes (--record-dir DIR, or BENCH_RECORD_DIR, names its
+# directory; under sudo it is handed to the user who ran sudo).
 #
 # Collectives: bagua-bench's (allreduce reduce_scatter allgather alltoall broadcast reduce
 # barrier sendrecv neighbors); the peers skip sendrecv and neighbors, the decentralized
@@ -27,6 +32,8 @@
 # not emulated (netsim.sh says why).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/record.sh"
+record_argv "$0" "$@"
 build=$here/../build rates="100mbit 1gbit 10gbit" hosts="2 4" colls=allreduce impls="bagua gloo mpi"
 repeat=3 sizes="100mbit=4M:16M:3 1gbit=16M:64M:5 10gbit=16M:64M:5" warmup=1 tmo=600 raw='' table='' inner=0
 while [ $# -gt 0 ]; do
@@ -42,8 +49,9 @@ while [ $# -gt 0 ]; do
     --timeout) tmo=$2; shift 2 ;;
     --raw) raw=$2; shift 2 ;;
     --table) table=$2; shift 2 ;;
+    --record-dir) export BENCH_RECORD_DIR=$2; shift 2 ;;
     --inner) inner=1; shift ;;
-    *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 done
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "linkrate: no build directory" >&2; exit 2; }
@@ -73,6 +81,11 @@ elif [ "$inner" = 0 ]; then
     "$py" -c 'import torch.distributed' 2>/dev/null ||
       { echo "linkrate: torch missing: apt-get install python3-torch" >&2; exit 2; } ;;
   esac
+  peers=
+  case " $impls " in *" gloo "*) peers+=" torch" ;; esac
+  case " $impls " in *" mpi "*) peers+=" ompi" ;; esac
+  record_open linkrate "$peers" rate hosts collective bytes:B time_us:us wrong:elements
+  trap 'record_close $?' EXIT
   raw=${raw:-$(mktemp /tmp/linkrate.XXXXXX)}
   : >"$raw"
   echo "# linkrate $(date -u +%FT%TZ) git $(git -C "$here" rev-parse --short HEAD 2>/dev/null)" \
@@ -92,8 +105,10 @@ fi
 if [ "$inner" = 0 ]; then
 
   # "rate hosts collective impl repeat bytes time_us wrong" rows -> the table of medians.
-  "$py" - "$raw" "$impls" <<'PY'
-import statistics, sys
+  "$py" - "$raw" "$impls" "$here" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+import record  # bench/record.py: "median [min-max]", and no median of fewer than 3 runs
 rows = [l.split() for l in open(sys.argv[1]) if l.strip() and not l.startswith('#')]
 impls = sys.argv[2].split()
 def link_gbs(rate):
@@ -105,10 +120,13 @@ FACTOR = {'allreduce': lambda n: 2 * (n - 1) / n, 'reduce_scatter': lambda n: (n
 def busbw(r):  # GB/s (1e9 B/s), nccl-tests factors, from bytes and the max-over-ranks time
     return int(r[5]) / (float(r[6]) * 1e-6) / 1e9 * FACTOR.get(r[2], lambda n: 1.0)(int(r[1]))
 def med(sel):
-    v = [busbw(r) for r in sel]
-    return statistics.median(v) if v else None
+    return record.median([busbw(r) for r in sel])
 def fmt(v, f="{:.4f}"):
     return "n/a" if v is None else f.format(v)
+fewest = min([len([r for r in rows if (r[0], r[1], r[2], r[5], r[3]) == k])
+              for k in {(r[0], r[1], r[2], r[5], r[3]) for r in rows}] or [0])
+if record.runs_note(fewest):
+    print(record.runs_note(fewest) + "\n")
 print("| rate | hosts | collective | size | " + " | ".join(f"{i} GB/s" for i in impls) +
       " | bagua % of rate | " + " | ".join(f"bagua/{i}" for i in impls if i != 'bagua') + " |")
 print("| --- | ---: | --- | ---: |" + " ---: |" * len(impls) + " ---: |" + " ---: |" * (len(impls) - 1))
@@ -119,7 +137,8 @@ for rate, n, coll, b in keys:
     m = {i: med([r for r in sel if r[3] == i]) for i in impls}
     wrong = {i for r in sel for i in [r[3]] if r[7] not in ('0', '-1')}
     bad += len(wrong)
-    cells = " | ".join(fmt(m[i]) + ("!" if i in wrong else "") for i in impls)
+    cells = " | ".join(record.stat([busbw(r) for r in sel if r[3] == i], ".4f") +
+                       ("!" if i in wrong else "") for i in impls)
     pct = fmt(100 * m['bagua'] / link_gbs(rate), "{:.1f} %") if m.get('bagua') is not None else "n/a"
     ratios = " | ".join(fmt(m['bagua'] / m[i] if m.get('bagua') and m[i] else None, "{:.2f}")
                         for i in impls if i != 'bagua')
@@ -133,7 +152,9 @@ PY
   exit 0
 fi
 
-# Inside one cluster (netsim.sh run): NETSIM_HOSTS / NETSIM_ADDRS name the namespaces.
+# Inside one cluster (netsim.sh run): NETSIM_HOSTS / NETSIM_ADDRS name the namespaces. Rows
+# go into the outer run's record as each run ends, with the load average of that moment.
+record_attach
 IFS=, read -ra H <<<"$NETSIM_HOSTS"
 IFS=, read -ra A <<<"$NETSIM_ADDRS"
 n=${#H[@]} rate=$NETSIM_RATE
@@ -196,7 +217,11 @@ run_one() { # impl coll repeat -> rows on stdout
   fi
   # time_us ($5) rather than the printed busbw: bagua-bench prints 3 decimals (0.011 GB/s at
   # 100 Mbit/s would be +-5 %); the table recomputes busbw from bytes and time_us.
-  awk -v p="$rate $n $coll $impl $k" '$1 ~ /^[0-9]+$/ {print p, $1, $5, $8}' "$out"
+  local bytes time_us wrong
+  awk '$1 ~ /^[0-9]+$/ {print $1, $5, $8}' "$out" | while read -r bytes time_us wrong; do
+    echo "$rate $n $coll $impl $k $bytes $time_us $wrong"
+    record_row "$impl" "$k" "$rate" "$n" "$coll" "$bytes" "$time_us" "$wrong"
+  done
 }
 
 for ((k = 1; k <= repeat; k++)); do

@@ -6,8 +6,13 @@
 # and Gloo (torch.distributed, via bench/peer_gloo.py) over the same doubling
 # sizes with the same warmup/iters methodology, repeats everything --repeat
 # times *interleaved* (ours, mpi, gloo, ours, ...) so that noise from other
-# tenants hits every implementation alike, and prints the median per
-# (implementation, size) as a table ready for a results file under docs/results/.
+# tenants hits every implementation alike, and prints "median [min-max]" per
+# (implementation, size) as a table ready for a results file under docs/results/
+# (with fewer than 3 repeats a cell lists the runs instead of a median).
+#
+# Every run is also kept, one row per size with the load average at its end,
+# in the record that bench/record.py describes (--record-dir DIR, or
+# BENCH_RECORD_DIR, names its directory).
 #
 # Every implementation checks its results; a nonzero `wrong` count is marked
 # with '!' in the table and makes the script exit 3.
@@ -17,6 +22,8 @@ set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo_root=$(cd "$script_dir/.." && pwd)
+. "$script_dir/record.sh"
+record_argv "$0" "$@"
 
 usage() {
     cat <<EOF
@@ -30,12 +37,16 @@ usage: bench/peers.sh [options]
   --max-bytes 256M      largest size (default: 256M)
   --iters 10            timed iterations per size (default: 10)
   --warmup 3            untimed iterations per size (default: 3)
-  --repeat 3            interleaved repetitions; the median is reported (default: 3)
+  --repeat 3            interleaved repetitions; "median [min-max]" is reported
+                        (default: 3)
   --transports "shm tcp"  bagua-bench transports (default: "shm tcp")
-  --peers "ompi_shm ompi_tcp gloo"  peers to run (default: all three)
+  --peers "ompi_shm ompi_tcp gloo"  peers to run (default: all three; 'none'
+                        runs only bagua-bench)
   --metric busbw|algbw|time  value in the table (default: busbw; time for barrier)
   --markdown            print a Markdown table and a fenced command block
   --raw-dir DIR         keep every raw output in DIR (default: a temp dir, removed)
+  --record-dir DIR      the record of this run (default: \$BENCH_RECORD_DIR, else
+                        docs/results/raw/<date>-peers-<commit>/; see bench/record.py)
   --timeout SEC         kill a single run after SEC seconds (default: 900)
   --python PATH         python3 with torch (default: first of \$PYTHON, python3,
                         /usr/bin/python3 that can import torch)
@@ -82,6 +93,7 @@ while [[ $# -gt 0 ]]; do
         --metric) need_val "$@"; metric=$2; shift 2 ;;
         --markdown) markdown=1; shift ;;
         --raw-dir) need_val "$@"; raw_dir=$2; shift 2 ;;
+        --record-dir) need_val "$@"; export BENCH_RECORD_DIR=$2; shift 2 ;;
         --timeout) need_val "$@"; run_timeout=$2; shift 2 ;;
         --python) need_val "$@"; python=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -100,6 +112,7 @@ done
 for n in $nranks_list; do
     [[ $n =~ ^[0-9]+$ && $n -ge 1 ]] || die "bad rank count '$n' in --nranks"
 done
+[[ $peers == none ]] && peers=""
 for p in $peers; do
     case "$p" in ompi_shm|ompi_tcp|gloo) ;; *) die "unknown peer '$p'" ;; esac
 done
@@ -108,9 +121,9 @@ if [[ -z "$metric" ]]; then
     if [[ $collective == barrier ]]; then metric="time"; else metric="busbw"; fi
 fi
 case "$metric" in
-    busbw) metric_col=7 ;;   # column numbers in the row format
-    algbw) metric_col=6 ;;
-    time) metric_col=5 ;;
+    busbw) metric_col=7; metric_unit=GB/s ;;   # column numbers in the row format
+    algbw) metric_col=6; metric_unit=GB/s ;;
+    time) metric_col=5; metric_unit=us ;;
     *) die "--metric must be busbw, algbw or time" ;;
 esac
 
@@ -167,9 +180,16 @@ if [[ $bagua != none ]]; then
 fi
 [[ $bagua == none && -z "$peers" ]] && die "nothing to run"
 
+# ---------------------------------------------------------------- record ---
+record_peers=""
+has_peer gloo && record_peers+=" torch"
+[[ $has_ompi == 1 ]] && record_peers+=" ompi"
+export RECORD_TORCH_PYTHON=${python:-/usr/bin/python3}
+record_open peers "$record_peers" nranks bytes:B "$metric:$metric_unit" wrong:elements
+
 # --------------------------------------------------------------- workdir ---
 work=$(mktemp -d "${TMPDIR:-/tmp}/bagua-peers.XXXXXX")
-cleanup() { rm -rf "$work"; }
+cleanup() { local rc=$?; rm -rf "$work"; record_close $rc; }
 trap cleanup EXIT
 if [[ -n "$raw_dir" ]]; then
     mkdir -p "$raw_dir"
@@ -259,9 +279,12 @@ run_one() {
         exit 1
     fi
     # Data rows: 8+ fields, numeric first field; '#' lines are comments.
-    awk -v impl="$impl" -v n="$n" -v col="$metric_col" \
-        '!/^#/ && NF >= 8 && $1 ~ /^[0-9]+$/ { print impl, n, $1, $col, $8 }' \
-        "$out" >>"$records"
+    local bytes value wrong
+    awk -v col="$metric_col" '!/^#/ && NF >= 8 && $1 ~ /^[0-9]+$/ { print $1, $col, $8 }' \
+        "$out" | while read -r bytes value wrong; do
+        echo "$impl $n $bytes $value $wrong" >>"$records"
+        record_row "$impl" "$rep" "$n" "$bytes" "$value" "$wrong"
+    done
 }
 
 total_runs=0
@@ -294,7 +317,8 @@ metric_desc="busbw in GB/s (1e9 B/s)"
 [[ $metric == time ]] && metric_desc="time per iteration in us (lower is better)"
 
 header_lines() {
-    echo "collective: $collective   value: median $metric_desc over $repeat interleaved repeats"
+    echo "collective: $collective   value: median [min-max] $metric_desc over $repeat interleaved repeats"
+    record_runs_note "$repeat"
     echo "sizes: $min_bytes..$max_bytes doubling   iters: $iters   warmup: $warmup   f32 sum"
     echo "machine: ${cpu_model:-unknown CPU}, nproc $(nproc), ${mem_gib:-?} GiB RAM, Linux $(uname -r)"
     echo "peers: ${ompi_ver:-Open MPI not run}; ${gloo_desc}"
@@ -319,7 +343,7 @@ for ((s = min_b; s <= max_b; s *= 2)); do sizes+="$s "; done
 
 rc=0
 awk -v impls="${impls[*]}" -v nranks="$nranks_list" -v sizes="$sizes" \
-    -v md="$markdown" -v metric="$metric" '
+    -v md="$markdown" -v metric="$metric" -v statcmd="$RECORD_PYTHON $RECORD_PY stat" '
 function median(key,    m, i, j, v, a) {
     m = cnt[key]
     for (i = 1; i <= m; i++) a[i] = vals[key, i]
@@ -331,7 +355,16 @@ function median(key,    m, i, j, v, a) {
     if (m % 2) return a[(m + 1) / 2]
     return (a[m / 2] + a[m / 2 + 1]) / 2
 }
-function fmt(v) { return metric == "time" ? sprintf("%.1f", v) : sprintf("%.3f", v) }
+# "median [min-max]" of a cell, or its runs when there are fewer than 3: bench/record.py
+# decides, so that every benchmark table follows the same rule.
+function stat(key,    m, i, cmd, out) {
+    cmd = statcmd " " (metric == "time" ? ".1f" : ".3f")
+    m = cnt[key]
+    for (i = 1; i <= m; i++) cmd = cmd " " vals[key, i]
+    cmd | getline out
+    close(cmd)
+    return out
+}
 # "better" ratio: bigger is better for bandwidth, smaller for time.
 function ratio(ours, peer) {
     if (ours == "" || peer == "" || ours + 0 <= 0 || peer + 0 <= 0) return "n/a"
@@ -342,17 +375,22 @@ function better(a, b) {
     if (b == "") return a
     return (metric == "time") ? (a < b ? a : b) : (a > b ? a : b)
 }
-function row(f, nf,    i, s) {
-    if (md) {
-        s = "|"
-        for (i = 1; i <= nf; i++) s = s " " f[i] " |"
-        print s
-    } else {
-        # Width of each column = its header, so the text table lines up.
-        s = ""
-        for (i = 1; i <= nf; i++) {
-            w = length(H[i]) < 9 ? 9 : length(H[i])
-            s = s sprintf(i <= 2 ? "%-" w "s  " : "%" w "s  ", f[i])
+# Rows are kept until the end, so that the text table can size each column to its widest
+# cell.
+function row(f, nf,    i) {
+    nrows++
+    for (i = 1; i <= nf; i++) {
+        T[nrows, i] = f[i]
+        if (length(f[i]) > W[i]) W[i] = length(f[i])
+    }
+    ncols = nf
+}
+function print_rows(    r, i, s) {
+    for (r = 1; r <= nrows; r++) {
+        s = md ? "|" : ""
+        for (i = 1; i <= ncols; i++) {
+            if (md) s = s " " T[r, i] " |"
+            else s = s sprintf(i <= 2 ? "%-" W[i] "s  " : "%" W[i] "s  ", T[r, i])
         }
         sub(/ +$/, "", s)
         print s
@@ -362,6 +400,8 @@ BEGIN {
     nimpl = split(impls, I, " ")
     nsz = split(sizes, S, " ")
     nn = split(nranks, N, " ")
+    nrows = 0
+    for (i = 1; i <= 64; i++) W[i] = 9
 }
 {
     # records: impl nranks bytes value wrong
@@ -399,7 +439,7 @@ END {
             key = I[i] SUBSEP n SUBSEP s
             if (!(key in cnt)) { F[++nf] = "n/a"; continue }
             v = median(key)
-            F[++nf] = fmt(v) (key in bad ? "!" : "")
+            F[++nf] = stat(key) (key in bad ? "!" : "")
             if (key in bad) anybad = 1
             if (I[i] ~ /^bagua_/) ours = better(ours, v)
             else peer = better(peer, v)
@@ -410,6 +450,7 @@ END {
         F[++nf] = (hasTcp && hasGloo) ? ratio(tcp, gloo) : "n/a"
         row(F, nf)
     }
+    print_rows()
     exit anybad ? 3 : 0
 }' "$records" || rc=$?
 

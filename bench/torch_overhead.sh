@@ -4,10 +4,17 @@
 # with_bagua(gradient_allreduce) and under torch DDP (Gloo, world 1). With one rank libbagua
 # still runs everything a step does (the gradient-ready hook per parameter, bucket hand-off to
 # the communication thread, the post-backward wait, the wrapped optimizer step), so the
-# difference to --plain is the front end's overhead. Interleaved repeats; medians.
+# difference to --plain is the front end's overhead. Interleaved repeats (plain, with_bagua,
+# DDP, plain, ...); a cell reads "median [min-max]" over the repeats (with fewer than 3, the
+# runs themselves), and the overheads are differences of the medians. Every run is also kept,
+# with the load average at its end, in the record that bench/record.py describes
+# (--record-dir DIR, or BENCH_RECORD_DIR, names its directory).
 #
 # usage: bench/torch_overhead.sh [--build build] [--models "cnn wide"] [--steps 300] [--repeat 5]
+#          [--record-dir DIR]
 set -euo pipefail
+. "$(dirname "$0")/record.sh"
+record_argv "$0" "$@"
 cd "$(dirname "$0")/.."
 build=build models="cnn" steps=300 repeat=5
 while [ $# -gt 0 ]; do
@@ -16,11 +23,18 @@ while [ $# -gt 0 ]; do
     --models) models=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
+    --record-dir) export BENCH_RECORD_DIR=$2; shift 2 ;;
     *) echo "unknown argument $1; see the header of $0" >&2; exit 2 ;;
   esac
 done
 py=/usr/bin/python3
-export PYTHONPATH=$PWD/$build/python OMP_NUM_THREADS=1
+# --build may be relative to the checkout (the default) or absolute.
+case $build in /*) ;; *) build=$PWD/$build ;; esac
+export PYTHONPATH=$build/python OMP_NUM_THREADS=1
+[[ $repeat =~ ^[1-9][0-9]*$ ]] ||
+  { echo "--repeat \"$repeat\" is not a positive integer" >&2; exit 2; }
+record_open torch_overhead torch model loop_ms:ms/step
+trap 'record_close $?' EXIT
 
 # loop_ms MODEL VARIANT -> the training loop's ms per step of one run
 loop_ms() {
@@ -35,24 +49,28 @@ loop_ms() {
     --model "$model" --epochs 1 --max-steps "$steps" --test-limit 100 "${extra[@]}" |
     grep -oE 'loop [0-9.]+ ms/step' | grep -oE '[0-9.]+'
 }
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "machine: $(nproc --all) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
   "torch $($py -c 'import torch; print(torch.__version__)'); git $(git rev-parse --short HEAD)"
-echo "one process, $steps steps of batch 64, median of $repeat interleaved repeats"
+echo "one process, $steps steps of batch 64, median [min-max] of $repeat interleaved repeats"
+record_runs_note "$repeat"
 echo
 echo "| model | plain torch ms/step | with_bagua ms/step | overhead ms/step | torch DDP ms/step | DDP overhead ms/step |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: |"
 for model in $models; do
-  p="" b="" d=""
+  declare -A runs=([plain]="" [bagua]="" [ddp]="")
   for ((i = 0; i < repeat; i++)); do
-    p+="$(loop_ms "$model" plain) "
-    b+="$(loop_ms "$model" bagua) "
-    d+="$(loop_ms "$model" ddp) "
+    for variant in plain bagua ddp; do
+      v=$(loop_ms "$model" "$variant")
+      record_row "$variant" "$i" "$model" "$v"
+      runs[$variant]+="$v "
+    done
   done
-  mp=$(tr ' ' '\n' <<<"$p" | grep . | median)
-  mb=$(tr ' ' '\n' <<<"$b" | grep . | median)
-  md=$(tr ' ' '\n' <<<"$d" | grep . | median)
-  awk -v m="$model" -v p="$mp" -v b="$mb" -v d="$md" \
-    'BEGIN {printf "| %s | %.3f | %.3f | %+.3f | %.3f | %+.3f |\n", m, p, b, b - p, d, d - p}'
+  mp=$(record_median ${runs[plain]}) mb=$(record_median ${runs[bagua]})
+  md=$(record_median ${runs[ddp]})
+  echo "| $model | $(record_stat .3f ${runs[plain]}) | $(record_stat .3f ${runs[bagua]})" \
+    "| $(awk -v a="$mb" -v b="$mp" 'BEGIN {printf "%+.3f", a - b}')" \
+    "| $(record_stat .3f ${runs[ddp]})" \
+    "| $(awk -v a="$md" -v b="$mp" 'BEGIN {printf "%+.3f", a - b}') |"
+  unset runs
 done

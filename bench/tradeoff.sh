@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The algorithm trade-off under network conditions (the paper's second claim): on an
-# emulated cluster of 4 hosts (bench/netsim/netsim.sh, tbf-shaped links), every Bagua algorithm
-# and torch DDP (Gloo) on the same workloads, at several link rates. One bagua-launch starts
+# The algorithm trade-off under network conditions: on an emulated cluster of 4 hosts
+# (bench/netsim/netsim.sh, tbf-shaped links), every Bagua algorithm and torch DDP (Gloo) on
+# the same workloads, at several link rates. One bagua-launch starts
 # each job across the namespaces with --remote-cmd "ip netns exec {host}"; the DDP runs are the
 # same torch script under the same launcher (it sets RANK, WORLD_SIZE, MASTER_ADDR).
 #
@@ -14,23 +14,31 @@
 # steady_samples_per_s) to stdout and to --csv FILE. samples_per_s is the script's own figure,
 # which for the torch workloads counts evaluation and the first steps too; steady_samples_per_s
 # (torch workloads only) is the global batch over the steady-state step time (the loop without
-# its first 2 steps and without evaluation), the fairer figure for a few steps of a big model; bench/tradeoff_table.py turns them into the table of
-# a results file (docs/results/, summarised in docs/benchmarks.md §9). Needs root (network namespaces). Latency: none beyond a veth pair's by
-# default; --delay MS adds MS each way through netsim's userspace delay switch (netsim.sh), and
-# the rows' rate then reads e.g. "1gbit+25ms". The switch costs CPU (about half a vCPU at
-# 1 Gbit/s), which the workers on this machine then lack.
+# its first 2 steps and without evaluation), the fairer figure for a few steps of a big model;
+# bench/tradeoff_table.py turns them into the table of a results file (docs/results/,
+# summarised in docs/benchmarks.md §9). The variants run interleaved (every repeat runs each
+# variant once), and every run is also kept, with the load average at its end, in the record
+# that bench/record.py describes (--record-dir DIR, or BENCH_RECORD_DIR, names its directory;
+# its raw.csv has the same columns, so bench/tradeoff_table.py reads it too). Needs root
+# (network namespaces); the record is handed to the user who ran sudo. Latency: none beyond a
+# veth pair's by default; --delay MS adds MS each way through netsim's userspace delay switch
+# (netsim.sh), and the rows' rate then reads e.g. "1gbit+25ms". The switch costs CPU (about
+# half a vCPU at 1 Gbit/s), which the workers on this machine then lack.
 #
 # usage: bench/tradeoff.sh [--build build] [--rates "10gbit 1gbit 100mbit"]
 #          [--workloads "c-wide torch-cnn torch-wide"] [--variants "ddp gradient_allreduce ..."]
 #          [--steps 8] [--batch 64] [--repeat 1] [--delay MS] [--csv FILE] [--log-dir DIR]
+#          [--record-dir DIR]
 # --log-dir keeps every job's output as DIR/RATE-WORKLOAD-VARIANT-REPEAT.log (the per-step
 # breakdown: fwd+bwd, waiting for communication, bytes).
 # --batch sets the batch per rank of every workload; a batch other than 64 is written into the
 # workload column ("torch-wide/b8"), so one CSV can hold runs of several batch sizes. A smaller
 # batch shrinks the compute of a step and leaves its communication as it is, which is how the
-# comm-bound regime of the paper's GPU clusters is approached on 2 vCPUs.
+# communication-bound regime of a GPU cluster is approached on 2 vCPUs.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/record.sh"
+record_argv "$0" "$@"
+cd "$(dirname "$0")/.." || exit 2
 build=build rates="10gbit 1gbit 100mbit" workloads="c-wide torch-cnn torch-wide" steps=8
 repeat=1 csv=/dev/null delay=0 batch=64 logdir=
 variants="ddp gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async"
@@ -47,6 +55,7 @@ while [ $# -gt 0 ]; do
     --csv) csv=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --log-dir) logdir=$2; shift 2 ;;
+    --record-dir) export BENCH_RECORD_DIR=$2; shift 2 ;;
     --inner) inner=1; shift ;;
     *) echo "tradeoff: unknown argument \"$1\"; see the header of $0" >&2; exit 2 ;;
   esac
@@ -64,6 +73,9 @@ py=/usr/bin/python3
 
 if [ "$inner" = 0 ]; then
   [ "$(id -u)" = 0 ] || { echo "tradeoff: needs root (network namespaces)" >&2; exit 77; }
+  record_open tradeoff torch rate workload samples_per_s:samples/s bytes_per_step:bytes \
+    test_acc:fraction wall_s:s steady_samples_per_s:samples/s
+  trap 'record_close $?' EXIT
   echo "rate,workload,variant,repeat,samples_per_s,bytes_per_step,test_acc,wall_s,steady_samples_per_s" |
     tee "$csv"
   for rate in $rates; do
@@ -75,7 +87,9 @@ if [ "$inner" = 0 ]; then
   exit 0
 fi
 
-# Inside the cluster: NETSIM_HOSTS names the 4 namespaces.
+# Inside the cluster: NETSIM_HOSTS names the 4 namespaces; the rows go into the outer run's
+# record as each run ends, so that each carries the load average of its own moment.
+record_attach
 IFS=, read -ra H <<<"$NETSIM_HOSTS"
 hostspec=$(printf '%s:1,' "${H[@]}")
 hostspec=${hostspec%,}
@@ -130,6 +144,8 @@ for workload in $workloads; do
       [ "$batch" != 64 ] && name="$workload/b$batch"
       [ -n "$logdir" ] && cp "$out" "$logdir/$label-${name//\//-}-$variant-$i.log"
       echo "$label,$name,$variant,$i,$sps,${bytes:-n/a},$acc,$wall,${steady:-n/a}"
+      record_row "$variant" "$i" "$label" "$name" "$sps" "${bytes:-n/a}" "$acc" "$wall" \
+        "${steady:-n/a}"
     done
   done
 done

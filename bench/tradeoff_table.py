@@ -1,20 +1,28 @@
 #!/usr/bin/python3
 """Turns bench/tradeoff.sh's CSV into a markdown table for a results file and a PNG plot.
 
-For every link rate and workload: the median samples/s of each variant over its repeats, its
-ratio to torch DDP on the same workload and rate (to gradient_allreduce for the C workload,
-which has no DDP twin), bytes per step, test accuracy, and which variant wins. Where every row
-of a cell has a steady_samples_per_s figure (newer CSVs, torch workloads), the cell uses it
-and says so ("steady"); older CSVs and the C workload use samples_per_s.
+For every link rate and workload: the samples/s of each variant over its repeats, the ratio of
+its median to torch DDP's on the same workload and rate (to gradient_allreduce's for the C
+workload, which has no DDP twin), bytes per step, test accuracy, and which variant wins (by
+median). Where every row of a cell has a steady_samples_per_s figure (newer CSVs, torch
+workloads), the cell uses it and says so ("steady"); older CSVs and the C workload use
+samples_per_s. A measured cell reads "median [min-max]"; a cell of fewer than 3 runs lists the
+runs instead, and the ratio is then that of their means.
+
+CSV is either the file of tradeoff.sh --csv or the raw.csv of a tradeoff.sh record
+(bench/record.py); from a record it also prints the range of the load average over the runs.
 
 usage: bench/tradeoff_table.py CSV [--png docs/results/<date>-tradeoff.png]
 """
 
 import argparse
 import csv
-import statistics
+import os
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402  (bench/record.py, next to this file)
 
 RATE_ORDER = {"10gbit": 0, "1gbit": 1, "100mbit": 2}
 
@@ -28,8 +36,7 @@ def load(path):
 
 
 def median(values):
-    nums = [float(v) for v in values if v not in ("fail", "n/a", "")]
-    return statistics.median(nums) if nums else None
+    return record.median(list(values))
 
 
 def main():
@@ -40,6 +47,9 @@ def main():
     rows = load(args.csv)
     cells = sorted({(rate, wl) for rate, wl, _ in rows},
                    key=lambda k: (k[1], RATE_ORDER.get(k[0], 9)))
+    fewest = min(len(rs) for rs in rows.values()) if rows else 0
+    if record.runs_note(fewest):
+        print(record.runs_note(fewest) + "\n")
     print("| rate | workload | variant | samples/s | vs baseline | bytes/step | test_acc | runs |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     plot = defaultdict(dict)  # workload -> {rate: {variant: ratio}}
@@ -56,17 +66,19 @@ def main():
             rs = rows[(rate, wl, v)]
             sps = median(r[key] for r in rs)
             ratio = sps / base if sps and base else None
-            acc = median(r["test_acc"] for r in rs)
-            byts = median(r["bytes_per_step"] for r in rs)
             name = f"**{v}**" if v == best else v
-            print(f"| {rate} | {wl} | {name} | {sps:.0f}"
+            acc = record.stat([r["test_acc"] for r in rs], ".4f")
+            print(f"| {rate} | {wl} | {name} | {record.stat([r[key] for r in rs], '.0f')}"
                   f"{' (steady)' if key != 'samples_per_s' else ''} | "
                   f"{'%.2f' % ratio if ratio else 'n/a'} ({base_name}) | "
-                  f"{'%.0f' % byts if byts is not None else 'n/a'} | "
-                  f"{'%.4f' % acc if acc is not None else 'fail'} | {len(rs)} |"
+                  f"{record.stat([r['bytes_per_step'] for r in rs], '.0f')} | "
+                  f"{acc if acc != 'n/a' else 'fail'} | {len(rs)} |"
                   if sps else f"| {rate} | {wl} | {v} | fail | | | | {len(rs)} |")
             if ratio:
                 plot[wl].setdefault(rate, {})[v] = ratio
+    loads = record.numbers(r.get("load1") for rs in rows.values() for r in rs)
+    if loads:
+        print(f"\nload average (1 min) at the end of each run: {min(loads):.2f}-{max(loads):.2f}")
     if args.png:
         import matplotlib
         matplotlib.use("Agg")

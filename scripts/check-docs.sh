@@ -190,6 +190,7 @@ for md in FILES:
 ISSUE = re.compile(r"\bissues?[ \t]*#?[0-9]+\b", re.I)
 OUTSIDE = [
     (re.compile(r"\bDESIGN\.md\b"), "cites DESIGN.md, a document outside the repository"),
+    (re.compile(r"\bDESIGN (§|section)"), "cites a section of DESIGN.md, a document outside the repository"),
     (re.compile(r"(?<![\w.-])reference/[\w.-]+\.md\b"), "cites a reference/ note outside the repository"),
     (re.compile(r"/work/shared\b"), "cites /work/shared, outside the repository"),
     (re.compile(r"\.\./shared\b"), "cites ../shared, outside the repository"),

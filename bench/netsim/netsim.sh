@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# An emulated cluster on one machine (DESIGN §10): N hosts, each a network namespace with one
+# An emulated cluster on one machine : N hosts, each a network namespace with one
 # interface on a switch, every host's link shaped to a rate, optionally with a one-way delay.
 #
 #   bench/netsim/netsim.sh run --hosts 4 --rate 1gbit [--delay MS] -- COMMAND...

@@ -2,10 +2,11 @@
 # Plain TCP on netsim links, the ceiling a collective over them can reach: one TCP stream
 # between two namespaces, one way, then one stream each way at once (a ring allreduce sends and
 # receives on every link at the same time, so the acknowledgements of the incoming stream share
-# the shaped egress with the outgoing data). Python sockets, 1 MiB writes, 3 times each.
+# the shaped egress with the outgoing data). Python sockets, 1 MiB writes, 3 times each; the
+# two modes alternate (one way, both ways, one way, ...), so that a noisy moment hits both.
 #
 #   bench/netsim/tcp_ceiling.sh [--rates "100mbit 1gbit"] [--bytes "100mbit=16M 1gbit=64M"]
-#                               [--delay MS] [--relay]
+#                               [--delay MS] [--relay] [--record-dir DIR]
 #
 # Prints "rate mode repeat GB/s % of rate" lines (the whole transfer, from connect to the last
 # byte). --delay MS (one way) and --relay pass to netsim.sh (links through netsim-delayswitch).
@@ -13,9 +14,13 @@
 # rate after the first quarter of the bytes (TCP has ramped up by then), and the sender's
 # TCP_INFO at the end: which share of its busy time the send buffer (sndbuf) or the receiver's
 # window (rwnd) limited it, its largest send buffer, the smoothed RTT and retransmissions.
-# Needs root and iproute2.
+# Every transfer is also kept, with the load average at its end, in the record that
+# bench/record.py describes (--record-dir DIR, or BENCH_RECORD_DIR, names its directory; under
+# sudo it is handed to the user who ran sudo). Needs root and iproute2.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../record.sh"
+record_argv "$0" "$@"
 rates="100mbit 1gbit" bytes="100mbit=16M 1gbit=64M" links=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -23,12 +28,16 @@ while [ $# -gt 0 ]; do
     --bytes) bytes=$2; shift 2 ;;
     --delay) links+=(--delay "$2"); shift 2 ;;
     --relay) links+=(--relay); shift ;;
+    --record-dir) export BENCH_RECORD_DIR=$2; shift 2 ;;
     --inner) inner=1; shift ;;
-    *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 done
 
 if [ -z "${inner:-}" ]; then
+  [ "$(id -u)" = 0 ] || { echo "tcp_ceiling: needs root (network namespaces)" >&2; exit 77; }
+  record_open tcp_ceiling "" rate throughput:GB/s of_rate:% after_first_quarter:GB/s tcp_info
+  trap 'record_close $?' EXIT
   for rate in $rates; do
     b=64M
     for s in $bytes; do [ "${s%%=*}" = "$rate" ] && b=${s#*=}; done
@@ -39,6 +48,7 @@ if [ -z "${inner:-}" ]; then
   exit 0
 fi
 
+record_attach
 IFS=, read -ra H <<<"$NETSIM_HOSTS"
 IFS=, read -ra A <<<"$NETSIM_ADDRS"
 prog='
@@ -98,20 +108,23 @@ else:
 link=$(awk -v r="$NETSIM_RATE" 'BEGIN { n = r + 0; u = r; sub(/^[0-9.]+/, "", u)
   print n * (u == "gbit" ? 1e9 : u == "mbit" ? 1e6 : 1e3) / 8 / 1e9 }')
 srv_out=$(mktemp)
-for mode in oneway both; do
-  for k in 1 2 3; do
+for k in 1 2 3; do
+  for mode in oneway both; do
     ip netns exec "${H[1]}" /usr/bin/python3 -c "$prog" $mode server "${A[1]}" "$BYTES" >"$srv_out" &
     sleep 1
     c=$(ip netns exec "${H[0]}" timeout 120 /usr/bin/python3 -c "$prog" $mode client "${A[1]}" "$BYTES")
     wait
     g=$(sed -n 1p <<<"$c")
-    awk -v r="$NETSIM_RATE" -v m=$mode -v k=$k -v g="$g" -v l="$link" \
-      'BEGIN { printf "%s %s %d %s GB/s %.1f %% of rate", r, m, k, g, 100 * g / l }'
+    pct=$(awk -v g="$g" -v l="$link" 'BEGIN { printf "%.1f", 100 * g / l }')
+    printf '%s %s %d %s GB/s %s %% of rate' "$NETSIM_RATE" $mode $k "$g" "$pct"
+    steady=n/a info=n/a
     if [ $mode = oneway ]; then
-      awk -v g="$(head -1 "$srv_out")" -v l="$link" -v i="$(sed -n 2p <<<"$c")" \
+      steady=$(head -1 "$srv_out") info=$(sed -n 2p <<<"$c")
+      awk -v g="$steady" -v l="$link" -v i="$info" \
         'BEGIN { printf "; after the first quarter %.5f GB/s %.1f %%; %s", g, 100 * g / l, i }'
     fi
     echo
+    record_row $mode $k "$NETSIM_RATE" "$g" "$pct" "$steady" "$info"
   done
 done
 rm -f "$srv_out"

@@ -26,7 +26,7 @@ ip link set "${tag}v1" netns "$h1" && ip link set "${tag}v2" netns "$h2" || exit
 ip -n "$h1" addr add 198.18.0.1/24 dev "${tag}v1" && ip -n "$h2" addr add 198.18.0.2/24 dev "${tag}v2"
 for h in "$h1" "$h2"; do ip -n "$h" link set lo up; done
 ip -n "$h1" link set "${tag}v1" up && ip -n "$h2" link set "${tag}v2" up || exit 1
-# A 2 Gbit/s link between the hosts, as DESIGN §10 asks for emulated networks.
+# A 2 Gbit/s link between the hosts: an emulated network, as the other multi-host tests use.
 if command -v tc >/dev/null; then
   for pair in "$h1 ${tag}v1" "$h2 ${tag}v2"; do
     set -- $pair
