@@ -288,7 +288,3 @@ bagua_status_t bagua_comm_split_node(bagua_comm_t *c, bagua_comm_t **intra, bagu
   }
   return st;
 }
-
-bagua_status_t bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out) {
-  return bagua_comm_create(cfg, out);
-}

@@ -1,7 +1,7 @@
 /*
- * Wire formats shared by the bootstrap and the TCP transport. Every offset is pinned with a
- * static assertion so that a change to the layout is a compile error, not a silent protocol
- * break between builds.
+ * Wire formats shared by the bootstrap, the TCP transport and the shared-memory arena. Every offset
+ * is pinned with a static assertion so that a change to the layout is a compile error, not a silent
+ * protocol break between builds.
  */
 #ifndef BAGUA_COMM_WIRE_H
 #define BAGUA_COMM_WIRE_H
@@ -10,6 +10,9 @@
 #include <stdint.h>
 
 #define BAGUA_WIRE_MAGIC 0x42414755u /* "BAGU" */
+/* The first word of a node's shared-memory arena (comm/shm/shm.c): a segment that does not
+ * start with it, or whose rank count or slot size differs, was made by another job or build. */
+#define BAGUA_SHM_ARENA_MAGIC 0x42534d41u /* "BSMA" */
 /* 2: the accepting side answers a client's header with a CHALLENGE (nonce); the client's proof
  * (bagua__wire_auth_t) and the server's reply proof follow (comm/bootstrap.h, "Handshake").
  * 3: every collective starts with the exchange of its signature (bagua__coll_sig_t). */

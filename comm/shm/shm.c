@@ -32,7 +32,6 @@
 #include "common/sock.h"
 #include "kernels/kernels.h"
 
-#define ARENA_MAGIC 0x42534d41u /* "BSMA" */
 #define HEADER_BYTES 4096
 
 /* One rank's control block. The signature of a call whose first round is k sits in sig[k & 1],
@@ -531,7 +530,7 @@ bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
     s->ctrl = (ctrl_t *)(s->base + HEADER_BYTES);
     s->data = s->base + ctrl_end;
     if (c->rank == 0) {
-      s->hdr->magic = ARENA_MAGIC;
+      s->hdr->magic = BAGUA_SHM_ARENA_MAGIC;
       s->hdr->nranks = s->n;
       s->hdr->slot_bytes = s->slot;
     }
@@ -542,7 +541,8 @@ bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
   if (st == BAGUA_OK) st = bst;
   if (c->rank == 0) shm_unlink(name);
   if (st != BAGUA_OK) goto fail;
-  if (s->hdr->magic != ARENA_MAGIC || s->hdr->nranks != s->n || s->hdr->slot_bytes != s->slot) {
+  if (s->hdr->magic != BAGUA_SHM_ARENA_MAGIC || s->hdr->nranks != s->n ||
+      s->hdr->slot_bytes != s->slot) {
     BAGUA_WARN(
         "shared memory arena layout differs between ranks (BAGUA_SHM_SLOT_BYTES must be "
         "the same on every rank)");

@@ -90,9 +90,6 @@ typedef struct {
  * *out is a new communicator the caller frees with bagua_comm_destroy().
  */
 BAGUA_EXTERN bagua_status_t bagua_comm_create(const bagua_comm_config_t *cfg, bagua_comm_t **out);
-/* The name of bagua_comm_create() before 0.2 (every constructor is now *_create). */
-BAGUA_EXTERN BAGUA_DEPRECATED("bagua_comm_create") bagua_status_t
-    bagua_comm_init(const bagua_comm_config_t *cfg, bagua_comm_t **out);
 
 /*
  * Splits `comm` into sub-communicators: ranks passing the same `color` form one, ordered by
