@@ -80,5 +80,6 @@ uint64_t bagua__ddp_layout_hash(const bagua_ddp_t *d) {
   for (int i = 0; i < d->ntensors; i++) h = mix(h, d->tensors[i].count);
   for (int i = 0; i < d->nbuckets; i++) h = mix(h, d->buckets[i].count);
   h = mix(h, bagua__autotune_fingerprint(d)); /* ranks that tune call more collectives */
+  h = mix(h, (uint64_t)d->phase.numbered);    /* so do ranks that check their step numbers */
   return h;
 }

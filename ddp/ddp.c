@@ -27,8 +27,12 @@ bagua_status_t bagua__ddp_fail(bagua_ddp_t *d, bagua_status_t st) {
 
 uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d) {
   uint64_t dev = d->s.dev && d->s.dev->bytes_sent && d->dev_state ? d->s.dev->bytes_sent(d) : 0;
+  /* The phase checks' bytes are control, not payload (phase.c). A check counts them once it
+   * completes, so the sum is exact whenever none is in flight, as at the end of a step, where
+   * the statistics read it. */
+  uint64_t checks = atomic_load(&d->phase.bytes);
   return bagua_comm_bytes_sent(d->comm) + bagua_comm_bytes_sent(d->intra) +
-         bagua_comm_bytes_sent(d->inter) + bagua_comm_bytes_sent(d->async_comm) + dev;
+         bagua_comm_bytes_sent(d->inter) + bagua_comm_bytes_sent(d->async_comm) + dev - checks;
 }
 
 float *bagua__ddp_alloc_floats(bagua_ddp_t *d, size_t n) {
@@ -45,9 +49,10 @@ static bagua_status_t usage(const char *fn, const char *why) {
   return BAGUA_ERR_INVALID_USAGE;
 }
 
-/* The error every call reports once the context has failed or was aborted. */
-static bagua_status_t sticky(const bagua_ddp_t *d) {
-  return (bagua_status_t)atomic_load(&d->error);
+/* The error every call reports once the context has failed or was aborted (training thread:
+ * a failed phase check is explained the first time). */
+static bagua_status_t sticky(bagua_ddp_t *d) {
+  return bagua__ddp_phase_explain(d, (bagua_status_t)atomic_load(&d->error));
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -117,6 +122,11 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   d->size = bagua_comm_size(c);
   d->node_count = bagua_comm_node_count(c);
   pthread_mutex_unlock(&d->comm_mu);
+  /* The checks' bytes are counted against d->comm's counter, which starts again at 0; a failed
+   * check is forgotten with the error an elastic rebuild clears. */
+  atomic_store(&d->phase.bytes, 0);
+  atomic_store(&d->phase.failed, 0);
+  d->phase.told = 0;
   st = count_machine_ranks(d);
   if (st == BAGUA_OK) st = resolve_overlap(d);
   /* The device's communicators (NCCL on CUDA) mirror the CPU ones just made. */
@@ -274,6 +284,9 @@ static bagua_status_t check_pointers(bagua_ddp_t *d) {
 }
 
 static void reset_step(bagua_ddp_t *d) {
+  /* With numbered steps, the step's first job, if it has one, is preceded by the phase check
+   * (phase.c). */
+  d->phase.armed = d->phase.numbered && d->size > 1;
   for (int i = 0; i < d->ntensors; i++) d->tensors[i].ready = 0;
   for (int b = 0; b < d->nbuckets; b++) d->buckets[b].pending = d->buckets[b].ntensors;
   d->next_bucket = 0;
@@ -291,7 +304,8 @@ static bagua_status_t check_same_layout(bagua_ddp_t *d) {
   if (v[0] != h || -v[1] != h)
     return usage("bagua_ddp_ready",
                  "ranks registered different tensors or configurations; every rank must "
-                 "register the same tensor sizes in the same order with the same settings");
+                 "register the same tensor sizes in the same order with the same settings (and "
+                 "number its steps before ready, or not, like the others)");
   return BAGUA_OK;
 }
 
@@ -310,14 +324,16 @@ bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
   return st;
 }
 
-/* Rank 0's step count and learning rate, so that a rank joining a running job (elastic)
- * continues the schedule (warm-up, communication interval) where the others are. */
+/* Rank 0's step count, learning rate and step number, so that a rank joining a running job
+ * (elastic) continues the schedule (warm-up, communication interval) and the numbering where
+ * the others are. */
 static bagua_status_t sync_scalars(bagua_ddp_t *d) {
-  int64_t v[2] = {d->steps, 0};
+  int64_t v[3] = {d->steps, 0, d->phase.number};
   memcpy(&v[1], &d->lr, sizeof(double));
-  BAGUA_CHECK(bagua_broadcast(d->comm, v, v, 2, BAGUA_I64, 0));
+  BAGUA_CHECK(bagua_broadcast(d->comm, v, v, 3, BAGUA_I64, 0));
   d->steps = v[0];
   memcpy(&d->lr, &v[1], sizeof(double));
+  d->phase.number = v[2];
   d->st.steps = d->steps;
   return BAGUA_OK;
 }
@@ -435,6 +451,33 @@ bagua_status_t bagua_ddp_grad_ready(bagua_ddp_t *d, int i) {
   return mark_ready(d, i);
 }
 
+bagua_status_t bagua__ddp_set_step(bagua_ddp_t *d, int64_t step) {
+  if (!d) return BAGUA_ERR_INVALID_ARG;
+  if (sticky(d)) return sticky(d);
+  if (step < 0 || step > BAGUA__DDP_MAX_STEP) {
+    BAGUA_WARN("bagua__ddp_set_step: step %lld is invalid; accepted: 0 .. %lld", (long long)step,
+               (long long)BAGUA__DDP_MAX_STEP);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  if (!d->is_ready) {
+    /* ready compares this across the ranks with the layout (bagua__ddp_layout_hash). */
+    d->phase.numbered = 1;
+    d->phase.number = step;
+    return BAGUA_OK;
+  }
+  if (!d->phase.numbered)
+    return usage("bagua__ddp_set_step",
+                 "the steps were not numbered before bagua_ddp_ready(); number the first step "
+                 "before it, on every rank, to number steps at all");
+  d->phase.number = step;
+  /* A step whose buckets will carry gradients starts its check now, so that it runs during the
+   * forward pass instead of before the first bucket. Only then: a step that communicates
+   * nothing (async after its warm-up) must not check, and the other algorithms' first job comes
+   * with its own timing (the check precedes it there). */
+  if (grads_communicated(d)) return bagua__ddp_fail(d, bagua__ddp_phase_submit(d));
+  return BAGUA_OK;
+}
+
 static void update_stats(bagua_ddp_t *d, double t_entry, double t_waited) {
   double busy, overlap;
   bagua__ddp_sched_times(d, d->iter_first_job, d->compute_start, t_entry, &busy, &overlap);
@@ -521,6 +564,7 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   if (a->post_update) BAGUA_CHECK_GOTO(a->post_update(d), st, fail);
   BAGUA_CHECK_GOTO(bagua__ddp_copy_back(d), st, fail);
   d->steps++;
+  d->phase.number++;
   d->st.steps = d->steps;
   update_stats(d, d->t_entry, d->t_waited);
   bagua__ddp_progress_update(d);

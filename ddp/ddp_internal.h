@@ -128,6 +128,29 @@ typedef struct {
   int stop; /* under mu */
 } bagua__ddp_sched_t;
 
+/* The phase check (phase.c): when the program numbers its steps, every step that communicates
+ * compares its number across the ranks before any of its data moves. */
+typedef struct {
+  /* The program numbered its steps (bagua__ddp_set_step() before bagua_ddp_ready()); part of
+   * the layout fingerprint, so every rank checks or none does. */
+  int numbered;
+  int64_t number; /* the current step's number: set by the program, +1 at every step's end */
+  /* Training thread: the current step's check is still to be submitted (set by reset_step when
+   * numbered, cleared by bagua__ddp_phase_submit). */
+  int armed;
+  int64_t sent; /* the number the last check carried (written before its submission) */
+  /* Written by the communication thread when a check fails, before `failed` is set: the
+   * lowest and highest numbers across the ranks. */
+  int64_t lo, hi;
+  _Atomic int failed;
+  int told;               /* training thread: the failure was reported (once) */
+  _Atomic uint64_t bytes; /* bytes the checks sent, left out of the statistics */
+} bagua__ddp_phase_t;
+
+/* The largest step number bagua__ddp_set_step() accepts (its negation must not overflow, and
+ * the steps after it must not either). */
+#define BAGUA__DDP_MAX_STEP ((int64_t)1 << 62)
+
 /* What an elastic context (include/bagua/elastic.h) needs of a bagua_ddp_t (ddp/elastic.c):
  * the last commit in registration order, so that it survives a change of the flat layout. */
 typedef struct {
@@ -170,6 +193,7 @@ struct bagua_ddp_s {
   float *opt_m, *opt_v; /* optimizer state (momentum / exp_avg, exp_avg_sq) or NULL */
   int64_t steps;        /* completed steps */
   double lr;            /* current learning rate */
+  bagua__ddp_phase_t phase;
 
   _Atomic int error;            /* first error of any thread, sticky */
   _Atomic int aborted;          /* bagua_ddp_abort() was called */
@@ -286,17 +310,48 @@ uint64_t bagua__ddp_layout_hash(const bagua_ddp_t *d);
 
 /* ---- communication thread (scheduler.c) ---- */
 bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap);
-/* Appends a job (training thread only). Never blocks: the ring holds a whole step's jobs. */
+/* Appends a job (training thread only). Never blocks: the ring holds a whole step's jobs. The
+ * first job of a step is preceded by the phase check (phase.c) when d->phase.armed. */
 bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg);
 /* Lets every submitted job run (training thread; a no-op when the context overlaps). */
 void bagua__ddp_release(bagua_ddp_t *d);
-/* Releases and waits until every submitted job has run; returns the context's error, if any. */
+/* Releases and waits until every submitted job has run; returns the context's error, if any
+ * (training thread). */
 bagua_status_t bagua__ddp_wait(bagua_ddp_t *d);
 /* Runs the remaining jobs (they fail fast once the context has an error), then joins. */
 void bagua__ddp_sched_stop(bagua_ddp_t *d);
 /* Busy and overlapped seconds of jobs [first, completed), overlap counted in [from, to]. */
 void bagua__ddp_sched_times(bagua_ddp_t *d, uint64_t first, double from, double to, double *busy,
                             double *overlap);
+
+/* ---- the phase check (phase.c) ---- */
+/*
+ * (ddp.c) Numbers this rank's current step `step` (0 .. BAGUA__DDP_MAX_STEP); each later step
+ * is numbered one more, unless numbered again. Steps numbered alike on every rank (the
+ * program's iteration, or epoch and batch) let the phase check catch a rank that skipped an
+ * iteration or ran one twice: the first step that communicates with different numbers fails
+ * on every rank with BAGUA_ERR_PROTOCOL before any of its data moves, naming both numbers.
+ *
+ * The first call must come before bagua_ddp_ready(), on every rank or on none (ready fails
+ * with BAGUA_ERR_INVALID_USAGE otherwise): it turns the check on, and ready (like an elastic
+ * rebuild) gives every rank rank 0's number with its step count. Later calls renumber the
+ * current step; make them before its first bagua_ddp_grad_ready(). When the step's buckets
+ * carry gradients the check then starts at once, during the forward pass. A number set after
+ * the step's communication started applies from the next step; decentralized starts a step's
+ * weight exchange at the end of the step before, so there it is first compared at the next
+ * exchange. Training thread.
+ */
+bagua_status_t bagua__ddp_set_step(bagua_ddp_t *d, int64_t step);
+/* The check, as a communication-thread job: BAGUA_ERR_PROTOCOL when the ranks' numbers for
+ * the step (d->phase.sent) differ. */
+bagua_status_t bagua__ddp_phase_job(bagua_ddp_t *d, void *arg);
+/* Submits the current step's check with its number now, unless it was submitted already
+ * (scheduler.c; training thread). bagua__ddp_submit() calls it before every job, so the check
+ * precedes the step's first; bagua__ddp_set_step() calls it early. */
+bagua_status_t bagua__ddp_phase_submit(bagua_ddp_t *d);
+/* Training thread, on an error it is about to return: when it is a failed phase check, warns
+ * once, naming the step numbers (so that bagua_last_error() explains the status). Returns st. */
+bagua_status_t bagua__ddp_phase_explain(bagua_ddp_t *d, bagua_status_t st);
 
 /* ---- optimizer over the flat buffers (optim.c) ---- */
 bagua_status_t bagua__ddp_optim_setup(bagua_ddp_t *d);

@@ -70,7 +70,7 @@ bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap) {
   return BAGUA_OK;
 }
 
-bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg) {
+static bagua_status_t enqueue(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg) {
   bagua__ddp_sched_t *q = &d->sched;
   pthread_mutex_lock(&q->mu);
   /* The step statistics read the records of a whole step, so a slot is reused only once its
@@ -99,6 +99,23 @@ bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg
   return BAGUA_OK;
 }
 
+bagua_status_t bagua__ddp_phase_submit(bagua_ddp_t *d) {
+  if (!d->phase.armed) return BAGUA_OK;
+  d->phase.armed = 0;
+  /* The check of the step before has completed (every step waits for its jobs before it ends),
+   * so one field carries the number; the job reads it after the queue's lock handed it over. */
+  d->phase.sent = d->phase.number;
+  return enqueue(d, bagua__ddp_phase_job, NULL);
+}
+
+bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg) {
+  /* The step's first job, whatever the algorithm makes it (a bucket, a weight exchange), runs
+   * after the phase check: jobs run in submission order, so none of the step's data moves
+   * before every rank has agreed on the step number. */
+  BAGUA_CHECK(bagua__ddp_phase_submit(d));
+  return enqueue(d, fn, arg);
+}
+
 void bagua__ddp_release(bagua_ddp_t *d) {
   bagua__ddp_sched_t *q = &d->sched;
   if (!q->started || !q->hold) return;
@@ -122,7 +139,7 @@ bagua_status_t bagua__ddp_wait(bagua_ddp_t *d) {
     bagua__cond_wait_until(&q->cv_done, &q->mu, bagua__deadline_in(100));
   pthread_mutex_unlock(&q->mu);
   bagua_status_t st = atomic_load(&d->error);
-  if (st != BAGUA_OK) return st;
+  if (st != BAGUA_OK) return bagua__ddp_phase_explain(d, st);
   /* The jobs only enqueued their work on a GPU: wait for it (bounded, see dev.h). */
   return bagua__ddp_fail(d, d->s.dev->sync(d, BAGUA__LANE_COMM));
 }
