@@ -451,11 +451,11 @@ bagua_status_t bagua_ddp_grad_ready(bagua_ddp_t *d, int i) {
   return mark_ready(d, i);
 }
 
-bagua_status_t bagua__ddp_set_step(bagua_ddp_t *d, int64_t step) {
+bagua_status_t bagua_ddp_set_step(bagua_ddp_t *d, int64_t step) {
   if (!d) return BAGUA_ERR_INVALID_ARG;
   if (sticky(d)) return sticky(d);
   if (step < 0 || step > BAGUA__DDP_MAX_STEP) {
-    BAGUA_WARN("bagua__ddp_set_step: step %lld is invalid; accepted: 0 .. %lld", (long long)step,
+    BAGUA_WARN("bagua_ddp_set_step: step %lld is invalid; accepted: 0 .. %lld", (long long)step,
                (long long)BAGUA__DDP_MAX_STEP);
     return BAGUA_ERR_INVALID_ARG;
   }
@@ -466,7 +466,7 @@ bagua_status_t bagua__ddp_set_step(bagua_ddp_t *d, int64_t step) {
     return BAGUA_OK;
   }
   if (!d->phase.numbered)
-    return usage("bagua__ddp_set_step",
+    return usage("bagua_ddp_set_step",
                  "the steps were not numbered before bagua_ddp_ready(); number the first step "
                  "before it, on every rank, to number steps at all");
   d->phase.number = step;

@@ -131,7 +131,7 @@ typedef struct {
 /* The phase check (phase.c): when the program numbers its steps, every step that communicates
  * compares its number across the ranks before any of its data moves. */
 typedef struct {
-  /* The program numbered its steps (bagua__ddp_set_step() before bagua_ddp_ready()); part of
+  /* The program numbered its steps (bagua_ddp_set_step() before bagua_ddp_ready()); part of
    * the layout fingerprint, so every rank checks or none does. */
   int numbered;
   int64_t number; /* the current step's number: set by the program, +1 at every step's end */
@@ -147,7 +147,7 @@ typedef struct {
   _Atomic uint64_t bytes; /* bytes the checks sent, left out of the statistics */
 } bagua__ddp_phase_t;
 
-/* The largest step number bagua__ddp_set_step() accepts (its negation must not overflow, and
+/* The largest step number bagua_ddp_set_step() accepts (its negation must not overflow, and
  * the steps after it must not either). */
 #define BAGUA__DDP_MAX_STEP ((int64_t)1 << 62)
 
@@ -324,30 +324,13 @@ void bagua__ddp_sched_stop(bagua_ddp_t *d);
 void bagua__ddp_sched_times(bagua_ddp_t *d, uint64_t first, double from, double to, double *busy,
                             double *overlap);
 
-/* ---- the phase check (phase.c) ---- */
-/*
- * (ddp.c) Numbers this rank's current step `step` (0 .. BAGUA__DDP_MAX_STEP); each later step
- * is numbered one more, unless numbered again. Steps numbered alike on every rank (the
- * program's iteration, or epoch and batch) let the phase check catch a rank that skipped an
- * iteration or ran one twice: the first step that communicates with different numbers fails
- * on every rank with BAGUA_ERR_PROTOCOL before any of its data moves, naming both numbers.
- *
- * The first call must come before bagua_ddp_ready(), on every rank or on none (ready fails
- * with BAGUA_ERR_INVALID_USAGE otherwise): it turns the check on, and ready (like an elastic
- * rebuild) gives every rank rank 0's number with its step count. Later calls renumber the
- * current step; make them before its first bagua_ddp_grad_ready(). When the step's buckets
- * carry gradients the check then starts at once, during the forward pass. A number set after
- * the step's communication started applies from the next step; decentralized starts a step's
- * weight exchange at the end of the step before, so there it is first compared at the next
- * exchange. Training thread.
- */
-bagua_status_t bagua__ddp_set_step(bagua_ddp_t *d, int64_t step);
+/* ---- the phase check (phase.c; numbering: bagua_ddp_set_step in include/bagua/ddp.h) ---- */
 /* The check, as a communication-thread job: BAGUA_ERR_PROTOCOL when the ranks' numbers for
  * the step (d->phase.sent) differ. */
 bagua_status_t bagua__ddp_phase_job(bagua_ddp_t *d, void *arg);
 /* Submits the current step's check with its number now, unless it was submitted already
  * (scheduler.c; training thread). bagua__ddp_submit() calls it before every job, so the check
- * precedes the step's first; bagua__ddp_set_step() calls it early. */
+ * precedes the step's first; bagua_ddp_set_step() calls it early. */
 bagua_status_t bagua__ddp_phase_submit(bagua_ddp_t *d);
 /* Training thread, on an error it is about to return: when it is a failed phase check, warns
  * once, naming the step numbers (so that bagua_last_error() explains the status). Returns st. */

@@ -1,5 +1,5 @@
 /*
- * The phase check: when the program numbers its steps (bagua__ddp_set_step), every step that
+ * The phase check: when the program numbers its steps (bagua_ddp_set_step), every step that
  * communicates starts its communication by comparing the step's number across the ranks, so
  * that a rank which skipped an iteration (or ran one twice) fails the step on every rank with
  * BAGUA_ERR_PROTOCOL instead of averaging its bucket i with another iteration's bucket i.

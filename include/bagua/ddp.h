@@ -214,6 +214,22 @@ BAGUA_EXTERN bagua_status_t bagua_ddp_register(bagua_ddp_t *ddp, const char *nam
 BAGUA_EXTERN bagua_status_t bagua_ddp_ready(bagua_ddp_t *ddp);
 
 /*
+ * Numbers this rank's current step (0 .. 2^62); each later step is numbered one more, unless
+ * numbered again. With steps numbered alike on every rank (the program's iteration, or epoch
+ * and batch), a rank that skipped an iteration or ran one twice is caught: the first step
+ * that communicates with different numbers fails on every rank with BAGUA_ERR_PROTOCOL before
+ * any of its data moves, and the warning names both numbers (docs/algorithms.md, "Steps in
+ * phase"). Without numbers such a rank runs out of phase silently.
+ *
+ * The first call comes before bagua_ddp_ready(), on every rank or on none (ready fails with
+ * BAGUA_ERR_INVALID_USAGE otherwise); ready, like an elastic rebuild, gives every rank rank
+ * 0's number. Later calls renumber the current step; make them before its first
+ * bagua_ddp_grad_ready(). The check costs one small allreduce per step (a few microseconds
+ * over shared memory, tens to hundreds over TCP). Training thread.
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_set_step(bagua_ddp_t *ddp, int64_t step);
+
+/*
  * Views into the flat storage for tensor `index` (count elements), valid from
  * bagua_ddp_ready() until bagua_ddp_destroy(); NULL for a bad index or before ready.
  * The parameter view is read-only for the caller; with the async algorithm its contents may

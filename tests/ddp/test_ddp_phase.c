@@ -1,5 +1,5 @@
 /*
- * The phase check (ddp/phase.c): when the program numbers its steps (bagua__ddp_set_step), every
+ * The phase check (ddp/phase.c): when the program numbers its steps (bagua_ddp_set_step), every
  * step that communicates first compares the ranks' numbers, so ranks out of step fail instead
  * of averaging one iteration's buckets with another's.
  *
@@ -63,7 +63,7 @@ static bagua_ddp_t *create(bagua_comm_t *c, const targs_t *a, model_t *m, int64_
   bagua_ddp_t *ddp;
   ASSERT_OK(bagua_ddp_create(c, &cfg, &ddp));
   model_register(m, ddp, 0);
-  if (first >= 0) ASSERT_OK(bagua__ddp_set_step(ddp, first));
+  if (first >= 0) ASSERT_OK(bagua_ddp_set_step(ddp, first));
   ASSERT_OK(bagua_ddp_ready(ddp));
   return ddp;
 }
@@ -101,7 +101,7 @@ static int body_out_of_step(bagua_comm_t *c, void *arg) {
     if (t == SKIP && !t_skip) t_skip = mp_now();
     memcpy(w_before, m.w, nw * sizeof(float));
     memcpy(b_before, m.b, prob.d_out * sizeof(float));
-    st = bagua__ddp_set_step(ddp, t);
+    st = bagua_ddp_set_step(ddp, t);
     if (st == BAGUA_OK) st = model_train_step(&m, &s, ddp, 0);
     iter = t;
     /* The bytes at the end of the last good step, as its statistics counted them (a check in
@@ -165,7 +165,7 @@ static uint64_t train(bagua_comm_t *c, const targs_t *a, int64_t first, uint64_t
   bagua_ddp_t *ddp = create(c, a, &m, first);
   for (int t = 0; t < STEPS; t++) {
     /* Every other step is numbered explicitly; the others count on by themselves. */
-    if (first >= 0 && t % 2) ASSERT_OK(bagua__ddp_set_step(ddp, first + t));
+    if (first >= 0 && t % 2) ASSERT_OK(bagua_ddp_set_step(ddp, first + t));
     ASSERT_OK(model_train_step(&m, &s, ddp, 0));
   }
   bagua_ddp_stats_t stats = {.struct_size = sizeof(stats)};
@@ -232,7 +232,7 @@ static int body_usage(bagua_comm_t *c, void *arg) {
   model_t m;
   /* Not numbered: later numbers are refused, and steps are not checked. */
   bagua_ddp_t *ddp = create(c, &a, &m, -1);
-  ASSERT_STATUS(bagua__ddp_set_step(ddp, 5), BAGUA_ERR_INVALID_USAGE);
+  ASSERT_STATUS(bagua_ddp_set_step(ddp, 5), BAGUA_ERR_INVALID_USAGE);
   ASSERT_OK(model_train_step(&m, &s, ddp, 0));
   bagua_ddp_destroy(ddp);
   model_free(&m);
@@ -241,9 +241,9 @@ static int body_usage(bagua_comm_t *c, void *arg) {
   ASSERT_OK(bagua_ddp_create(c, &cfg, &ddp));
   model_init(&prob, 0, &m);
   model_register(&m, ddp, 0);
-  ASSERT_STATUS(bagua__ddp_set_step(ddp, -1), BAGUA_ERR_INVALID_ARG);
-  ASSERT_STATUS(bagua__ddp_set_step(ddp, BAGUA__DDP_MAX_STEP + 1), BAGUA_ERR_INVALID_ARG);
-  if (me == 1) ASSERT_OK(bagua__ddp_set_step(ddp, 0));
+  ASSERT_STATUS(bagua_ddp_set_step(ddp, -1), BAGUA_ERR_INVALID_ARG);
+  ASSERT_STATUS(bagua_ddp_set_step(ddp, BAGUA__DDP_MAX_STEP + 1), BAGUA_ERR_INVALID_ARG);
+  if (me == 1) ASSERT_OK(bagua_ddp_set_step(ddp, 0));
   ASSERT_STATUS(bagua_ddp_ready(ddp), BAGUA_ERR_INVALID_USAGE);
   if (!strstr(bagua_last_error(), "number its steps"))
     TEST_FAIL("rank %d: the warning does not mention numbering: %s", me, bagua_last_error());
@@ -255,7 +255,7 @@ static int body_usage(bagua_comm_t *c, void *arg) {
   for (int t = 0; t < 3; t++) ASSERT_OK(model_train_step(&m, &s, ddp, 0));
   ASSERT_EQ(ddp->phase.number, 103);
   /* Renumbered alike mid-run: still in step. */
-  ASSERT_OK(bagua__ddp_set_step(ddp, 5000));
+  ASSERT_OK(bagua_ddp_set_step(ddp, 5000));
   for (int t = 0; t < 3; t++) ASSERT_OK(model_train_step(&m, &s, ddp, 0));
   ASSERT_EQ(ddp->phase.number, 5003);
   bagua_ddp_destroy(ddp);
