@@ -41,9 +41,11 @@
 #define QUANT_MIN_ELEMS ((size_t)1 << 22)
 #define QUANT_MAX_ELEMS ((size_t)1 << 24)
 
-static const bagua__ddp_algo_t *const k_algos[BAGUA__ADV_COUNT] = {
-    &bagua__ddp_gradient_allreduce,          &bagua__ddp_bytegrad, &bagua__ddp_decentralized,
-    &bagua__ddp_low_precision_decentralized, &bagua__ddp_qadam,    &bagua__ddp_async};
+/* The algorithm the advisor's cost model `i` (advisor_model.h) predicts, by name from the
+ * algorithms' table; ddp_algorithm_table checks that every model names one. */
+static const bagua__ddp_algo_t *adv_algo(int i) {
+  return bagua__ddp_algorithm(bagua__adv_algo_name((bagua__adv_algo_t)i), 0);
+}
 
 struct bagua__ddp_advise_s {
   bagua_comm_t *comm; /* private; NULL once the advisor is done */
@@ -61,7 +63,7 @@ struct bagua__ddp_advise_s {
 
 static int algo_index(const bagua__ddp_algo_t *a) {
   for (int i = 0; i < BAGUA__ADV_COUNT; i++)
-    if (k_algos[i] == a) return i;
+    if (adv_algo(i) == a) return i;
   return -1;
 }
 
@@ -96,7 +98,7 @@ bagua_status_t bagua__ddp_auto_pick(bagua__ddp_settings_t *s) {
       BAGUA__ADV_GRADIENT_ALLREDUCE,          BAGUA__ADV_BYTEGRAD, BAGUA__ADV_DECENTRALIZED,
       BAGUA__ADV_LOW_PRECISION_DECENTRALIZED, BAGUA__ADV_ASYNC,    BAGUA__ADV_QADAM};
   for (size_t i = 0; i < sizeof(order) / sizeof(order[0]) && !s->algo; i++)
-    if (allow & (1u << order[i])) s->algo = k_algos[order[i]];
+    if (allow & (1u << order[i])) s->algo = adv_algo(order[i]);
   s->auto_allow = allow;
   BAGUA_INFO(BAGUA_SUBSYS_ENV, "bagua_ddp_create: algorithm auto (allowed 0x%x) starts with %s",
              allow, s->algo->name);
@@ -398,12 +400,12 @@ static bagua__adv_opts_t opts_of(const bagua__ddp_settings_t *s, int i) {
  * named it (the environment, else the defaults), the running context's optimizer, learning
  * rate, bucket size and device (a reconfiguration keeps those). */
 static bagua_status_t settings_for(const bagua_ddp_t *d, int i, bagua__ddp_settings_t *out) {
-  if (k_algos[i] == d->s.algo) {
+  if (adv_algo(i) == d->s.algo) {
     *out = d->s;
     return BAGUA_OK;
   }
   bagua_ddp_config_t cfg = BAGUA_DDP_CONFIG_INIT;
-  cfg.algorithm = k_algos[i]->name;
+  cfg.algorithm = adv_algo(i)->name;
   BAGUA_CHECK(bagua__ddp_settings(&cfg, out));
   out->bucket_bytes = d->s.bucket_bytes;
   out->optimizer = d->s.optimizer;
@@ -520,14 +522,14 @@ static bagua_status_t switch_to(bagua_ddp_t *d, int i, const bagua__adv_pred_t *
   BAGUA_CHECK(settings_for(d, i, &next));
   /* Switching into async is allowed during its warm-up: one more step of gradient allreduce
    * on the new layout, then background averaging. */
-  if (k_algos[i] == &bagua__ddp_async && next.warmup_steps <= d->steps)
+  if ((adv_algo(i)->caps & BAGUA__ALGO_BACKGROUND) && next.warmup_steps <= d->steps)
     next.warmup_steps = (int)d->steps + 1;
   int from = algo_index(d->s.algo);
   if (d->rank == 0)
     fprintf(stderr,
             "advise: algorithm auto: every rank switches from %s to %s at step %lld "
             "(predicted %.4f -> %.4f s/step)\n",
-            d->s.algo->name, k_algos[i]->name, (long long)d->steps,
+            d->s.algo->name, adv_algo(i)->name, (long long)d->steps,
             from >= 0 ? pred[from].step_s : 0.0, pred[i].step_s);
   return bagua__ddp_reconfigure(d, &next);
 }
@@ -584,7 +586,7 @@ static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
   /* Rank 0 decides: near-ties may order differently on ranks whose clocks differ. */
   int32_t pick = chosen;
   BAGUA_CHECK(bagua_broadcast(a->comm, &pick, &pick, 1, BAGUA_I32, 0));
-  if (pick < 0 || pick >= BAGUA__ADV_COUNT || k_algos[pick] == d->s.algo) return BAGUA_OK;
+  if (pick < 0 || pick >= BAGUA__ADV_COUNT || adv_algo(pick) == d->s.algo) return BAGUA_OK;
   return switch_to(d, pick, pred);
 }
 

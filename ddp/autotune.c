@@ -78,7 +78,7 @@ struct bagua__autotune_s {
 /* ------------------------------------------------------------------------------------------ */
 
 static int tuning_requested(const bagua_ddp_t *d) {
-  return bagua__param_int(BAGUA_P_AUTOTUNE) == 1 && d->s.algo != &bagua__ddp_async;
+  return bagua__param_int(BAGUA_P_AUTOTUNE) == 1 && !(d->s.algo->caps & BAGUA__ALGO_BACKGROUND);
 }
 
 uint64_t bagua__autotune_fingerprint(const bagua_ddp_t *d) {
@@ -381,14 +381,16 @@ static bagua_status_t start(bagua_ddp_t *d) {
   at->dur = calloc((size_t)at->sample, sizeof(*at->dur));
   if (!at->trials || !at->dur) return BAGUA_ERR_NO_MEMORY;
   int r0 = d->rank == 0;
-  if (d->s.algo == &bagua__ddp_async || d->el.e) {
-    /* async: past its warm-up the ranks are not at one step, so no step boundary is common to
-     * all of them. Elastic: a rebuild may bring ranks that are at another point of the search. */
+  if ((d->s.algo->caps & BAGUA__ALGO_BACKGROUND) || d->el.e) {
+    /* Background averaging (async): past its warm-up the ranks are not at one step, so no step
+     * boundary is common to all of them. Elastic: a rebuild may bring ranks that are at another
+     * point of the search. */
     at->done = 1;
     if (r0)
       bagua__say(TOOL, "not tuning: %s",
                  d->el.e ? "an elastic context is attached (a rebuild would mix search states)"
-                         : "async's ranks are not at a common step");
+                         : "the ranks of an algorithm that averages in the background are not "
+                           "at a common step");
     return BAGUA_OK;
   }
   /* Skipped dimensions: what cannot change the time of a step here. */
@@ -408,8 +410,8 @@ static bagua_status_t start(bagua_ddp_t *d) {
     why[DIM_SEGMENT] = "no TCP ring runs (shared memory, or BAGUA_NET_RING_PIPELINE=0)";
   if (!why[DIM_RING] && !bagua__comm_uses_generic(d->comm) && !bagua__comm_uses_generic(d->inter))
     why[DIM_RING] = "no TCP collectives run (shared memory)";
-  else if (!why[DIM_RING] && d->s.algo != &bagua__ddp_gradient_allreduce)
-    why[DIM_RING] = "only gradient_allreduce sends its buckets through allreduce";
+  else if (!why[DIM_RING] && !(d->s.algo->caps & BAGUA__ALGO_ALLREDUCE))
+    why[DIM_RING] = "this algorithm's buckets do not go through allreduce";
   for (int k = 0; k < NDIMS; k++) at->skip[k] = why[k] != NULL;
   at->settle_now = at->warmup > 0 ? at->warmup : 1;
   at->phase_start = 0;
@@ -526,7 +528,7 @@ bagua_status_t bagua__autotune_step(bagua_ddp_t *d) {
     at = d->autotune;
   }
   if (at->done) return BAGUA_OK;
-  if (d->s.algo == &bagua__ddp_async) {
+  if (d->s.algo->caps & BAGUA__ALGO_BACKGROUND) {
     /* Another step-boundary hook (the advisor's algorithm "auto") moved every rank to async,
      * whose ranks leave the common step: stop here, on the setting in effect. */
     at->done = 1;

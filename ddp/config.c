@@ -16,12 +16,15 @@
 #include "common/params.h"
 #include "ddp_internal.h"
 
-static const bagua__ddp_algo_t *const algos[] = {
-    &bagua__ddp_gradient_allreduce,          &bagua__ddp_bytegrad, &bagua__ddp_decentralized,
-    &bagua__ddp_low_precision_decentralized, &bagua__ddp_qadam,    &bagua__ddp_async};
-
-#define ALGO_NAMES \
-  "gradient_allreduce, bytegrad, decentralized, low_precision_decentralized, qadam, async"
+/* The algorithms' names, "a, b, ..." (the table's order), for refusals. */
+static const char *algo_names(void) {
+  static char names[256];
+  if (!names[0])
+    for (int i = 0, n = 0; i < bagua__ddp_nalgorithms && n < (int)sizeof(names); i++)
+      n += snprintf(names + n, sizeof(names) - (size_t)n, "%s%s", i ? ", " : "",
+                    bagua__ddp_algorithms[i]->name);
+  return names;
+}
 
 static bagua_status_t bad(const char *field, const char *fmt_value, const char *accepted) {
   BAGUA_WARN("bagua_ddp_create: config.%s = %s is invalid; accepted: %s", field, fmt_value,
@@ -41,8 +44,26 @@ static bagua_status_t bad_str(const char *field, const char *v, const char *acce
   return bad(field, buf, accepted);
 }
 
-static int is_decentralized(const bagua__ddp_algo_t *a) {
-  return a == &bagua__ddp_decentralized || a == &bagua__ddp_low_precision_decentralized;
+static int has(const bagua__ddp_algo_t *a, unsigned cap) {
+  return (a->caps & cap) != 0;
+}
+
+/* "why (NAME applies to a, b and c only)": the algorithms that declare `cap`, from the table. */
+static const char *only(char *buf, size_t len, const char *lead, const char *what, unsigned cap) {
+  int k = 0, n = 0, total = 0;
+  for (int i = 0; i < bagua__ddp_nalgorithms; i++) total += has(bagua__ddp_algorithms[i], cap);
+  n = snprintf(buf, len, "%s (%s applies to ", lead, what);
+  for (int i = 0; i < bagua__ddp_nalgorithms && n > 0 && (size_t)n < len; i++) {
+    if (!has(bagua__ddp_algorithms[i], cap)) continue;
+    k++;
+    n += snprintf(buf + n, len - (size_t)n, "%s%s",
+                  k == 1       ? ""
+                  : k == total ? " and "
+                               : ", ",
+                  bagua__ddp_algorithms[i]->name);
+  }
+  if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, " only)");
+  return buf;
 }
 
 /*
@@ -69,25 +90,25 @@ static int env_int(bagua__param_id_t id, int applies, int dflt, const char *fiel
 /* The algorithm: the program's, else BAGUA_ALGORITHM, else gradient_allreduce. The registry
  * accepts the environment's words in any case, so they are matched without case. */
 static bagua_status_t pick_algorithm(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
-  const size_t nalgos = sizeof(algos) / sizeof(algos[0]);
   if (c->algorithm) {
     if (strcmp(c->algorithm, "auto") == 0) return bagua__ddp_auto_pick(s);
-    for (size_t i = 0; i < nalgos; i++)
-      if (strcmp(c->algorithm, algos[i]->name) == 0) s->algo = algos[i];
-    if (!s->algo)
-      return bad_str("algorithm", c->algorithm,
-                     ALGO_NAMES ", auto (NULL: BAGUA_ALGORITHM, else gradient_allreduce)");
+    s->algo = bagua__ddp_algorithm(c->algorithm, 0);
+    if (!s->algo) {
+      char accepted[320];
+      snprintf(accepted, sizeof(accepted),
+               "%s, auto (NULL: BAGUA_ALGORITHM, else gradient_allreduce)", algo_names());
+      return bad_str("algorithm", c->algorithm, accepted);
+    }
     return BAGUA_OK;
   }
   const char *name = bagua__param_str(BAGUA_P_ALGORITHM);
   /* "auto": the advisor picks among BAGUA_AUTO_ALLOW after measuring (advise.c). */
   if (strcasecmp(name, "auto") == 0) return bagua__ddp_auto_pick(s);
-  for (size_t i = 0; i < nalgos; i++)
-    if (strcasecmp(name, algos[i]->name) == 0) s->algo = algos[i];
+  s->algo = bagua__ddp_algorithm(name, 1);
   if (!s->algo) {
     /* Unreachable while the registry's choices and the table agree; say which is wrong. */
-    BAGUA_WARN("bagua_ddp_create: BAGUA_ALGORITHM=\"%.80s\" is invalid; accepted: " ALGO_NAMES,
-               name);
+    BAGUA_WARN("bagua_ddp_create: BAGUA_ALGORITHM=\"%.80s\" is invalid; accepted: %s", name,
+               algo_names());
     return BAGUA_ERR_INVALID_ARG;
   }
   if (bagua__param_is_set(BAGUA_P_ALGORITHM))
@@ -122,7 +143,8 @@ static bagua_status_t check_device(const bagua_ddp_config_t *c, bagua__ddp_setti
 }
 
 static bagua_status_t check_optimizer(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
-  int qadam = s->algo == &bagua__ddp_qadam;
+  /* An algorithm with its own optimizer (qadam) takes no other. */
+  int qadam = has(s->algo, BAGUA__ALGO_OWN_OPTIMIZER);
   if (!c->optimizer) {
     s->optimizer = qadam ? BAGUA__OPT_QADAM : BAGUA__OPT_SGD;
   } else if (strcmp(c->optimizer, "sgd") == 0 && !qadam) {
@@ -186,8 +208,8 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
   BAGUA_CHECK(bagua__params_check());
   BAGUA_CHECK(pick_algorithm(c, s));
   const bagua__ddp_algo_t *a = s->algo;
-  int ef_algo = a == &bagua__ddp_bytegrad || a == &bagua__ddp_qadam;
-  int warmup_algo = a == &bagua__ddp_qadam || a == &bagua__ddp_async;
+  int ef_algo = has(a, BAGUA__ALGO_ERROR_FEEDBACK), warmup_algo = has(a, BAGUA__ALGO_WARMUP);
+  int background = has(a, BAGUA__ALGO_BACKGROUND), peers = has(a, BAGUA__ALGO_PEERS);
 
   if (c->bucket_bytes < 0)
     return bad_num("bucket_bytes", (double)c->bucket_bytes,
@@ -199,31 +221,31 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
     return bad_num("hierarchical", c->hierarchical,
                    "-1 (BAGUA_HIERARCHICAL, else the algorithm's default), 0 or 1");
   int hier = c->hierarchical;
-  if (hier < 0) hier = env_int(BAGUA_P_HIERARCHICAL, a != &bagua__ddp_async, -1, "hierarchical");
+  if (hier < 0) hier = env_int(BAGUA_P_HIERARCHICAL, !background, -1, "hierarchical");
   s->hierarchical = hier < 0 ? a->hierarchical_default : hier;
-  if (a == &bagua__ddp_async && s->hierarchical)
+  if (background && s->hierarchical)
     return bad_num("hierarchical", c->hierarchical,
-                   "-1 or 0 for async (its averaging runs among all ranks)");
+                   "-1 or 0 for an algorithm that averages in the background, as async (its "
+                   "averaging runs among all ranks)");
 
   const char *pm = c->peer_mode;
   /* The program's words are exact; the environment's, like every registry word, any case. */
   int (*same)(const char *, const char *) = strcmp;
   if (!pm && bagua__param_is_set(BAGUA_P_PEER_SELECTION_MODE)) {
     const char *env = bagua__param_str(BAGUA_P_PEER_SELECTION_MODE);
-    if (a == &bagua__ddp_decentralized) {
+    if (has(a, BAGUA__ALGO_PEER_CHOICE)) {
       pm = env;
       same = strcasecmp;
       BAGUA_INFO(BAGUA_SUBSYS_ENV,
                  "bagua_ddp_create: config.peer_mode = %s from BAGUA_PEER_SELECTION_MODE", pm);
     } else {
-      BAGUA_INFO(BAGUA_SUBSYS_ENV,
-                 "bagua_ddp_create: BAGUA_PEER_SELECTION_MODE=%s ignored (config.peer_mode "
-                 "applies to decentralized only)",
-                 env);
+      char why[192];
+      BAGUA_INFO(BAGUA_SUBSYS_ENV, "bagua_ddp_create: BAGUA_PEER_SELECTION_MODE=%s ignored%s", env,
+                 only(why, sizeof(why), "", "config.peer_mode", BAGUA__ALGO_PEER_CHOICE));
     }
   }
   s->peer_mode = BAGUA__PEER_ALL;
-  if (a == &bagua__ddp_decentralized) {
+  if (has(a, BAGUA__ALGO_PEER_CHOICE)) {
     if (!pm) pm = "all";
     if (same(pm, "all") == 0)
       s->peer_mode = BAGUA__PEER_ALL;
@@ -233,25 +255,25 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
       s->peer_mode = BAGUA__PEER_RING;
     else
       return bad_str("peer_mode", pm, "\"all\" (NULL), \"shift_one\" or \"ring\"");
-  } else if (a == &bagua__ddp_low_precision_decentralized) {
+  } else if (peers) {
     if (pm && strcmp(pm, "ring") != 0)
-      return bad_str("peer_mode", pm,
-                     "\"ring\" or NULL (low_precision_decentralized always uses the ring)");
+      return bad_str("peer_mode", pm, "\"ring\" or NULL (this algorithm always uses the ring)");
     s->peer_mode = BAGUA__PEER_RING;
   } else if (pm) {
+    char why[192];
     return bad_str("peer_mode", pm,
-                   "NULL (peer_mode applies to the decentralized algorithms only)");
+                   only(why, sizeof(why), "NULL", "peer_mode", BAGUA__ALGO_PEER_CHOICE));
   }
 
   if (c->comm_interval == 0 || c->comm_interval < -1)
     return bad_num("comm_interval", c->comm_interval,
                    "an integer >= 1, or -1 for BAGUA_COMMUNICATION_INTERVAL (else 1)");
   int interval = c->comm_interval;
-  if (interval < 0)
-    interval = env_int(BAGUA_P_COMMUNICATION_INTERVAL, is_decentralized(a), 1, "comm_interval");
-  if (interval != 1 && !is_decentralized(a))
+  if (interval < 0) interval = env_int(BAGUA_P_COMMUNICATION_INTERVAL, peers, 1, "comm_interval");
+  char why[192];
+  if (interval != 1 && !peers)
     return bad_num("comm_interval", c->comm_interval,
-                   "1 or -1 (comm_interval applies to the decentralized algorithms only)");
+                   only(why, sizeof(why), "1 or -1", "comm_interval", BAGUA__ALGO_PEERS));
   s->comm_interval = interval;
 
   if (c->error_feedback < -1 || c->error_feedback > 1)
@@ -261,7 +283,7 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
   if (ef < 0) ef = env_int(BAGUA_P_ERROR_FEEDBACK, ef_algo, 0, "error_feedback");
   if (ef && !ef_algo)
     return bad_num("error_feedback", c->error_feedback,
-                   "0 or -1 (error feedback applies to bytegrad and qadam only)");
+                   only(why, sizeof(why), "0 or -1", "error feedback", BAGUA__ALGO_ERROR_FEEDBACK));
   s->error_feedback = ef;
 
   if (c->warmup_steps < -1)
@@ -271,16 +293,15 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
   if (warmup < 0) warmup = env_int(BAGUA_P_WARMUP_STEPS, warmup_algo, -1, "warmup_steps");
   if (warmup > 0 && !warmup_algo)
     return bad_num("warmup_steps", c->warmup_steps,
-                   "-1 or 0 (warm-up applies to qadam and async only)");
-  s->warmup_steps = warmup >= 0 ? warmup : (a == &bagua__ddp_qadam ? 100 : 0);
+                   only(why, sizeof(why), "-1 or 0", "warm-up", BAGUA__ALGO_WARMUP));
+  s->warmup_steps = warmup >= 0 ? warmup : a->default_warmup_steps;
 
   if (c->sync_interval_ms != -1 && (c->sync_interval_ms < 1 || c->sync_interval_ms > 3600 * 1000))
     return bad_num("sync_interval_ms", c->sync_interval_ms,
                    "1 .. 3600000 milliseconds, or -1 for BAGUA_SYNC_INTERVAL_MS (else 500)");
-  s->sync_interval_ms =
-      c->sync_interval_ms > 0
-          ? c->sync_interval_ms
-          : env_int(BAGUA_P_SYNC_INTERVAL_MS, a == &bagua__ddp_async, 500, "sync_interval_ms");
+  s->sync_interval_ms = c->sync_interval_ms > 0 ? c->sync_interval_ms
+                                                : env_int(BAGUA_P_SYNC_INTERVAL_MS, background, 500,
+                                                          "sync_interval_ms");
 
   /* -1 (auto) is resolved by bagua_ddp_create(), which knows the node's ranks. */
   s->overlap = (int)bagua__param_int(BAGUA_P_OVERLAP);

@@ -105,7 +105,7 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
    * using its own (a communicator admits one calling thread at a time). */
   BAGUA_CHECK(bagua__autotune_comm_split(d, comm, &c)); /* more streams when autotuning */
   if (d->s.hierarchical) BAGUA_CHECK_GOTO(bagua_comm_split_node(c, &intra, &inter), st, fail);
-  if (d->s.algo == &bagua__ddp_async)
+  if (d->s.algo->caps & BAGUA__ALGO_BACKGROUND)
     BAGUA_CHECK_GOTO(bagua_comm_split(c, 0, bagua_comm_rank(c), &async_comm), st, fail);
   /* The layer issues the same calls in the same order on every rank of these (ready()
    * compares the registrations), so they skip the per-call signature agreement. */

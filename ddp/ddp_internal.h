@@ -36,8 +36,27 @@ typedef bagua_status_t (*bagua__ddp_job_fn)(bagua_ddp_t *d, void *arg);
  * Hooks named "caller" run on the training thread; bucket_op and the jobs an algorithm
  * submits run on the communication thread, one at a time, in submission order.
  */
+/*
+ * What the core, the configuration and the tuners ask of an algorithm, declared by the
+ * algorithm instead of tested by its identity (bits of bagua__ddp_algo_t.caps).
+ */
+enum {
+  BAGUA__ALGO_PEERS = 1u << 0,          /* exchanges weights with peers: comm_interval applies */
+  BAGUA__ALGO_PEER_CHOICE = 1u << 1,    /* and peer_mode picks the peers (else always the ring) */
+  BAGUA__ALGO_ERROR_FEEDBACK = 1u << 2, /* compresses with optional error feedback */
+  BAGUA__ALGO_WARMUP = 1u << 3,         /* runs full-precision steps first (warmup_steps) */
+  BAGUA__ALGO_BACKGROUND = 1u << 4,     /* averages on its own thread after the warm-up: never
+                                          hierarchical, sync_interval_ms applies, not autotuned */
+  BAGUA__ALGO_ALLREDUCE = 1u << 5,      /* its buckets go through allreduce, so the ring threshold
+                                          moves them (autotuning tries it) */
+  BAGUA__ALGO_OWN_OPTIMIZER = 1u << 6 /* brings its optimizer (config.optimizer must be its name) */
+};
+
 typedef struct {
   const char *name;
+  unsigned caps;            /* BAGUA__ALGO_* */
+  int default_warmup_steps; /* BAGUA__ALGO_WARMUP: steps when the program sets none */
+  const char *optimizer;    /* BAGUA__ALGO_OWN_OPTIMIZER: the optimizer's name */
   int hierarchical_default;
   /* caller, in bagua_ddp_ready() after the layout and before the thread starts. */
   bagua_status_t (*setup)(bagua_ddp_t *d);
@@ -58,12 +77,14 @@ typedef struct {
   void (*teardown)(bagua_ddp_t *d);
 } bagua__ddp_algo_t;
 
-extern const bagua__ddp_algo_t bagua__ddp_gradient_allreduce;
-extern const bagua__ddp_algo_t bagua__ddp_bytegrad;
-extern const bagua__ddp_algo_t bagua__ddp_decentralized;
-extern const bagua__ddp_algo_t bagua__ddp_low_precision_decentralized;
-extern const bagua__ddp_algo_t bagua__ddp_qadam;
-extern const bagua__ddp_algo_t bagua__ddp_async;
+/* The algorithms (ddp/algorithms/list.def, one row each), in the registry's order. */
+#define BAGUA_DDP_ALGORITHM(name) extern const bagua__ddp_algo_t bagua__ddp_##name;
+#include "algorithms/list.def"
+#undef BAGUA_DDP_ALGORITHM
+extern const bagua__ddp_algo_t *const bagua__ddp_algorithms[];
+extern const int bagua__ddp_nalgorithms;
+/* The algorithm named `name` (exactly, or in any case when `any_case`), or NULL. */
+const bagua__ddp_algo_t *bagua__ddp_algorithm(const char *name, int any_case);
 
 /* The configuration after validation, with every default resolved. */
 typedef struct {

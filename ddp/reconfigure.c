@@ -21,9 +21,10 @@ static bagua_status_t refuse(const char *why) {
   return BAGUA_ERR_INVALID_USAGE;
 }
 
-/* Whether the algorithm's ranks may be at different steps (async past its warm-up). */
+/* Whether the algorithm's ranks may be at different steps (background averaging, as async,
+ * past its warm-up). */
 static int unsynchronised(const bagua__ddp_settings_t *s, int64_t steps) {
-  return s->algo == &bagua__ddp_async && steps >= s->warmup_steps;
+  return (s->algo->caps & BAGUA__ALGO_BACKGROUND) && steps >= s->warmup_steps;
 }
 
 /* Splits the node-level and averaging communicators `next` needs off d->comm and destroys
@@ -39,7 +40,7 @@ static bagua_status_t swap_comms(bagua_ddp_t *d, const bagua__ddp_settings_t *ne
     drop[1] = inter;
     intra = inter = NULL;
   }
-  int want_async = next->algo == &bagua__ddp_async;
+  int want_async = (next->algo->caps & BAGUA__ALGO_BACKGROUND) != 0;
   if (want_async && !async_comm) {
     st = bagua_comm_split(d->comm, 0, bagua_comm_rank(d->comm), &async_comm);
     if (st != BAGUA_OK) {

@@ -162,6 +162,7 @@ static void teardown(bagua_ddp_t *d) {
 
 const bagua__ddp_algo_t bagua__ddp_async = {
     .name = "async",
+    .caps = BAGUA__ALGO_WARMUP | BAGUA__ALGO_BACKGROUND,
     .hierarchical_default = 0,
     .setup = setup,
     .grads_communicated = grads_communicated,

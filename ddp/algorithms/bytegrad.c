@@ -28,6 +28,7 @@ static void teardown(bagua_ddp_t *d) {
 
 const bagua__ddp_algo_t bagua__ddp_bytegrad = {
     .name = "bytegrad",
+    .caps = BAGUA__ALGO_ERROR_FEEDBACK,
     .hierarchical_default = 1,
     .setup = setup,
     .bucket_op = bucket_op,

@@ -132,6 +132,7 @@ static void teardown(bagua_ddp_t *d) {
 
 const bagua__ddp_algo_t bagua__ddp_decentralized = {
     .name = "decentralized",
+    .caps = BAGUA__ALGO_PEERS | BAGUA__ALGO_PEER_CHOICE,
     .hierarchical_default = 1,
     .setup = setup,
     .pre_update = pre_update,

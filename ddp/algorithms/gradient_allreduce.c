@@ -12,6 +12,7 @@ static bagua_status_t bucket_op(bagua_ddp_t *d, void *arg) {
 
 const bagua__ddp_algo_t bagua__ddp_gradient_allreduce = {
     .name = "gradient_allreduce",
+    .caps = BAGUA__ALGO_ALLREDUCE,
     .hierarchical_default = 0,
     .bucket_op = bucket_op,
 };

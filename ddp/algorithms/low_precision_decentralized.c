@@ -98,6 +98,7 @@ static void teardown(bagua_ddp_t *d) {
 
 const bagua__ddp_algo_t bagua__ddp_low_precision_decentralized = {
     .name = "low_precision_decentralized",
+    .caps = BAGUA__ALGO_PEERS,
     .hierarchical_default = 1,
     .setup = setup,
     .post_update = post_update,

@@ -56,6 +56,9 @@ static void teardown(bagua_ddp_t *d) {
 
 const bagua__ddp_algo_t bagua__ddp_qadam = {
     .name = "qadam",
+    .caps = BAGUA__ALGO_ERROR_FEEDBACK | BAGUA__ALGO_WARMUP | BAGUA__ALGO_OWN_OPTIMIZER,
+    .default_warmup_steps = 100,
+    .optimizer = "qadam",
     .hierarchical_default = 1,
     .setup = setup,
     .bucket_op = bucket_op,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "bagua/ddp.h"
 #include "bagua/params.h"
 #include "dataset.h"
 
@@ -26,72 +27,85 @@ const char *fm_peer_mode_name(fm_peer_mode_t p) {
   return (unsigned)p < 3 ? peer_names[p] : "?";
 }
 
-#define ALG(a) (1u << (a))
-#define ALL_ALGS ((1u << FM_ALG__COUNT) - 1)
+#define ANY_ALGORITHM "*"
 
 typedef enum { V_NONE, V_REQUIRED, V_BOOL } value_kind_t;
 
-/* One row per flag: its name, whether it takes a value, what it accepts (for messages), which
- * algorithms have it (0: not an algorithm option) and its bit in fm_options_t.given. */
+/* One row per flag: its name, whether it takes a value, what it accepts (for messages), the
+ * bagua_ddp_config_t field it sets (libbagua says which algorithms have it,
+ * bagua_ddp_algorithm_options; ANY_ALGORITHM: every one; NULL: not an algorithm option) and
+ * its bit in fm_options_t.given. */
 typedef struct {
   const char *name;
   const char *meta; /* the value's placeholder in --help */
   value_kind_t kind;
   const char *accepts;
-  unsigned algs;
+  const char *field;
   unsigned bit;
   const char *help;
 } opt_spec_t;
 
 static const opt_spec_t specs[] = {
-    {"--epochs", "N", V_REQUIRED, "an integer 0..100000", 0, 0,
+    {"--epochs", "N", V_REQUIRED, "an integer 0..100000", NULL, 0,
      "passes over the training set (10)"},
-    {"--batch-size", "B", V_REQUIRED, "an integer 1..65536", 0, 0,
+    {"--batch-size", "B", V_REQUIRED, "an integer 1..65536", NULL, 0,
      "examples per step per rank (64)"},
-    {"--lr", "X", V_REQUIRED, "a number > 0 and <= 100", 0, 0, "learning rate (0.02)"},
-    {"--momentum", "X", V_REQUIRED, "a number >= 0 and < 1", 0, 0, "SGD momentum (0.9)"},
-    {"--weight-decay", "X", V_REQUIRED, "a number >= 0 and <= 1", 0, 0, "L2 weight decay (0)"},
+    {"--lr", "X", V_REQUIRED, "a number > 0 and <= 100", NULL, 0, "learning rate (0.02)"},
+    {"--momentum", "X", V_REQUIRED, "a number >= 0 and < 1", NULL, 0, "SGD momentum (0.9)"},
+    {"--weight-decay", "X", V_REQUIRED, "a number >= 0 and <= 1", NULL, 0, "L2 weight decay (0)"},
     {"--hidden", "W1,W2,...", V_REQUIRED, "a comma-separated list of 1..16 widths, each 1..65536",
-     0, 0, "hidden layer widths (512,512)"},
-    {"--seed", "S", V_REQUIRED, "an unsigned 64-bit integer", 0, 0,
+     NULL, 0, "hidden layer widths (512,512)"},
+    {"--seed", "S", V_REQUIRED, "an unsigned 64-bit integer", NULL, 0,
      "initialisation and shuffling seed, the same on every rank (1)"},
-    {"--data-dir", "DIR", V_REQUIRED, "a directory", 0, 0,
+    {"--data-dir", "DIR", V_REQUIRED, "a directory", NULL, 0,
      "directory with the IDX files (" FM_DEFAULT_DATA_DIR ")"},
-    {"--limit-train", "N", V_REQUIRED, "an integer 0..100000000 (0: all)", 0, 0,
+    {"--limit-train", "N", V_REQUIRED, "an integer 0..100000000 (0: all)", NULL, 0,
      "use only the first N training examples (0: all)"},
-    {"--limit-test", "N", V_REQUIRED, "an integer 0..100000000 (0: all)", 0, 0,
+    {"--limit-test", "N", V_REQUIRED, "an integer 0..100000000 (0: all)", NULL, 0,
      "evaluate on the first N test examples only (0: all)"},
     {"--algorithm", "NAME", V_REQUIRED,
-     "gradient_allreduce, bytegrad, decentralized, low_precision_decentralized, qadam, async", 0, 0,
-     "communication algorithm (BAGUA_ALGORITHM, else gradient_allreduce)"},
-    {"--hierarchical", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off",
-     ALL_ALGS & ~ALG(FM_ALG_ASYNC), FM_OPT_HIERARCHICAL,
-     "communicate within nodes first (on, except for gradient_allreduce)"},
-    {"--peer-mode", "MODE", V_REQUIRED, "all, shift_one or ring", ALG(FM_ALG_DECENTRALIZED),
-     FM_OPT_PEER_MODE, "decentralized peer selection (all)"},
-    {"--comm-interval", "N", V_REQUIRED, "an integer 1..1000000",
-     ALG(FM_ALG_DECENTRALIZED) | ALG(FM_ALG_LOW_PRECISION_DECENTRALIZED), FM_OPT_COMM_INTERVAL,
-     "communicate weights every N steps (1)"},
+     "gradient_allreduce, bytegrad, decentralized, low_precision_decentralized, qadam, async", NULL,
+     0, "communication algorithm (BAGUA_ALGORITHM, else gradient_allreduce)"},
+    {"--hierarchical", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off", "hierarchical",
+     FM_OPT_HIERARCHICAL, "communicate within nodes first (on, except for gradient_allreduce)"},
+    {"--peer-mode", "MODE", V_REQUIRED, "all, shift_one or ring", "peer_mode", FM_OPT_PEER_MODE,
+     "decentralized peer selection (all)"},
+    {"--comm-interval", "N", V_REQUIRED, "an integer 1..1000000", "comm_interval",
+     FM_OPT_COMM_INTERVAL, "communicate weights every N steps (1)"},
     {"--error-feedback", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off",
-     ALG(FM_ALG_BYTEGRAD) | ALG(FM_ALG_QADAM), FM_OPT_ERROR_FEEDBACK,
+     "error_feedback", FM_OPT_ERROR_FEEDBACK,
      "carry the quantisation error into the next step (off)"},
-    {"--warmup-steps", "N", V_REQUIRED, "an integer 0..1000000000",
-     ALG(FM_ALG_QADAM) | ALG(FM_ALG_ASYNC), FM_OPT_WARMUP_STEPS,
-     "full-precision gradient allreduce steps first (qadam 100, async 0)"},
-    {"--sync-interval-ms", "MS", V_REQUIRED, "an integer 1..3600000", ALG(FM_ALG_ASYNC),
+    {"--warmup-steps", "N", V_REQUIRED, "an integer 0..1000000000", "warmup_steps",
+     FM_OPT_WARMUP_STEPS, "full-precision gradient allreduce steps first (qadam 100, async 0)"},
+    {"--sync-interval-ms", "MS", V_REQUIRED, "an integer 1..3600000", "sync_interval_ms",
      FM_OPT_SYNC_INTERVAL_MS, "async model averaging period (500)"},
-    {"--bucket-mb", "MB", V_REQUIRED, "a number of MiB from 0.00390625 (4 KiB) to 4096", ALL_ALGS,
-     FM_OPT_BUCKET_MB, "gradient bucket size (library default: BAGUA_BUCKET_SIZE, 10 MiB)"},
-    {"--elastic", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off", ALL_ALGS,
+    {"--bucket-mb", "MB", V_REQUIRED, "a number of MiB from 0.00390625 (4 KiB) to 4096",
+     ANY_ALGORITHM, FM_OPT_BUCKET_MB,
+     "gradient bucket size (library default: BAGUA_BUCKET_SIZE, 10 MiB)"},
+    {"--elastic", "[=BOOL]", V_BOOL, "nothing, or =1/0, =true/false, =on/off", ANY_ALGORITHM,
      FM_OPT_ELASTIC,
      "in-process elasticity under bagua-agent/bagua-launch: workers survive world changes, every "
      "algorithm (off)"},
-    {"--device", "NAME", V_REQUIRED, "cpu or cuda", 0, 0,
+    {"--device", "NAME", V_REQUIRED, "cpu or cuda", NULL, 0,
      "where the model trains: cpu, or cuda (one GPU per rank, local rank modulo the visible "
      "GPUs; needs a build with CUDA and NCCL) (cpu)"},
-    {"--help", "", V_NONE, "", 0, 0, "print this help and exit"},
+    {"--help", "", V_NONE, "", NULL, 0, "print this help and exit"},
 };
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
+
+/* Whether algorithm `a` has option `s` (libbagua's table of algorithms says which). */
+static int applies(const opt_spec_t *s, fm_algorithm_t a) {
+  if (!s->field) return 0;
+  if (!strcmp(s->field, ANY_ALGORITHM)) return 1;
+  const char *fields = bagua_ddp_algorithm_options(alg_names[a]);
+  size_t n = strlen(s->field);
+  for (const char *p = fields; p && *p;) {
+    size_t k = strcspn(p, " ");
+    if (k == n && !strncmp(p, s->field, n)) return 1;
+    p += k + (p[k] == ' ');
+  }
+  return 0;
+}
 
 static void usage(FILE *out) {
   fprintf(out, "usage: " PROG
@@ -356,11 +370,11 @@ int fm_cli_parse(int argc, char **argv, fm_options_t *o, FILE *out, FILE *err) {
   /* Algorithm options are checked once the algorithm is known, wherever it was given. */
   for (size_t k = 0; k < NSPECS; k++) {
     const opt_spec_t *s = &specs[k];
-    if (!(o->given & s->bit) || (s->algs & ALG(o->algorithm))) continue;
+    if (!(o->given & s->bit) || applies(s, o->algorithm)) continue;
     fprintf(err, PROG ": %s does not apply to --algorithm %s; it is an option of:", s->name,
             alg_names[o->algorithm]);
     for (int a = 0; a < FM_ALG__COUNT; a++)
-      if (s->algs & ALG(a)) fprintf(err, " %s", alg_names[a]);
+      if (applies(s, (fm_algorithm_t)a)) fprintf(err, " %s", alg_names[a]);
     fprintf(err, "\n");
     return FM_CLI_ERROR;
   }

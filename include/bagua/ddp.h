@@ -214,6 +214,15 @@ BAGUA_EXTERN bagua_status_t bagua_ddp_register(bagua_ddp_t *ddp, const char *nam
 BAGUA_EXTERN bagua_status_t bagua_ddp_ready(bagua_ddp_t *ddp);
 
 /*
+ * The algorithms this build has, space-separated in the order of BAGUA_ALGORITHM's words
+ * ("gradient_allreduce bytegrad ..."), and the bagua_ddp_config_t fields that apply to
+ * algorithm `name` ("hierarchical error_feedback"; NULL for an unknown name): the rest must be
+ * left unset for it, and their variables are ignored. Static strings; thread-safe.
+ */
+BAGUA_EXTERN const char *bagua_ddp_algorithms(void);
+BAGUA_EXTERN const char *bagua_ddp_algorithm_options(const char *name);
+
+/*
  * Numbers this rank's current step (0 .. 2^62); each later step is numbered one more, unless
  * numbered again. With steps numbered alike on every rank (the program's iteration, or epoch
  * and batch), a rank that skipped an iteration or ran one twice is caught: the first step

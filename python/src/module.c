@@ -36,6 +36,18 @@ static PyObject *py_dtype_size(PyObject *self, PyObject *args) {
   return PyLong_FromSize_t(bagua_dtype_size(dt));
 }
 
+static PyObject *py_ddp_algorithms(PyObject *self, PyObject *args) {
+  return PyUnicode_FromString(bagua_ddp_algorithms());
+}
+
+static PyObject *py_ddp_algorithm_options(PyObject *self, PyObject *args) {
+  const char *name;
+  if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
+  const char *o = bagua_ddp_algorithm_options(name);
+  if (!o) Py_RETURN_NONE;
+  return PyUnicode_FromString(o);
+}
+
 static PyMethodDef methods[] = {
     {"param_get", py_param_get, METH_VARARGS,
      "param_get(name) -> str or None: a BAGUA_* or worker variable as libbagua's registry reads "
@@ -45,6 +57,11 @@ static PyMethodDef methods[] = {
      "spare_port(host) -> a TCP port that binds on host now (\"\": every address), below the "
      "kernel's ephemeral range where it can, so that no outgoing connection takes it before "
      "its listener binds it."},
+    {"ddp_algorithms", py_ddp_algorithms, METH_NOARGS,
+     "ddp_algorithms() -> libbagua's algorithms, space-separated, in BAGUA_ALGORITHM's order."},
+    {"ddp_algorithm_options", py_ddp_algorithm_options, METH_VARARGS,
+     "ddp_algorithm_options(name) -> the bagua_ddp_config_t fields that apply to algorithm "
+     "name, space-separated (None for an unknown name)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

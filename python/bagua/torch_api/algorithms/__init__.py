@@ -6,6 +6,8 @@
 says without any code of its own.
 """
 
+import inspect
+
 from bagua.torch_api.algorithms import (
     async_model_average, base, bytegrad, decentralized, gradient_allreduce, q_adam)
 from bagua.torch_api.algorithms.async_model_average import AsyncModelAverageAlgorithm
@@ -48,6 +50,19 @@ def name_from_env():
     return _env.algorithm_name()
 
 
+def _takes(name):
+    """The option arguments the front end's algorithm `name` accepts: its constructor's, and
+    for qadam its optimizer's ``warmup_steps`` (set on the QAdamOptimizer below)."""
+    cls = QAdamAlgorithm if name == "qadam" else _BY_NAME.get(name)
+    if cls is None:
+        raise ValueError(f"algorithm {name!r} has no class in the torch front end; accepted: "
+                         + ", ".join(sorted(set(_BY_NAME) | {"qadam"})))
+    takes = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    if name == "qadam":
+        takes.add("warmup_steps")
+    return takes
+
+
 def from_env(optimizer=None, defaults=None, **options):
     """The algorithm the environment configures, built with its options.
 
@@ -76,8 +91,9 @@ def from_env(optimizer=None, defaults=None, **options):
             QAdamOptimizer.
     """
     name = _env.algorithm_name() or "gradient_allreduce"
-    kwargs = _env.applicable(name, defaults or {})
-    kwargs.update(_env.options(name))
+    takes = _takes(name)
+    kwargs = _env.applicable(name, defaults or {}, takes)
+    kwargs.update(_env.options(name, takes))
     kwargs.update(options)
     if name == "qadam":
         if not isinstance(optimizer, QAdamOptimizer):

@@ -9,21 +9,27 @@ import os
 
 from bagua import _C
 
-ALGORITHMS = ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
-              "qadam", "async")
+# libbagua's algorithms and which options each has come from its table of algorithms
+# (bagua._C.ddp_algorithms, ddp_algorithm_options), never re-encoded here.
+ALGORITHMS = tuple(_C.ddp_algorithms().split())
 
-# Constructor argument, variable, the algorithms that have the option, how to read the value.
-_OPTIONS = (
-    ("hierarchical", "BAGUA_HIERARCHICAL",
-     ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam"),
-     "hier"),
-    ("peer_selection_mode", "BAGUA_PEER_SELECTION_MODE", ("decentralized",), "str"),
-    ("communication_interval", "BAGUA_COMMUNICATION_INTERVAL",
-     ("decentralized", "low_precision_decentralized"), "int"),
-    ("warmup_steps", "BAGUA_WARMUP_STEPS", ("qadam", "async"), "warmup"),
-    ("sync_interval_ms", "BAGUA_SYNC_INTERVAL_MS", ("async",), "int"),
-    ("error_feedback", "BAGUA_ERROR_FEEDBACK", ("bytegrad",), "bool"),
-)
+# libbagua's config field -> the constructor argument, its variable, how to read the value.
+_FIELDS = {
+    "hierarchical": ("hierarchical", "BAGUA_HIERARCHICAL", "hier"),
+    "peer_mode": ("peer_selection_mode", "BAGUA_PEER_SELECTION_MODE", "str"),
+    "comm_interval": ("communication_interval", "BAGUA_COMMUNICATION_INTERVAL", "int"),
+    "warmup_steps": ("warmup_steps", "BAGUA_WARMUP_STEPS", "warmup"),
+    "sync_interval_ms": ("sync_interval_ms", "BAGUA_SYNC_INTERVAL_MS", "int"),
+    "error_feedback": ("error_feedback", "BAGUA_ERROR_FEEDBACK", "bool"),
+}
+
+
+def _applying(name, takes):
+    """(argument, variable, kind) of the options libbagua applies to algorithm `name` that the
+    front end's constructor takes (`takes`: its argument names)."""
+    fields = (_C.ddp_algorithm_options(name) or "").split()
+    return [_FIELDS[f] for f in fields if f in _FIELDS and _FIELDS[f][0] in takes]
+
 
 _ACCEPTED = {
     "BAGUA_ALGORITHM": ", ".join(ALGORITHMS),
@@ -65,12 +71,11 @@ def algorithm_name():
     return value.lower() if value is not None else None
 
 
-def options(name):
-    """Constructor arguments of algorithm `name` from the option variables that apply to it."""
+def options(name, takes):
+    """Constructor arguments of algorithm `name` from the option variables that apply to it
+    (`takes`: the argument names its constructor accepts)."""
     out = {}
-    for arg, var, algos, kind in _OPTIONS:
-        if name not in algos:
-            continue
+    for arg, var, kind in _applying(name, takes):
         value = _get(var)
         if value is None:
             continue
@@ -89,6 +94,6 @@ def options(name):
     return out
 
 
-def applicable(name, values):
+def applicable(name, values, takes):
     """The entries of `values` (constructor arguments) that algorithm `name` has."""
-    return {arg: values[arg] for arg, _, algos, _ in _OPTIONS if arg in values and name in algos}
+    return {arg: values[arg] for arg, _, _ in _applying(name, takes) if arg in values}
