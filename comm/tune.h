@@ -1,5 +1,5 @@
 /*
- * Communicator settings that may change while a communicator runs (autotuning, ddp/autotune.c):
+ * Communicator settings that may change while a communicator runs (autotuning, ddp/tune/autotune.c):
  * how many of the established TCP streams per peer a message is spread over, the ring's
  * pipeline segment, and the message size from which allreduce takes the ring. Not installed.
  *

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autotune.h"
+#include "tune.h"
 #include "common/log.h"
 #include "ddp_internal.h"
 
@@ -79,7 +79,7 @@ uint64_t bagua__ddp_layout_hash(const bagua_ddp_t *d) {
   h = mix(h, (uint64_t)d->nbuckets);
   for (int i = 0; i < d->ntensors; i++) h = mix(h, d->tensors[i].count);
   for (int i = 0; i < d->nbuckets; i++) h = mix(h, d->buckets[i].count);
-  h = mix(h, bagua__autotune_fingerprint(d)); /* ranks that tune call more collectives */
+  h = mix(h, bagua__ddp_tune_fingerprint(d)); /* ranks that tune call more collectives */
   h = mix(h, (uint64_t)d->phase.numbered);    /* so do ranks that check their step numbers */
   return h;
 }

@@ -12,7 +12,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
-#include "advise.h"
+#include "tune.h"
 #include "common/params.h"
 #include "ddp_internal.h"
 
@@ -91,7 +91,7 @@ static int env_int(bagua__param_id_t id, int applies, int dflt, const char *fiel
  * accepts the environment's words in any case, so they are matched without case. */
 static bagua_status_t pick_algorithm(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
   if (c->algorithm) {
-    if (strcmp(c->algorithm, "auto") == 0) return bagua__ddp_auto_pick(s);
+    if (strcmp(c->algorithm, "auto") == 0) return bagua__ddp_tune_choose_algorithm(s);
     s->algo = bagua__ddp_algorithm(c->algorithm, 0);
     if (!s->algo) {
       char accepted[320];
@@ -102,8 +102,8 @@ static bagua_status_t pick_algorithm(const bagua_ddp_config_t *c, bagua__ddp_set
     return BAGUA_OK;
   }
   const char *name = bagua__param_str(BAGUA_P_ALGORITHM);
-  /* "auto": the advisor picks among BAGUA_AUTO_ALLOW after measuring (advise.c). */
-  if (strcasecmp(name, "auto") == 0) return bagua__ddp_auto_pick(s);
+  /* "auto": the advisor picks among BAGUA_AUTO_ALLOW after measuring (ddp/tune/advise.c). */
+  if (strcasecmp(name, "auto") == 0) return bagua__ddp_tune_choose_algorithm(s);
   s->algo = bagua__ddp_algorithm(name, 1);
   if (!s->algo) {
     /* Unreachable while the registry's choices and the table agree; say which is wrong. */

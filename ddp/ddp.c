@@ -11,8 +11,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
-#include "advise.h"
-#include "autotune.h"
+#include "tune.h"
 #include "comm/tune.h"
 #include "common/time.h"
 #include "ddp_internal.h"
@@ -103,7 +102,7 @@ bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
   bagua_status_t st;
   /* A private communicator: the communication thread may then use it while the caller keeps
    * using its own (a communicator admits one calling thread at a time). */
-  BAGUA_CHECK(bagua__autotune_comm_split(d, comm, &c)); /* more streams when autotuning */
+  BAGUA_CHECK(bagua__ddp_tune_comm_split(d, comm, &c)); /* autotuning: more streams */
   if (d->s.hierarchical) BAGUA_CHECK_GOTO(bagua_comm_split_node(c, &intra, &inter), st, fail);
   if (d->s.algo->caps & BAGUA__ALGO_BACKGROUND)
     BAGUA_CHECK_GOTO(bagua_comm_split(c, 0, bagua_comm_rank(c), &async_comm), st, fail);
@@ -150,7 +149,7 @@ void bagua__ddp_comms_abort(bagua_ddp_t *d) {
   bagua_comm_abort(d->intra);
   bagua_comm_abort(d->inter);
   bagua_comm_abort(d->async_comm);
-  bagua__ddp_advise_abort(d);
+  bagua__ddp_tune_abort(d);
   d->s.dev->abort(d);
   pthread_mutex_unlock(&d->comm_mu);
 }
@@ -315,8 +314,8 @@ bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
   if (sticky(d)) return sticky(d);
   if (d->ntensors == 0) return usage("bagua_ddp_ready", "no tensor was registered");
   d->bytes_start = bagua__ddp_bytes_sent(d);
-  /* The advisor (advise.c) probes the network before the communication thread exists. */
-  bagua_status_t st = bagua__ddp_advise_start(d);
+  /* The tuners (the advisor probes the network) start before the communication thread. */
+  bagua_status_t st = bagua__ddp_tune_on_ready(d);
   if (st != BAGUA_OK) return bagua__ddp_fail(d, st);
   st = bagua__ddp_build(d, NULL);
   /* Progress reports start with the first ready context: its step count is the program's. */
@@ -572,11 +571,9 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   reset_step(d);
   d->waited = 0;
   if (a->next_step) BAGUA_CHECK_GOTO(a->next_step(d), st, fail);
-  /* The advisor: measure this step; on its deciding step predict, print and, for algorithm
-   * "auto", move every rank to the chosen algorithm (advise.c). */
-  if (d->advise) BAGUA_CHECK_GOTO(bagua__ddp_advise_step(d, first_ready), st, fail);
-  /* Autotuning (autotune.c): may move every rank to other settings at this step boundary. */
-  BAGUA_CHECK_GOTO(bagua__autotune_step(d), st, fail);
+  /* The tuners (ddp/tune.h): measure this step; the advisor's deciding step may move every
+   * rank to another algorithm ("auto"), autotuning to other settings, at this boundary. */
+  BAGUA_CHECK_GOTO(bagua__ddp_tune_on_step(d, first_ready), st, fail);
   return BAGUA_OK;
 fail:
   return bagua__ddp_fail(d, st);
@@ -661,11 +658,10 @@ void bagua__ddp_unbuild(bagua_ddp_t *d) {
 void bagua_ddp_destroy(bagua_ddp_t *d) {
   if (!d) return;
   bagua__ddp_progress_close(d);
-  bagua__ddp_advise_free(d);
+  bagua__ddp_tune_free(d);
   bagua__ddp_elastic_detach(d);
   bagua__ddp_unbuild(d);
   bagua__ddp_comms_close(d);
-  bagua__autotune_free(d);
   for (int i = 0; i < d->ntensors; i++) free(d->tensors[i].name);
   free(d->tensors);
   pthread_mutex_destroy(&d->comm_mu);

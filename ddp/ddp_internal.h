@@ -105,7 +105,7 @@ typedef struct {
   const bagua__ddp_dev_t *dev; /* where the flat buffers live (dev.h) */
   int cuda_device;
   void *cuda_stream;
-  /* algorithm "auto" (advise.c): bit i allows bagua__adv_algo_t i; 0 when the program or
+  /* algorithm "auto" (ddp/tune/advise.c): bit i allows bagua__adv_algo_t i; 0 when the program or
    * BAGUA_ALGORITHM named the algorithm, which is then never switched. */
   unsigned auto_allow;
 } bagua__ddp_settings_t;
@@ -237,9 +237,9 @@ struct bagua_ddp_s {
   /* Bumped by every bagua__ddp_reconfigure() that re-laid the flat storage: views obtained
    * from bagua_ddp_param()/bagua_ddp_grad() before it point into freed memory. */
   int64_t layout_version;
-  /* The advisor's measurements and choice (advise.c); NULL when it is off. */
+  /* The advisor's measurements and choice (ddp/tune/advise.c); NULL when it is off. */
   struct bagua__ddp_advise_s *advise;
-  /* Autotuning state (autotune.c), created at the first step when BAGUA_AUTOTUNE=1. */
+  /* Autotuning state (ddp/tune/autotune.c), created at the first step when BAGUA_AUTOTUNE=1. */
   struct bagua__autotune_s *autotune;
 };
 

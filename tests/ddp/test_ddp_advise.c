@@ -1,5 +1,5 @@
 /*
- * The advisor (ddp/advise.c, ddp/advisor_model.c; docs/advisor.md).
+ * The advisor (ddp/tune/advise.c, ddp/tune/advisor_model.c; docs/advisor.md).
  *
  *   model     the prediction model on fixed measurements, against values computed by hand
  *             (the comments show the arithmetic): ByteGrad beats gradient_allreduce on a
@@ -27,7 +27,7 @@
 #include "../comm/mp.h"
 #include "../test.h"
 #include "common/params.h"
-#include "ddp/advise.h"
+#include "ddp/tune/advise.h"
 #include "ddp/ddp_internal.h"
 #include "problem.h"
 

@@ -10,7 +10,7 @@
 #include "../test.h"
 #include "bagua/ddp.h"
 #include "common/params.h"
-#include "ddp/advisor_model.h"
+#include "ddp/tune/advisor_model.h"
 #include "ddp/ddp_internal.h"
 
 int main(void) {

@@ -1,5 +1,5 @@
 /*
- * Autotuning (BAGUA_AUTOTUNE=1, ddp/autotune.c) with real ranks and real steps.
+ * Autotuning (BAGUA_AUTOTUNE=1, ddp/tune/autotune.c) with real ranks and real steps.
  *
  *   same   2 ranks on 2 emulated nodes over TCP, gradient_allreduce: after every step each rank
  *          records the settings in effect (layout version, bucket size, hierarchical, streams,
@@ -25,7 +25,7 @@
 #include "../test.h"
 #include "comm/tune.h"
 #include "common/params.h"
-#include "ddp/autotune.h"
+#include "ddp/tune/autotune.h"
 #include "ddp/ddp_internal.h"
 #include "problem.h"
 

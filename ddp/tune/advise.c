@@ -8,6 +8,7 @@
  * decides, and a communicator admits one calling thread at a time.
  */
 #include "advise.h"
+#include "../tune.h"
 
 #include <math.h>
 #include <sched.h> /* sched_getaffinity, CPU_COUNT: the build defines _GNU_SOURCE */
@@ -640,3 +641,17 @@ void bagua__ddp_advise_free(bagua_ddp_t *d) {
 const char *bagua__ddp_advise_table(const bagua_ddp_t *d) {
   return d && d->advise ? d->advise->table : NULL;
 }
+
+/* The core reaches the advisor through this row of the tuners' table (ddp/tune.h). */
+static bagua_status_t on_step(bagua_ddp_t *d, double first_ready) {
+  return d->advise ? bagua__ddp_advise_step(d, first_ready) : BAGUA_OK;
+}
+
+const bagua__ddp_tuner_t bagua__ddp_advisor_tuner = {
+    .name = "advisor",
+    .choose_algorithm = bagua__ddp_auto_pick,
+    .on_ready = bagua__ddp_advise_start,
+    .on_step = on_step,
+    .abort = bagua__ddp_advise_abort,
+    .free = bagua__ddp_advise_free,
+};

@@ -19,6 +19,7 @@
  * (comm/tune.h).
  */
 #include "autotune.h"
+#include "../tune.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@
 #include "common/output.h"
 #include "common/params.h"
 #include "common/time.h"
-#include "ddp_internal.h"
+#include "../ddp_internal.h"
 
 #define TOOL "bagua autotune"
 #define MAX_TUNED_STREAMS 4
@@ -570,3 +571,17 @@ void bagua__autotune_info(const bagua_ddp_t *d, bagua__autotune_info_t *out) {
   out->last_change_step = at->last_change;
   out->current = at->cur;
 }
+
+/* The core reaches autotuning through this row of the tuners' table (ddp/tune.h). */
+static bagua_status_t on_step(bagua_ddp_t *d, double first_ready) {
+  (void)first_ready;
+  return bagua__autotune_step(d);
+}
+
+const bagua__ddp_tuner_t bagua__ddp_autotune_tuner = {
+    .name = "autotune",
+    .comm_split = bagua__autotune_comm_split,
+    .fingerprint = bagua__autotune_fingerprint,
+    .on_step = on_step,
+    .free = bagua__autotune_free,
+};

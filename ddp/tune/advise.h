@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #include "advisor_model.h"
-#include "ddp_internal.h"
+#include "../ddp_internal.h"
 
 /*
  * Algorithm "auto" (config.c): reads BAGUA_AUTO_ALLOW (validated by the registry) into
