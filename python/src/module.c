@@ -36,6 +36,14 @@ static PyObject *py_dtype_size(PyObject *self, PyObject *args) {
   return PyLong_FromSize_t(bagua_dtype_size(dt));
 }
 
+static PyObject *py_param_check(PyObject *self, PyObject *args) {
+  const char *name, *value;
+  if (!PyArg_ParseTuple(args, "ss", &name, &value)) return NULL;
+  char err[512];
+  if (bagua_param_validate(name, value, err, sizeof(err)) == BAGUA_OK) Py_RETURN_NONE;
+  return PyUnicode_FromString(err);
+}
+
 static PyObject *py_ddp_algorithms(PyObject *self, PyObject *args) {
   return PyUnicode_FromString(bagua_ddp_algorithms());
 }
@@ -57,6 +65,9 @@ static PyMethodDef methods[] = {
      "spare_port(host) -> a TCP port that binds on host now (\"\": every address), below the "
      "kernel's ephemeral range where it can, so that no outgoing connection takes it before "
      "its listener binds it."},
+    {"param_check", py_param_check, METH_VARARGS,
+     "param_check(name, value) -> None when libbagua's registry accepts value for variable "
+     "name, else its message saying what is accepted."},
     {"ddp_algorithms", py_ddp_algorithms, METH_NOARGS,
      "ddp_algorithms() -> libbagua's algorithms, space-separated, in BAGUA_ALGORITHM's order."},
     {"ddp_algorithm_options", py_ddp_algorithm_options, METH_VARARGS,

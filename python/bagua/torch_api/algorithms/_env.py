@@ -31,15 +31,15 @@ def _applying(name, takes):
     return [_FIELDS[f] for f in fields if f in _FIELDS and _FIELDS[f][0] in takes]
 
 
-_ACCEPTED = {
-    "BAGUA_ALGORITHM": ", ".join(ALGORITHMS),
-    "BAGUA_HIERARCHICAL": "-1, 0 or 1",
-    "BAGUA_PEER_SELECTION_MODE": "all, shift_one or ring",
-    "BAGUA_COMMUNICATION_INTERVAL": "an integer in [1, 1000000]",
-    "BAGUA_WARMUP_STEPS": "an integer in [-1, 1000000000]",
-    "BAGUA_SYNC_INTERVAL_MS": "an integer in [1, 3600000]",
-    "BAGUA_ERROR_FEEDBACK": "0 or 1",
-}
+
+
+def _accepted(var, raw):
+    """What libbagua's registry accepts for `var`, from its own refusal of `raw` (the torch
+    front end takes the named algorithms only, not ``auto``)."""
+    if var == "BAGUA_ALGORITHM":
+        return ", ".join(ALGORITHMS)
+    message = _C.param_check(var, raw) or ""
+    return message.split("accepted: ", 1)[-1].split("accepted values: ", 1)[-1]
 
 
 def _get(var):
@@ -51,7 +51,7 @@ def _get(var):
     if raw is None or (raw == "" and var != "BAGUA_ALGORITHM"
                        and var != "BAGUA_PEER_SELECTION_MODE"):
         return None
-    raise ValueError(f"{var}={raw!r} is invalid; accepted: {_ACCEPTED[var]}")
+    raise ValueError(f"{var}={raw!r} is invalid; accepted: {_accepted(var, raw)}")
 
 
 def algorithm_name():
@@ -67,7 +67,7 @@ def algorithm_name():
         raise ValueError(
             "BAGUA_ALGORITHM='auto' is supported by libbagua's C data-parallel layer only; "
             "the torch front end needs a named algorithm; accepted here: "
-            + _ACCEPTED["BAGUA_ALGORITHM"])
+            + ", ".join(ALGORITHMS))
     return value.lower() if value is not None else None
 
 
