@@ -13,6 +13,7 @@
 
 #include "bagua/comm.h"
 #include "bagua/ddp.h"
+#include "common/algorithms.h"
 #include "dev.h"
 
 typedef enum {
@@ -77,10 +78,10 @@ typedef struct {
   void (*teardown)(bagua_ddp_t *d);
 } bagua__ddp_algo_t;
 
-/* The algorithms (ddp/algorithms/list.def, one row each), in the registry's order. */
-#define BAGUA_DDP_ALGORITHM(name) extern const bagua__ddp_algo_t bagua__ddp_##name;
-#include "algorithms/list.def"
-#undef BAGUA_DDP_ALGORITHM
+/* The algorithms (common/algorithms.h, one row each), in the registry's order. */
+#define BAGUA__DDP_DECLARE(sep, name) extern const bagua__ddp_algo_t bagua__ddp_##name;
+BAGUA__ALGORITHMS(BAGUA__DDP_DECLARE)
+#undef BAGUA__DDP_DECLARE
 extern const bagua__ddp_algo_t *const bagua__ddp_algorithms[];
 extern const int bagua__ddp_nalgorithms;
 /* The algorithm named `name` (exactly, or in any case when `any_case`), or NULL. */

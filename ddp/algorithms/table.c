@@ -1,4 +1,4 @@
-/* The table of algorithms (ddp/algorithms/list.def) and the lookup by name. */
+/* The table of algorithms (common/algorithms.h) and the lookup by name. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,9 +7,9 @@
 #include "../ddp_internal.h"
 
 const bagua__ddp_algo_t *const bagua__ddp_algorithms[] = {
-#define BAGUA_DDP_ALGORITHM(name) &bagua__ddp_##name,
-#include "list.def"
-#undef BAGUA_DDP_ALGORITHM
+#define ENTRY(sep, name) &bagua__ddp_##name,
+    BAGUA__ALGORITHMS(ENTRY)
+#undef ENTRY
 };
 
 const int bagua__ddp_nalgorithms =

@@ -1,5 +1,5 @@
 /*
- * The table of algorithms (ddp/algorithms/list.def) is the one list: the registry's
+ * The table of algorithms (common/algorithms.h) is the one list: the registry's
  * BAGUA_ALGORITHM and BAGUA_AUTO_ALLOW words name exactly its algorithms in its order, every
  * advisor cost model names one of them, the declared capabilities are consistent, and the
  * public lists (bagua_ddp_algorithms, bagua_ddp_algorithm_options) follow the table.
