@@ -141,7 +141,7 @@ static bagua_status_t qadam_momentum(bagua_ddp_t *d, bagua__lane_t l, float *m, 
                                      float wd) {
   (void)d;
   (void)l;
-  for (size_t i = 0; i < n; i++) m[i] = beta1 * m[i] + one_minus_beta1 * (g[i] + wd * p[i]);
+  bagua__qadam_momentum(m, g, p, n, beta1, one_minus_beta1, wd);
   return BAGUA_OK;
 }
 
@@ -149,8 +149,7 @@ static bagua_status_t lpdec_diff(bagua_ddp_t *d, bagua__lane_t l, float *diff, c
                                  const float *s, const float *w, size_t n) {
   (void)d;
   (void)l;
-  const float third = 1.0f / 3.0f, five_thirds = 5.0f / 3.0f;
-  for (size_t i = 0; i < n; i++) diff[i] = x[i] + s[i] * third - five_thirds * w[i];
+  bagua__lpdec_diff(diff, x, s, w, n);
   return BAGUA_OK;
 }
 

@@ -158,4 +158,16 @@ typedef struct {
 void bagua__adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
                       const bagua__adam_params_t *hp, int64_t step);
 
+/*
+ * The element-wise updates of two algorithms, written once here for the host as their CUDA
+ * twins are in kernels/cuda/ddp_ops.cu, under the same floating-point rules (no fused
+ * multiply-add: -ffp-contract=off here, --fmad=false there), so that a CPU and a GPU rank of
+ * the same job compute the same bits. f32 buffers of n elements.
+ *   QAdam's momentum: m = beta1 * m + one_minus_beta1 * (g + wd * p).
+ *   Low-precision decentralized SGD's difference: diff = x + s / 3 - (5 / 3) * w.
+ */
+void bagua__qadam_momentum(float *m, const float *g, const float *p, size_t n, float beta1,
+                           float one_minus_beta1, float wd);
+void bagua__lpdec_diff(float *diff, const float *x, const float *s, const float *w, size_t n);
+
 #endif

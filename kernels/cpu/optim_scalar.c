@@ -47,3 +47,13 @@ void bagua__adam_scalar(float *param, const float *grad, float *m, float *v, siz
     param[i] = p - c->step_size * mi / denom;
   }
 }
+
+void bagua__qadam_momentum(float *m, const float *g, const float *p, size_t n, float beta1,
+                           float one_minus_beta1, float wd) {
+  for (size_t i = 0; i < n; i++) m[i] = beta1 * m[i] + one_minus_beta1 * (g[i] + wd * p[i]);
+}
+
+void bagua__lpdec_diff(float *diff, const float *x, const float *s, const float *w, size_t n) {
+  const float third = 1.0f / 3.0f, five_thirds = 5.0f / 3.0f;
+  for (size_t i = 0; i < n; i++) diff[i] = x[i] + s[i] * third - five_thirds * w[i];
+}

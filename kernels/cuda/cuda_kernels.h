@@ -97,9 +97,11 @@ bagua_status_t bagua__cuda_adam_step(float *param, const void *grad, bagua_dtype
 
 /*
  * The data-parallel layer's own element-wise steps (ddp_ops.cu), each the f32 arithmetic of
- * its CPU counterpart in ddp/: buf /= (float)k; QAdam's m = beta1 m + (1 - beta1)(g + wd p)
- * and its frozen-variance update (bagua__ddp_qadam_frozen_step); and low-precision
- * decentralized SGD's diff = x + s/3 - (5/3) w. f32 buffers, element-aligned.
+ * its CPU counterpart: buf /= (float)k; QAdam's m = beta1 m + (1 - beta1)(g + wd p)
+ * (bagua__qadam_momentum in kernels/kernels.h) and its frozen-variance update
+ * (bagua__ddp_qadam_frozen_step); and low-precision decentralized SGD's
+ * diff = x + s/3 - (5/3) w (bagua__lpdec_diff in kernels/kernels.h). f32 buffers,
+ * element-aligned.
  */
 bagua_status_t bagua__cuda_div_f32(float *buf, size_t n, int k, cudaStream_t stream);
 bagua_status_t bagua__cuda_qadam_momentum(float *m, const float *g, const float *p, size_t n,
