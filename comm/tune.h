@@ -1,7 +1,8 @@
 /*
- * Communicator settings that may change while a communicator runs (autotuning, ddp/tune/autotune.c):
- * how many of the established TCP streams per peer a message is spread over, the ring's
- * pipeline segment, and the message size from which allreduce takes the ring. Not installed.
+ * Communicator settings that may change while a communicator runs (autotuning,
+ * ddp/tune/autotune.c): how many of the established TCP streams per peer a message is spread over,
+ * the ring's pipeline segment, and the message size from which allreduce takes the ring. Not
+ * installed.
  *
  * Both ends of a transfer must split a message the same way, so every rank of a communicator
  * applies the same value at the same point of its call sequence (between two collectives). The

@@ -27,12 +27,12 @@ void bagua__say(const char *tool, const char *fmt, ...) {
 }
 
 void bagua__print_wrapped(FILE *out, const char *left, int indent, int width, const char *text) {
-  int col;
-  if ((int)strlen(left) >= indent) { /* no room after it: the text starts on the next line */
-    col = fprintf(out, "%s\n%*s", left, indent, "") - (int)strlen(left) - 1;
-  } else {
-    col = fprintf(out, "%-*s", indent, left);
-  }
+  /* A left part with no room after it puts the text on the next line. */
+  if ((int)strlen(left) >= indent)
+    fprintf(out, "%s\n%*s", left, indent, "");
+  else
+    fprintf(out, "%-*s", indent, left);
+  int col = indent;
   int first = 1;
   for (const char *p = text; *p;) {
     while (*p == ' ') p++;

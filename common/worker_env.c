@@ -34,15 +34,7 @@ int bagua__worker_var_find(const char *name, size_t n) {
 }
 
 /* The agent derives these from its own state: nobody else may choose them. */
-static int agent_owned(const char *name) {
+int bagua__worker_var_agent_owned(const char *name) {
   int v = bagua__worker_var_find(name, strlen(name));
   return v >= 0 && g_vars[v].kind != BAGUA__WV_SETTING;
-}
-
-int bagua__worker_var_config_refused(const char *name) {
-  return agent_owned(name);
-}
-
-int bagua__worker_var_never_forwarded(const char *name) {
-  return agent_owned(name);
 }

@@ -27,9 +27,8 @@ const char *bagua__worker_var_help(bagua__worker_var_t v);
 /* The variable named by the first `n` bytes of `name` (so "NAME=VALUE" entries can pass
  * strcspn(entry, "=")), or -1 when the agent does not set it. */
 int bagua__worker_var_find(const char *name, size_t n);
-/* Whether a configuration ([env], -x) must not set `name`: the agent sets it for every
- * worker from its own state (kinds PER_WORKER, JOB, USER_FIRST). */
-int bagua__worker_var_config_refused(const char *name);
-/* Whether the launcher must never forward `name` to a remote agent (the same kinds). */
-int bagua__worker_var_never_forwarded(const char *name);
+/* Whether the agent sets `name` for every worker from its own state (kinds PER_WORKER, JOB,
+ * USER_FIRST): a configuration ([env], -x) must not set it, and the launcher never forwards
+ * it to a remote agent. */
+int bagua__worker_var_agent_owned(const char *name);
 #endif

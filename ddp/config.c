@@ -16,14 +16,12 @@
 #include "common/params.h"
 #include "ddp_internal.h"
 
-/* The algorithms' names, "a, b, ..." (the table's order), for refusals. */
-static const char *algo_names(void) {
-  static char names[256];
-  if (!names[0])
-    for (int i = 0, n = 0; i < bagua__ddp_nalgorithms && n < (int)sizeof(names); i++)
-      n += snprintf(names + n, sizeof(names) - (size_t)n, "%s%s", i ? ", " : "",
-                    bagua__ddp_algorithms[i]->name);
-  return names;
+/* The algorithms' names, "a, b, ..." (the table's order), into buf, for refusals. */
+static const char *algo_names(char *buf, size_t len) {
+  buf[0] = '\0';
+  for (int i = 0, n = 0; i < bagua__ddp_nalgorithms && n >= 0 && (size_t)n < len; i++)
+    n += snprintf(buf + n, len - (size_t)n, "%s%s", i ? ", " : "", bagua__ddp_algorithms[i]->name);
+  return buf;
 }
 
 static bagua_status_t bad(const char *field, const char *fmt_value, const char *accepted) {
@@ -94,9 +92,10 @@ static bagua_status_t pick_algorithm(const bagua_ddp_config_t *c, bagua__ddp_set
     if (strcmp(c->algorithm, "auto") == 0) return bagua__ddp_tune_choose_algorithm(s);
     s->algo = bagua__ddp_algorithm(c->algorithm, 0);
     if (!s->algo) {
-      char accepted[320];
+      char names[256], accepted[320];
       snprintf(accepted, sizeof(accepted),
-               "%s, auto (NULL: BAGUA_ALGORITHM, else gradient_allreduce)", algo_names());
+               "%s, auto (NULL: BAGUA_ALGORITHM, else gradient_allreduce)",
+               algo_names(names, sizeof(names)));
       return bad_str("algorithm", c->algorithm, accepted);
     }
     return BAGUA_OK;
@@ -107,8 +106,9 @@ static bagua_status_t pick_algorithm(const bagua_ddp_config_t *c, bagua__ddp_set
   s->algo = bagua__ddp_algorithm(name, 1);
   if (!s->algo) {
     /* Unreachable while the registry's choices and the table agree; say which is wrong. */
+    char names[256];
     BAGUA_WARN("bagua_ddp_create: BAGUA_ALGORITHM=\"%.80s\" is invalid; accepted: %s", name,
-               algo_names());
+               algo_names(names, sizeof(names)));
     return BAGUA_ERR_INVALID_ARG;
   }
   if (bagua__param_is_set(BAGUA_P_ALGORITHM))

@@ -112,8 +112,10 @@ static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
         if (cfg->v[LS_METRICS_PORT].i > 0) value = cfg->v[LS_METRICS_ADDR].s;
         break;
       default: {
+        /* A PASSED row: the launcher's setting as it is. A LAUNCHER row is computed by a
+         * case above; one without its case would be passed nothing. */
         int s = bagua__launch_find_shared((bagua__flag_t)f);
-        if (s >= 0) value = cfg->v[s].s;
+        if (bagua__flag((bagua__flag_t)f)->how == BAGUA__FLAG_PASSED && s >= 0) value = cfg->v[s].s;
         break;
       }
     }
@@ -148,7 +150,7 @@ static int env_keeps(const bagua__launch_var_t *v) {
 /* Registry parameters that the agent sets per worker (the worker contract) or that are passed
  * as agent flags: never forwarded. */
 static int forwardable(const char *env) {
-  if (host_local(env) || bagua__worker_var_never_forwarded(env)) return 0;
+  if (host_local(env) || bagua__worker_var_agent_owned(env)) return 0;
   return bagua__launch_find_env(env) < 0;
 }
 

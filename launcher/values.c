@@ -151,7 +151,7 @@ static int check_var(const char *name, const char *value, char *err, size_t errl
              name);
     return -1;
   }
-  if (bagua__worker_var_config_refused(name)) {
+  if (bagua__worker_var_agent_owned(name)) {
     snprintf(err, errlen, "%s is set by bagua-agent for every worker; accepted: any other variable",
              name);
     return -1;

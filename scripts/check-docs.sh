@@ -8,13 +8,12 @@
 #       too: against the target file's headings, turned into anchors as GitHub does
 #       (lowercase, punctuation dropped, spaces to hyphens, -1, -2, ... for repeats), or its
 #       explicit <a name/id> anchors. Fenced code blocks and `code spans` are skipped.
-#   (b) issue numbers: no file outside docs/results/ cites an issue by number: "issue 12",
-#       "Issue #5", "(issues 12 and 13)", also when the words are split over two lines of a
-#       comment. The dated results files are records of their time and may keep them. A line
-#       that uses "issue" as a verb before a number ("issue 3 sends") can say so with
-#       "check-docs: allow" anywhere on it.
-#   (c) outside documents: no file cites DESIGN.md, a reference/NAME.md note, /work/shared or
-#       ../shared. Everything a reader needs is in the repository.
+#   (b) issue numbers: no file outside docs/results/ cites a tracker issue by its number (the
+#       word, an optional "#" and digits; also when split over two lines of a comment). The
+#       dated results files are records of their time and may keep them. A line that uses
+#       the word as a verb before a number can say so with "check-docs: allow" on it.
+#   (c) outside documents: no file cites the design notes or reference notes kept outside the
+#       repository (the patterns are in the table below). Everything a reader needs is in it.
 #   (d) paths: every docs/... path to a .md, .csv, .raw or .png file named in any file's text
 #       (comments, strings, prose) exists.
 #

@@ -34,7 +34,15 @@ def _leak_torch_groups():
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(group))
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_installed = False
+
+
+def install():
+    """Arms the guards in this process (idempotent); init_process_group calls it."""
+    global _installed
+    if not _installed:
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _installed = True
 
 
 def check(born, what):

@@ -16,9 +16,6 @@ import os
 import shutil
 import tempfile
 
-import torch
-
-from bagua import _C
 
 #: The interface Gloo is pinned to on a one-host job.
 LOOPBACK = "lo"
@@ -27,18 +24,14 @@ LOOPBACK = "lo"
 def private_file_store(comm, world):
     """Returns a ``torch.distributed.FileStore`` for ``world`` ranks in a directory rank 0 of
     ``comm`` creates (0700) and removes when its process exits. Collective over ``comm``."""
-    size = torch.zeros(1, dtype=torch.int64)
+    import torch.distributed as dist
+
+    from bagua.torch_api.communication import broadcast_object
+    where = None
     if comm.rank == 0:
         where = tempfile.mkdtemp(prefix="bagua-store-")
         atexit.register(shutil.rmtree, where, True)
-        payload = torch.frombuffer(bytearray(os.fsencode(where)), dtype=torch.uint8)
-        size[0] = payload.numel()
-    comm.broadcast(size.data_ptr(), size.data_ptr(), 1, _C.I64, 0)
-    if comm.rank != 0:
-        payload = torch.empty(int(size[0]), dtype=torch.uint8)
-    comm.broadcast(payload.data_ptr(), payload.data_ptr(), payload.numel(), _C.U8, 0)
-    where = os.fsdecode(payload.numpy().tobytes())
-    import torch.distributed as dist
+    where = broadcast_object(where, 0, comm=comm)
     return dist.FileStore(os.path.join(where, "store"), world)
 
 

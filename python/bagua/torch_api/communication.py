@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from bagua import _C
 from bagua._C import BaguaError
-from bagua.torch_api import _fork, _store, env  # noqa: F401 - _fork guards fork()
+from bagua.torch_api import _fork, _store, env
 
 __all__ = [
     "ReduceOp", "BaguaProcessGroup", "BaguaSingleCommunicatorPy", "CommMember",
@@ -481,6 +481,7 @@ def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
     global _default_group
     if _default_group is not None:
         raise RuntimeError("init_process_group() was already called in this process")
+    _fork.install()
     explicit = (rank, world_size, local_world_size) != (-1, -1, -1)
     world = env.get_world_size() if world_size == -1 else _count_arg(world_size, "world_size")
     if world < 1:
