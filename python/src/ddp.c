@@ -1,7 +1,9 @@
 /*
  * bagua._C.DDP: a libbagua data-parallel context (include/bagua/ddp.h) for the PyTorch front
- * end, and bagua._C.Buffer, a buffer-protocol view of one tensor's slice of the context's flat
- * storage that torch.frombuffer() turns into a tensor without copying.
+ * end, and bagua._C.Buffer, a view of one tensor's slice of the context's flat storage that
+ * torch turns into a tensor without copying: host storage through the buffer protocol
+ * (torch.frombuffer), CUDA device storage ("cuda" contexts) through __cuda_array_interface__
+ * (torch.as_tensor).
  *
  * Ownership: a DDP owns its bagua_ddp_t. Every Buffer holds a reference to its DDP, and every
  * torch tensor made from a Buffer holds the Buffer, so the flat storage outlives every view
@@ -16,6 +18,7 @@
 typedef struct {
   PyObject_HEAD bagua_ddp_t *ddp;
   int locked;          /* this object holds the weight lock (lock_weights) */
+  int device;          /* 1: the flat storage is CUDA device memory (config device "cuda") */
   unsigned generation; /* fork generation it was created in (fork.c) */
 } ddp_obj_t;
 
@@ -23,6 +26,7 @@ typedef struct {
   PyObject_HEAD PyObject *owner; /* the DDP whose storage this views */
   float *ptr;
   Py_ssize_t count;
+  int device; /* 1: ptr is device memory: no buffer protocol, __cuda_array_interface__ */
 } buf_obj_t;
 
 static PyTypeObject g_ddp_type, g_buf_type;
@@ -77,17 +81,24 @@ static PyObject *ddp_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
                         "beta1",
                         "beta2",
                         "eps",
+                        "device",
+                        "cuda_device",
+                        "cuda_stream",
                         NULL};
   bagua_ddp_config_t cfg = BAGUA_DDP_CONFIG_INIT;
   PyObject *comm_obj;
   long long bucket = 0;
+  unsigned long long stream = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kw, "O|zizii$iiLzdddpdddd", kws, &comm_obj, &cfg.algorithm, &cfg.hierarchical,
+          args, kw, "O|zizii$iiLzdddpddddziK", kws, &comm_obj, &cfg.algorithm, &cfg.hierarchical,
           &cfg.peer_mode, &cfg.comm_interval, &cfg.error_feedback, &cfg.warmup_steps,
           &cfg.sync_interval_ms, &bucket, &cfg.optimizer, &cfg.lr, &cfg.momentum, &cfg.dampening,
-          &cfg.nesterov, &cfg.weight_decay, &cfg.beta1, &cfg.beta2, &cfg.eps))
+          &cfg.nesterov, &cfg.weight_decay, &cfg.beta1, &cfg.beta2, &cfg.eps, &cfg.device,
+          &cfg.cuda_device, &stream))
     return NULL;
   cfg.bucket_bytes = bucket;
+  /* torch's stream handle (torch.cuda.current_stream().cuda_stream) as an integer. */
+  cfg.cuda_stream = (void *)(uintptr_t)stream;
   bagua_comm_t *comm = bagua_py_comm_get(comm_obj);
   if (!comm) return NULL;
   bagua_ddp_t *ddp = NULL;
@@ -100,6 +111,7 @@ static PyObject *ddp_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return NULL;
   }
   o->ddp = ddp;
+  o->device = cfg.device && !strcmp(cfg.device, "cuda") ? 1 : 0;
   o->generation = bagua_py_generation();
   return (PyObject *)o;
 }
@@ -211,6 +223,7 @@ static PyObject *make_buffer(ddp_obj_t *self, float *ptr, Py_ssize_t count) {
   b->owner = (PyObject *)self;
   b->ptr = ptr;
   b->count = count;
+  b->device = self->device;
   return (PyObject *)b;
 }
 
@@ -282,6 +295,13 @@ static PyTypeObject g_ddp_type = {
 };
 
 static int buf_getbuffer(buf_obj_t *self, Py_buffer *view, int flags) {
+  if (self->device) {
+    /* Host code must never dereference a device pointer. */
+    PyErr_SetString(PyExc_BufferError,
+                    "this Buffer is CUDA device memory; use torch.as_tensor(buf, device=...), "
+                    "which reads __cuda_array_interface__");
+    return -1;
+  }
   return PyBuffer_FillInfo(view, (PyObject *)self, self->ptr,
                            self->count * (Py_ssize_t)sizeof(float), 0, flags);
 }
@@ -291,15 +311,37 @@ static void buf_dealloc(buf_obj_t *self) {
   PyObject_Free(self);
 }
 
+/*
+ * The CUDA array interface (version 2) of a device Buffer: torch.as_tensor() makes a tensor
+ * over the memory without copying and keeps the Buffer alive as long as the tensor. No
+ * "stream" entry: the storage is only ever touched on the context's compute stream, which is
+ * torch's current stream, so the consumer must not synchronize anything. A host Buffer has no
+ * such attribute (AttributeError), so consumers fall back to the buffer protocol.
+ */
+static PyObject *buf_cuda_array_interface(buf_obj_t *self, void *closure) {
+  if (!self->device) {
+    PyErr_SetString(PyExc_AttributeError, "a host Buffer has no __cuda_array_interface__");
+    return NULL;
+  }
+  return Py_BuildValue("{s:(n),s:s,s:(KO),s:i,s:O}", "shape", self->count, "typestr", "<f4", "data",
+                       (unsigned long long)(uintptr_t)self->ptr, Py_False, "version", 2, "strides",
+                       Py_None);
+}
+
+static PyGetSetDef buf_getset[] = {{"__cuda_array_interface__", (getter)buf_cuda_array_interface,
+                                    NULL, "The CUDA array interface of a device Buffer.", NULL},
+                                   {NULL, NULL, NULL, NULL, NULL}};
+
 static PyBufferProcs buf_procs = {.bf_getbuffer = (getbufferproc)buf_getbuffer};
 
 static PyTypeObject g_buf_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bagua._C.Buffer",
     .tp_basicsize = sizeof(buf_obj_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A writable view of float32 elements of a DDP's flat storage.",
+    .tp_doc = "A writable view of float32 elements of a DDP's flat storage (host or device).",
     .tp_dealloc = (destructor)buf_dealloc,
     .tp_as_buffer = &buf_procs,
+    .tp_getset = buf_getset,
 };
 
 int bagua_py_ddp_init(PyObject *module) {

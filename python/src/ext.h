@@ -62,5 +62,7 @@ bagua_comm_t *bagua_py_elastic_comm(PyObject *elastic);
 PyObject *bagua_py_comm_borrow(PyObject *elastic);
 /* Adds the Sampler type. */
 int bagua_py_sampler_init(PyObject *module);
+/* Adds the NcclComm type and the cuda_built flag (nccl.c). */
+int bagua_py_nccl_init(PyObject *module);
 
 #endif
