@@ -1,7 +1,10 @@
-"""Process groups, communicators and communication primitives on CPU tensors, over libbagua.
+"""Process groups, communicators and communication primitives on CPU and CUDA tensors, over
+libbagua.
 
-The names and arguments follow upstream Bagua's ``bagua.torch_api.communication``; tensors
-are CPU tensors here (upstream asserts CUDA ones). Every call checks its arguments (device,
+The names and arguments follow upstream Bagua's ``bagua.torch_api.communication``. CPU tensors
+go through libbagua's communicator; CUDA tensors through its NCCL twin, ordered with torch's
+current stream (bagua/torch_api/_cuda.py); one call takes tensors of one device. Every call
+checks its arguments (device,
 contiguity, dtype, sizes against what will be written, ranks) and raises
 ``ValueError``/``TypeError`` naming the problem before libbagua is called; failures inside
 libbagua raise :class:`BaguaError` subclasses (``BaguaTimeoutError`` for a stalled peer,
@@ -27,7 +30,7 @@ import torch.distributed as dist
 
 from bagua import _C
 from bagua._C import BaguaError
-from bagua.torch_api import _fork, _store, env
+from bagua.torch_api import _cuda, _fork, _store, env
 
 __all__ = [
     "ReduceOp", "BaguaProcessGroup", "BaguaSingleCommunicatorPy", "CommMember",
@@ -121,8 +124,7 @@ def _check(tensor, what):
     """Returns the dtype code of `tensor` after checking it can be handed to libbagua."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, not {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
-        raise ValueError(f"{what} is on {tensor.device}; this build communicates CPU tensors")
+    _cuda.check_device(tensor.device, what)
     if tensor.is_sparse or not tensor.is_contiguous():
         raise ValueError(f"{what} must be dense and contiguous (call .contiguous() first)")
     code = _DTYPES.get(tensor.dtype)
@@ -130,6 +132,15 @@ def _check(tensor, what):
         raise TypeError(f"{what} has dtype {tensor.dtype}; accepted: float32, float16, "
                         "bfloat16, float64, int32, int64, uint8")
     return code
+
+
+def _data(c, what, *tensors):
+    """What moves the tensors' data: the communicator ``c`` itself for CPU tensors, its NCCL
+    twin for CUDA tensors (metadata, such as counts, always goes through ``c``)."""
+    device = _cuda.call_device(tensors, what)
+    if device.type == "cpu":
+        return c
+    return _cuda.lane(c, device)
 
 
 def _same_dtype(a, b, what):
@@ -456,9 +467,22 @@ class _ExplicitWorld:
         self.local_rank, self.local_size = local_rank, local_size
 
 
+def _torch_backend():
+    """``torch.distributed``'s backend for the script's own calls: Gloo, and with a GPU also
+    NCCL for CUDA tensors (as upstream, whose scripts call e.g.
+    ``torch.distributed.barrier(device_ids=[...])``), where torch can combine the two (2.0
+    and later). Bagua's own traffic never goes through it; torch creates NCCL communicators
+    only when the script uses them."""
+    if torch.cuda.is_available() and hasattr(dist, "Backend") and \
+            int(torch.__version__.split(".")[0]) >= 2:
+        return "cpu:gloo,cuda:nccl"
+    return "gloo"
+
+
 def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
                        transport=None):
-    """Joins this worker to the job: initialises ``torch.distributed`` (Gloo) if needed and
+    """Joins this worker to the job: initialises ``torch.distributed`` (Gloo, plus NCCL for
+    CUDA tensors where a GPU is visible) if needed and
     creates the default Bagua group over libbagua.
 
     Args:
@@ -509,11 +533,12 @@ def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
             comm = _C.Comm(rank=me, size=world, bootstrap=bootstrap, transport=transport)
             store = _store.private_file_store(comm, world)
             _store.pin_gloo_to_loopback()
+        backend = _torch_backend()
         if store is None:
-            dist.init_process_group(backend="gloo", init_method="env://", rank=me,
+            dist.init_process_group(backend=backend, init_method="env://", rank=me,
                                     world_size=world)
         else:
-            dist.init_process_group(backend="gloo", store=store, rank=me, world_size=world)
+            dist.init_process_group(backend=backend, store=store, rank=me, world_size=world)
     if bootstrap.startswith("env://") and world > 1:
         kv = store if store is not None else dist.distributed_c10d._get_default_store()
         if me == 0:
@@ -698,13 +723,14 @@ def allreduce(send_tensor, recv_tensor, op=ReduceOp.SUM, comm=None):
         raise ValueError(f"allreduce: send_tensor has {send_tensor.numel()} elements, "
                          f"recv_tensor {recv_tensor.numel()}; they must be equal")
     op, op_code = _parse_op(op, send_tensor.dtype, "allreduce")
+    b = _data(c, "allreduce", send_tensor, recv_tensor)
     n = send_tensor.numel()
     if op_code is None:
-        rows = torch.empty(c.size * n, dtype=send_tensor.dtype)
-        c.allgather(send_tensor.data_ptr(), rows.data_ptr(), n, code)
+        rows = torch.empty(c.size * n, dtype=send_tensor.dtype, device=send_tensor.device)
+        b.allgather(send_tensor.data_ptr(), rows.data_ptr(), n, code)
         recv_tensor.view(-1).copy_(_fold(rows.view(c.size, n), op))
         return
-    c.allreduce(send_tensor.data_ptr(), recv_tensor.data_ptr(), n, code, op_code)
+    b.allreduce(send_tensor.data_ptr(), recv_tensor.data_ptr(), n, code, op_code)
 
 
 def allreduce_inplace(tensor, op=ReduceOp.SUM, comm=None):
@@ -720,13 +746,14 @@ def _coalesce(tensors, what):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{what}: tensors[{i}] must be a torch.Tensor, not "
                             f"{type(t).__name__}")
-        if t.device.type != "cpu" or t.is_sparse:
-            raise ValueError(f"{what}: tensors[{i}] must be a dense CPU tensor (it is on "
-                             f"{t.device})")
+        if t.is_sparse:
+            raise ValueError(f"{what}: tensors[{i}] must be dense")
+        _cuda.check_device(t.device, f"{what}: tensors[{i}]")
         if t.dtype not in _DTYPES:
             raise TypeError(f"{what}: tensors[{i}] has dtype {t.dtype}; accepted: float32, "
                             "float16, bfloat16, float64, int32, int64, uint8")
         groups.setdefault(t.dtype, []).append(t)
+    _cuda.call_device(tensors, what)
     return groups
 
 
@@ -761,7 +788,8 @@ def broadcast(tensor, src=0, comm=None):
         return
     code = _check(tensor, "tensor")
     src = _rank_arg(c, src, "broadcast: src")
-    c.broadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), code, src)
+    b = _data(c, "broadcast", tensor)
+    b.broadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), code, src)
 
 
 def broadcast_coalesced(tensors, src=0, comm=None):
@@ -819,7 +847,8 @@ def allgather(send_tensor, recv_tensor, comm=None):
     if c is None:
         return
     code = _blocks(c, send_tensor, recv_tensor, "allgather", True)
-    c.allgather(send_tensor.data_ptr(), recv_tensor.data_ptr(), send_tensor.numel(), code)
+    b = _data(c, "allgather", send_tensor, recv_tensor)
+    b.allgather(send_tensor.data_ptr(), recv_tensor.data_ptr(), send_tensor.numel(), code)
 
 
 def allgather_inplace(tensor, comm=None):
@@ -833,8 +862,9 @@ def allgather_inplace(tensor, comm=None):
         raise ValueError(f"allgather_inplace: {tensor.numel()} elements do not split into "
                          f"nranks ({c.size}) blocks")
     n = tensor.numel() // c.size
+    b = _data(c, "allgather_inplace", tensor)
     block = tensor.view(-1)[c.rank * n:(c.rank + 1) * n].clone()
-    c.allgather(block.data_ptr(), tensor.data_ptr(), n, code)
+    b.allgather(block.data_ptr(), tensor.data_ptr(), n, code)
 
 
 def reduce_scatter(send_tensor, recv_tensor, op=ReduceOp.SUM, comm=None):
@@ -845,14 +875,15 @@ def reduce_scatter(send_tensor, recv_tensor, op=ReduceOp.SUM, comm=None):
         return
     code = _blocks(c, send_tensor, recv_tensor, "reduce_scatter", False)
     op, op_code = _parse_op(op, send_tensor.dtype, "reduce_scatter")
+    b = _data(c, "reduce_scatter", send_tensor, recv_tensor)
     n = recv_tensor.numel()
     if op_code is None:
         # Block r of every rank lands on rank r, which folds them.
-        rows = torch.empty(c.size * n, dtype=send_tensor.dtype)
-        c.alltoall(send_tensor.data_ptr(), rows.data_ptr(), n, code)
+        rows = torch.empty(c.size * n, dtype=send_tensor.dtype, device=send_tensor.device)
+        b.alltoall(send_tensor.data_ptr(), rows.data_ptr(), n, code)
         recv_tensor.view(-1).copy_(_fold(rows.view(c.size, n), op))
         return
-    c.reduce_scatter(send_tensor.data_ptr(), recv_tensor.data_ptr(), n, code, op_code)
+    b.reduce_scatter(send_tensor.data_ptr(), recv_tensor.data_ptr(), n, code, op_code)
 
 
 def reduce_scatter_inplace(tensor, op=ReduceOp.SUM, comm=None):
@@ -866,7 +897,7 @@ def reduce_scatter_inplace(tensor, op=ReduceOp.SUM, comm=None):
         raise ValueError(f"reduce_scatter_inplace: {tensor.numel()} elements do not split "
                          f"into nranks ({c.size}) blocks")
     n = tensor.numel() // c.size
-    out = torch.empty(n, dtype=tensor.dtype)
+    out = torch.empty(n, dtype=tensor.dtype, device=tensor.device)
     reduce_scatter(tensor, out, op, comm=c)
     tensor.view(-1)[c.rank * n:(c.rank + 1) * n].copy_(out)
 
@@ -884,7 +915,10 @@ def alltoall(send_tensor, recv_tensor, comm=None):
         raise ValueError(f"alltoall: both tensors must hold the same number of elements, a "
                          f"multiple of nranks ({c.size}); they hold {send_tensor.numel()} and "
                          f"{recv_tensor.numel()}")
-    c.alltoall(send_tensor.data_ptr(), recv_tensor.data_ptr(), send_tensor.numel() // c.size,
+    b = _data(c, "alltoall", send_tensor, recv_tensor)
+    if b is not c and _overlap(send_tensor, recv_tensor):
+        send_tensor = send_tensor.clone()  # NCCL's alltoall cannot run in place
+    b.alltoall(send_tensor.data_ptr(), recv_tensor.data_ptr(), send_tensor.numel() // c.size,
                code)
 
 
@@ -959,7 +993,9 @@ def _alltoall_v(c, code, send_t, sc, sd, recv_t, rc, rd, what):
     their cycle send first and those at odd positions receive first: every cycle has a
     receiver first at position 1, so no cycle of ranks can all wait in send (with an odd
     cycle the last rank's send to position 0 completes once position 0 has sent).
+    The counts go through ``c``; the data through :func:`_data`'s choice.
     """
+    b = _data(c, what, send_t, recv_t)
     n, me = c.size, c.rank
     if n > 1:
         mine = torch.tensor(sc + rc, dtype=torch.int64)
@@ -999,9 +1035,9 @@ def _alltoall_v(c, code, send_t, sc, sd, recv_t, rc, rd, what):
             if count == 0:
                 continue  # both ends know the count from the table: neither posts a message
             if kind == "send":
-                c.send(out_part.data_ptr(), count, code, dst)
+                b.send(out_part.data_ptr(), count, code, dst)
             else:
-                c.recv(in_part.data_ptr(), count, code, src)
+                b.recv(in_part.data_ptr(), count, code, src)
 
 
 def reduce(send_tensor, recv_tensor, dst, op=ReduceOp.SUM, comm=None):
@@ -1018,14 +1054,16 @@ def reduce(send_tensor, recv_tensor, dst, op=ReduceOp.SUM, comm=None):
                          f"recv_tensor {recv_tensor.numel()}; they must be equal")
     dst = _rank_arg(c, dst, "reduce: dst")
     op, op_code = _parse_op(op, send_tensor.dtype, "reduce")
+    b = _data(c, "reduce", send_tensor, recv_tensor)
     n = send_tensor.numel()
     if op_code is None:
-        rows = torch.empty(c.size * n if c.rank == dst else 0, dtype=send_tensor.dtype)
-        c.gather(send_tensor.data_ptr(), rows.data_ptr() if c.rank == dst else 0, n, code, dst)
+        rows = torch.empty(c.size * n if c.rank == dst else 0, dtype=send_tensor.dtype,
+                           device=send_tensor.device)
+        b.gather(send_tensor.data_ptr(), rows.data_ptr() if c.rank == dst else 0, n, code, dst)
         if c.rank == dst:
             recv_tensor.view(-1).copy_(_fold(rows.view(c.size, n), op))
         return
-    c.reduce(send_tensor.data_ptr(), recv_tensor.data_ptr(), n, code, op_code, dst)
+    b.reduce(send_tensor.data_ptr(), recv_tensor.data_ptr(), n, code, op_code, dst)
 
 
 def reduce_inplace(tensor, dst, op=ReduceOp.SUM, comm=None):
@@ -1043,7 +1081,8 @@ def gather(send_tensor, recv_tensor, dst, comm=None):
     dst = _rank_arg(c, dst, "gather: dst")
     if c.rank == dst:
         code = _blocks(c, send_tensor, recv_tensor, "gather", True)
-    c.gather(send_tensor.data_ptr(), recv_tensor.data_ptr() if c.rank == dst else 0,
+    b = _data(c, "gather", send_tensor, recv_tensor if c.rank == dst else None)
+    b.gather(send_tensor.data_ptr(), recv_tensor.data_ptr() if c.rank == dst else 0,
              send_tensor.numel(), code, dst)
 
 
@@ -1062,11 +1101,12 @@ def gather_inplace(tensor, count, dst, comm=None):
         raise ValueError(f"gather_inplace: tensor must hold {want} elements on this rank "
                          f"({'nranks x count' if c.rank == dst else 'count'}), not "
                          f"{tensor.numel()}")
+    b = _data(c, "gather_inplace", tensor)
     if c.rank == dst:
         block = tensor.view(-1)[dst * count:(dst + 1) * count].clone()
-        c.gather(block.data_ptr(), tensor.data_ptr(), count, code, dst)
+        b.gather(block.data_ptr(), tensor.data_ptr(), count, code, dst)
     else:
-        c.gather(tensor.data_ptr(), 0, count, code, dst)
+        b.gather(tensor.data_ptr(), 0, count, code, dst)
 
 
 def scatter(send_tensor, recv_tensor, src, comm=None):
@@ -1079,7 +1119,8 @@ def scatter(send_tensor, recv_tensor, src, comm=None):
     src = _rank_arg(c, src, "scatter: src")
     if c.rank == src:
         code = _blocks(c, send_tensor, recv_tensor, "scatter", False)
-    c.scatter(send_tensor.data_ptr() if c.rank == src else 0, recv_tensor.data_ptr(),
+    b = _data(c, "scatter", send_tensor if c.rank == src else None, recv_tensor)
+    b.scatter(send_tensor.data_ptr() if c.rank == src else 0, recv_tensor.data_ptr(),
               recv_tensor.numel(), code, src)
 
 
@@ -1098,16 +1139,19 @@ def scatter_inplace(tensor, count, src, comm=None):
         raise ValueError(f"scatter_inplace: tensor must hold {want} elements on this rank "
                          f"({'nranks x count' if c.rank == src else 'count'}), not "
                          f"{tensor.numel()}")
+    b = _data(c, "scatter_inplace", tensor)
     if c.rank == src:
-        scratch = torch.empty(count, dtype=tensor.dtype)
-        c.scatter(tensor.data_ptr(), scratch.data_ptr(), count, code, src)
+        scratch = torch.empty(count, dtype=tensor.dtype, device=tensor.device)
+        b.scatter(tensor.data_ptr(), scratch.data_ptr(), count, code, src)
     else:
-        c.scatter(0, tensor.data_ptr(), count, code, src)
+        b.scatter(0, tensor.data_ptr(), count, code, src)
 
 
 # send/recv put a two-element header (element count, dtype code) before the data, so that a
 # receiving tensor of another size or dtype is reported by recv instead of being overrun or
-# misread: the byte stream between two ranks carries no sizes of its own.
+# misread: the byte stream between two ranks carries no sizes of its own. The header always
+# goes through the CPU communicator (bounded waits, readable on the host at once); the data
+# of CUDA tensors through the NCCL twin, matched in the same call order.
 
 def send(tensor, dst, comm=None):
     """Sends ``tensor`` to rank ``dst`` (matched in call order with its :func:`recv`)."""
@@ -1116,9 +1160,10 @@ def send(tensor, dst, comm=None):
         return
     code = _check(tensor, "tensor")
     dst = _peer_arg(c, dst, "send: dst")
+    b = _data(c, "send", tensor)
     header = torch.tensor([tensor.numel(), code], dtype=torch.int64)
     c.send(header.data_ptr(), 2, _C.I64, dst)
-    c.send(tensor.data_ptr(), tensor.numel(), code, dst)
+    b.send(tensor.data_ptr(), tensor.numel(), code, dst)
 
 
 def recv(tensor, src, comm=None):
@@ -1129,18 +1174,19 @@ def recv(tensor, src, comm=None):
         return
     code = _check(tensor, "tensor")
     src = _peer_arg(c, src, "recv: src")
+    b = _data(c, "recv", tensor)
     header = torch.empty(2, dtype=torch.int64)
     c.recv(header.data_ptr(), 2, _C.I64, src)
     count, sent_code = header.tolist()
     if count == tensor.numel() and sent_code == code:
-        c.recv(tensor.data_ptr(), count, code, src)
+        b.recv(tensor.data_ptr(), count, code, src)
         return
     sent_dtype = _DTYPE_OF_CODE.get(sent_code)
     if sent_dtype is None or count < 0:
         raise BaguaError(f"recv: the message header from rank {src} is corrupt ({count}, "
                          f"{sent_code}); was it sent by bagua.torch_api.send?")
-    drain = torch.empty(count, dtype=sent_dtype)  # held until the call returns
-    c.recv(drain.data_ptr(), count, sent_code, src)
+    drain = torch.empty(count, dtype=sent_dtype, device=tensor.device)  # freed on return
+    b.recv(drain.data_ptr(), count, sent_code, src)
     raise ValueError(f"recv: rank {src} sent {count} elements of {sent_dtype}; tensor holds "
                      f"{tensor.numel()} of {tensor.dtype}")
 

@@ -15,6 +15,14 @@ How a step runs:
   low-precision decentralized's exchange, the step count. QAdam is the exception: its update
   is libbagua's fused one.
 
+On a CUDA model (every parameter on the current CUDA device) libbagua's context runs in its
+``cuda`` mode: the flat storage is device memory, the buckets go through NCCL on libbagua's
+own stream, which waits for events recorded on torch's current stream when each gradient is
+marked ready, and libbagua's end of step is enqueued on torch's current stream. Nothing in
+the step synchronizes the device; the host waits only for libbagua's communication stream
+where the optimizer needs the reduced gradients (bounded by BAGUA_COMM_TIMEOUT_MS). Training
+must stay on the stream that was current at ``with_bagua``.
+
 A second ``with_bagua`` on the same module switches it to the new algorithm (and optimizers):
 the first context is finished and dropped, and the parameters are registered afresh.
 """
@@ -24,13 +32,21 @@ import itertools
 import torch
 
 from bagua import _C
-from bagua.torch_api import _fork, _step, communication
+from bagua.torch_api import _cuda, _fork, _step, communication
 from bagua.torch_api.algorithms.base import Algorithm
 
 _module_ids = itertools.count()
 
 
-def _views(ddp, buffer, params):
+def _tensor(buf, device):
+    """A float32 tensor over a ``bagua._C.Buffer`` without copying: host memory through the
+    buffer protocol, device memory through ``__cuda_array_interface__``."""
+    if device.type == "cuda":
+        return torch.as_tensor(buf, device=device)
+    return torch.frombuffer(buf, dtype=torch.float32)
+
+
+def _views(ddp, buffer, params, device):
     """Tensors over libbagua's flat storage (weights or gradients), one per parameter.
 
     They are slices of one tensor over the whole storage, so parameters laid out back to back
@@ -38,15 +54,14 @@ def _views(ddp, buffer, params):
     contiguity through ``Tensor.storage()``) then sees them as one run. Where the storage
     does not cover every tensor as expected, each gets a tensor of its own (correct, only
     not fusable)."""
-    own = [torch.frombuffer(buffer(i, p.numel()), dtype=torch.float32)
-           for i, (_, p) in enumerate(params)]
+    own = [_tensor(buffer(i, p.numel()), device) for i, (_, p) in enumerate(params)]
     base = min(t.data_ptr() for t in own)
     first = min(range(len(own)), key=lambda i: own[i].data_ptr())
     total = int(ddp.stats()["flat_elems"])
     offsets = [(t.data_ptr() - base) // 4 for t in own]
     if all((t.data_ptr() - base) % 4 == 0 and off + t.numel() <= total
            for t, off in zip(own, offsets)):
-        whole = torch.frombuffer(buffer(first, total), dtype=torch.float32)
+        whole = _tensor(buffer(first, total), device)
         return [whole[off:off + p.numel()].view_as(p)
                 for off, (_, p) in zip(offsets, params)]
     return [t.view_as(p) for t, (_, p) in zip(own, params)]
@@ -96,10 +111,12 @@ class _BaguaDDP:
                 named.append((name, p))
         if not named:
             raise ValueError("with_bagua: the module has no trainable parameters")
+        self.device = _cuda.model_device(named)
         for name, p in named:
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise TypeError(f"with_bagua: parameter {name} is {p.dtype} on {p.device}; this "
-                                "build trains float32 parameters on the CPU")
+            if p.dtype != torch.float32:
+                raise TypeError(f"with_bagua: parameter {name} is {p.dtype}; libbagua trains "
+                                "float32 parameters (keep the master weights in float32, as "
+                                "torch.autocast does)")
             if not p.is_contiguous():
                 p.data = p.data.contiguous()
         owned = {id(p) for o in optimizers for g in o.param_groups for p in g["params"]}
@@ -113,6 +130,7 @@ class _BaguaDDP:
                              "the averaging thread updates the flat weights in place")
         self.qadam = algorithm.name == "qadam"  # QAdamAlgorithm checked its optimizer
         self.params = list(reversed(named))
+        self._check_optimizer_state()
         self.ddp = None
         self._attach()
         if self.group.elastic is None:
@@ -141,14 +159,18 @@ class _BaguaDDP:
             cfg["optimizer"] = "none"  # the user's torch optimizer updates the weights
         if self.bucket_bytes is not None:
             cfg["bucket_bytes"] = int(self.bucket_bytes)
+        if self.device.type == "cuda":
+            cfg["device"] = "cuda"
+            cfg["cuda_device"] = self.device.index
+            cfg["cuda_stream"] = torch.cuda.current_stream(self.device).cuda_stream
         self.flat_p, self.flat_g = [], []
         self.ddp = _C.DDP(self.comm, **cfg)
         for name, p in self.params:
             self.ddp.register(name, p.data_ptr(), None, p.numel())
         self.ddp.ready()  # every rank now holds rank 0's weights in its parameters
         self.ddp.release_params()
-        self.flat_p = _views(self.ddp, self.ddp.param_buffer, self.params)
-        self.flat_g = _views(self.ddp, self.ddp.grad_buffer, self.params)
+        self.flat_p = _views(self.ddp, self.ddp.param_buffer, self.params, self.device)
+        self.flat_g = _views(self.ddp, self.ddp.grad_buffer, self.params, self.device)
         for i, (_, p) in enumerate(self.params):
             self.flat_g[i].zero_()
             if self.do_flatten:
@@ -202,14 +224,27 @@ class _BaguaDDP:
         runs (see _fork)."""
         _fork.check(self._born, "model's Bagua context")
 
+    def _check_optimizer_state(self):
+        """Optimizer state lives on the model's device (or the CPU, as torch keeps step
+        counts): anything else would be refused half-way through the state's broadcast."""
+        for opt in self.optimizers:
+            for state in opt.state.values():
+                for key, value in state.items():
+                    if isinstance(value, torch.Tensor) and value.device not in (
+                            torch.device("cpu"), self.device):
+                        raise ValueError(
+                            f"with_bagua: an optimizer holds state ({key!r}) on {value.device} "
+                            f"for a model on {self.device}; create the optimizer after moving "
+                            "the model (model.cuda() first), or move its state")
+
     def _broadcast_optimizer_state(self):
         """Rank 0's optimizer state (momentum buffers, step counts) on every rank."""
         for opt in self.optimizers:
             for group in opt.param_groups:
                 for p in group["params"]:
                     for value in opt.state.get(p, {}).values():
-                        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
-                            if value.is_contiguous() and value.numel():
+                        if isinstance(value, torch.Tensor) and value.is_contiguous() \
+                                and value.numel():
                                 communication.broadcast(value, 0, comm=self.group)
 
     def _make_hook(self, i, p):

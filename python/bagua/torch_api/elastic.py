@@ -54,7 +54,7 @@ import torch
 
 from bagua import _C
 from bagua._C import BaguaError
-from bagua.torch_api import communication, env
+from bagua.torch_api import _cuda, communication, env
 
 __all__ = ["init_process_group", "is_elastic", "State", "TorchState", "run", "LeftJob",
            "WorldChanged"]
@@ -131,7 +131,16 @@ def _broadcast_object(obj):
         return obj
     # The bytes come from rank 0 of our own job (weights_only=False: optimizer state dicts
     # hold plain Python values).
-    return torch.load(io.BytesIO(payload.numpy().tobytes()), weights_only=False)
+    return torch.load(io.BytesIO(payload.numpy().tobytes()), weights_only=False,
+                      map_location=_here)
+
+
+def _here(storage, location):
+    """torch.load's placement of rank 0's tensors: CUDA ones on this rank's current device
+    (rank 0's device index means another GPU here), the rest where they were."""
+    if location.startswith("cuda") and torch.cuda.is_available():
+        return storage.cuda(torch.cuda.current_device())
+    return storage
 
 
 class State:
@@ -267,6 +276,7 @@ def _change_round(state, failed):
         state.restore()
     for m in models:
         m._bagua._detach()
+    _cuda.forget()  # the primitives' NCCL communicators were built on the old round's
     old_round = _ctx.round
     try:
         _ctx.rebuild()

@@ -30,8 +30,8 @@ def _flatten_group(params, state):
     if not params:
         return
     total = sum(p.numel() for p in params)
-    flat = torch.empty(total, dtype=params[0].dtype)
-    flat_grad = torch.zeros(total, dtype=params[0].dtype)
+    flat = torch.empty(total, dtype=params[0].dtype, device=params[0].device)
+    flat_grad = torch.zeros(total, dtype=params[0].dtype, device=params[0].device)
     off = 0
     for p in params:
         n = p.numel()

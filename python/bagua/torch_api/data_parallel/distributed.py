@@ -4,7 +4,7 @@ import contextlib
 
 import torch
 
-from bagua.torch_api import communication
+from bagua.torch_api import _cuda, communication
 from bagua.torch_api import distributed as _bagua_distributed
 from bagua.torch_api.algorithms.gradient_allreduce import GradientAllReduceAlgorithm
 
@@ -26,17 +26,27 @@ def to_bagua_process_group(process_group=None):
 
 
 def _check_devices(module, device_ids, output_device, dim):
-    devices = {p.device for p in module.parameters()}
-    if any(d.type != "cpu" for d in devices):
-        raise ValueError("DistributedDataParallel: this build trains CPU modules; the module "
-                         f"has parameters on {sorted(str(d) for d in devices)}")
-    # As torch DDP: a CPU module takes no device_ids or output_device.
-    if device_ids is not None and list(device_ids) not in ([], ["cpu"], [torch.device("cpu")]):
-        raise ValueError(f"DistributedDataParallel: device_ids={device_ids!r} on a CPU module; "
-                         "accepted: None (as torch DDP for CPU modules)")
-    if output_device is not None and str(output_device) != "cpu":
-        raise ValueError(f"DistributedDataParallel: output_device={output_device!r} on a CPU "
-                         "module; accepted: None")
+    """As torch DDP: a CPU module takes no device_ids or output_device; a module on one CUDA
+    device takes None or that one device in each (torch's single-device form)."""
+    named = [(n, p) for n, p in module.named_parameters()]
+    device = _cuda.model_device(named) if named else torch.device("cpu")
+    if device.type == "cpu":
+        accepted, allowed = "None (as torch DDP for CPU modules)", ([], ["cpu"])
+    else:
+        accepted = f"None or [{device.index}] (the module's device, {device})"
+        allowed = ([], [device.index], [str(device)])
+    ids = None if device_ids is None else [
+        d.index if isinstance(d, torch.device) and d.type == "cuda" else
+        (str(d) if isinstance(d, torch.device) else d) for d in device_ids]
+    if ids is not None and ids not in allowed:
+        raise ValueError(f"DistributedDataParallel: device_ids={device_ids!r} on a module on "
+                         f"{device}; accepted: {accepted}")
+    if output_device is not None:
+        out = torch.device(output_device if not isinstance(output_device, int)
+                           else f"cuda:{output_device}")
+        if out.type != device.type or out.index not in (None, device.index):
+            raise ValueError(f"DistributedDataParallel: output_device={output_device!r} on a "
+                             f"module on {device}; accepted: None or {device}")
     if dim != 0:
         raise ValueError(f"DistributedDataParallel: dim={dim} is not supported; accepted: 0 "
                          "(inputs are not scattered: each process feeds its own module)")
