@@ -66,3 +66,9 @@ def run_workers(script, nranks, args=(), env=None, timeout=120, nodes=1):
 @pytest.fixture
 def workers():
     return run_workers
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "gpu: needs a CUDA GPU and a bagua built with CUDA (skipped elsewhere; "
+        "scripts/gpu-check.sh runs them with -m gpu)")
