@@ -5,7 +5,15 @@
 # examples/benchmark. Upstream's scripts are not part of this repository: give a checkout of
 # upstream Bagua (a work tree, or a bare repository read at HEAD).
 #
-#   scripts/upstream-examples.sh UPSTREAM [--only mnist|elastic|primitives|benchmark]...
+#   scripts/upstream-examples.sh UPSTREAM [--only mnist|elastic|primitives|benchmark]... [--cuda]
+#
+# With --cuda (a machine with a GPU) the scripts run exactly as upstream wrote them, CUDA and
+# all, with the interpreter UPSTREAM_PYTHON (default python3) and the bagua package in
+# BAGUA_PY_DIR (default BUILD/python; scripts/build-py-ext.sh makes one for another
+# interpreter). Every rank runs through a small wrapper that gives it its own NCCL_HOSTID
+# (ranks sharing one GPU must look like two hosts to NCCL) and, when a node has more ranks
+# than GPUs, makes each rank a node of its own with local rank 0, so that upstream's
+# torch.cuda.set_device(bagua.get_local_rank()) names a device that exists.
 #
 # The device edits (the only ones) are: ".cuda()" removed, "torch.cuda.set_device(...)" and
 # "torch.cuda.manual_seed_all(...)" statements made "pass", and "device_ids=[...]" removed from
@@ -32,10 +40,13 @@ fi
 upstream=$1
 shift
 only=()
+cuda=0
 while [ $# -gt 0 ]; do
   case $1 in
     --only) only+=("$2"); shift 2 ;;
-    *) echo "$0: unknown argument $1; accepted: --only mnist|elastic|primitives|benchmark" >&2
+    --cuda) cuda=1; shift ;;
+    *) echo "$0: unknown argument $1; accepted: --only mnist|elastic|primitives|benchmark," \
+         "--cuda" >&2
        exit 2 ;;
   esac
 done
@@ -44,7 +55,8 @@ wanted() { [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $1 "* ]]; }
 build=${BAGUA_BUILD_DIR:-$root/build}
 launch=$build/launcher/bagua-launch
 python=/usr/bin/python3
-export PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH}
+[ $cuda = 1 ] && python=${UPSTREAM_PYTHON:-python3}
+export PYTHONPATH=${BAGUA_PY_DIR:-$build/python}${PYTHONPATH:+:$PYTHONPATH}
 export OMP_NUM_THREADS=1
 if [ ! -x "$launch" ]; then
   echo "$0: $launch is missing: build first (cmake --build build)" >&2
@@ -53,30 +65,61 @@ fi
 
 work=$(mktemp -d /tmp/bagua-upstream-examples.XXXXXX)
 echo "work directory: $work"
+if [ $cuda = 1 ]; then
+  # The interpreter every rank runs (bagua-launch --python): see the header.
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  [ "${gpus:-0}" -ge 1 ] || { echo "$0: --cuda: nvidia-smi lists no GPU" >&2; exit 2; }
+  cat >"$work/python-gpu" <<WRAP
+#!/bin/sh
+export NCCL_HOSTID="bagua-\$\$" NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
+if [ "\${LOCAL_WORLD_SIZE:-1}" -gt $gpus ]; then
+  export BAGUA_NODE_ID="gpu-node-\${RANK:-0}" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1
+fi
+exec "$python" "\$@"
+WRAP
+  chmod +x "$work/python-gpu"
+  python=$work/python-gpu
+fi
 
 # show PATH: a file of upstream's tree, from a work tree or a (bare) repository's HEAD.
 show() {
   if [ -f "$upstream/$1" ]; then cat "$upstream/$1"; else git -C "$upstream" show "HEAD:$1"; fi
 }
 
-# port SRC DST: upstream's script with the device edits above.
+# port SRC DST: upstream's script with the device edits above (none with --cuda).
 port() {
+  if [ $cuda = 1 ]; then
+    show "$1" >"$2"
+    return
+  fi
   show "$1" | sed -E -e 's/\.cuda\(\)//g' \
     -e 's/^( *)torch\.cuda\.(set_device|manual_seed_all)\(.*\)$/\1pass/' \
     -e 's/torch\.distributed\.barrier\(device_ids=\[[^]]*\]\)/torch.distributed.barrier()/' \
     >"$2"
 }
 
-# MNIST's raw files in DIR/MNIST/raw, from Fashion-MNIST, the training set cut to N images.
+# MNIST's raw files in DIR/MNIST/raw, from Fashion-MNIST, the training set cut to N images;
+# where Debian's dataset is absent (a GPU machine), generated images in the same format.
 make_data() {
   "$python" - "$1" "${UPSTREAM_EXAMPLES_SAMPLES:-6000}" <<'EOF'
-import gzip, os, struct, sys
+import gzip, os, random, struct, sys
 out, n = os.path.join(sys.argv[1], "MNIST", "raw"), int(sys.argv[2])
 os.makedirs(out, exist_ok=True)
 src = "/usr/share/datasets/fashion-mnist"
+
+
+def generated(name):
+    count = 60000 if name.startswith("train") else 10000
+    rnd = random.Random(name)
+    if "labels" in name:
+        return struct.pack(">II", 2049, count) + bytes(rnd.randrange(10) for _ in range(count))
+    return struct.pack(">IIII", 2051, count, 28, 28) + rnd.randbytes(count * 28 * 28)
+
+
 for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
              "t10k-labels-idx1-ubyte"):
-    data = gzip.open(os.path.join(src, name + ".gz")).read()
+    path = os.path.join(src, name + ".gz")
+    data = gzip.open(path).read() if os.path.exists(path) else generated(name)
     magic, count = struct.unpack(">II", data[:8])
     keep = n if name.startswith("train") else min(count, max(n // 6, 1000))
     head = 16 if "images" in name else 8
@@ -136,14 +179,15 @@ if wanted primitives; then
 fi
 if wanted benchmark; then
   port examples/benchmark/synthetic_benchmark.py "$work/benchmark.py"
-  sed -i -E 's/^( *)raise RuntimeError\("bagua currently not supporting non-GPU mode"\)$/\1pass/' \
+  [ $cuda = 1 ] || sed -i -E \
+    's/^( *)raise RuntimeError\("bagua currently not supporting non-GPU mode"\)$/\1pass/' \
     "$work/benchmark.py"
   for algo in gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async
   do
     for fuse in "" --fuse-optimizer; do
       case $algo in low_precision_decentralized | async) [ -n "$fuse" ] && continue ;; esac
       run "benchmark-$algo${fuse:+-fused}" 600 "$launch" --nproc-per-node 2 --python "$python" \
-        "$work/benchmark.py" --no-cuda --model resnet18 --batch-size 8 --num-warmup-batches 1 \
+        "$work/benchmark.py" $([ $cuda = 1 ] || echo --no-cuda) --model resnet18 --batch-size 8 --num-warmup-batches 1 \
         --num-batches-per-iter 2 --num-iters 2 --algorithm "$algo" $fuse
     done
   done

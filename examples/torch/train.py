@@ -7,8 +7,14 @@ Run it under bagua-launch or torchrun (or alone, one rank):
     bagua-launch --config job.ini examples/torch/train.py    # [algorithm] name = bytegrad
     torchrun --nproc_per_node 2 examples/torch/train.py --ddp        # plain torch DDP (Gloo)
 
-The data are Debian's dataset-fashion-mnist IDX files (no download). The last line of every
-rank is the same as the C example's: ``final rank=R step=S params_crc=HEX test_acc=A``.
+It trains on the GPU of its local rank when torch sees one (``--device cuda``, the default
+then: ``torch.cuda.set_device(LOCAL_RANK)``, the model and batches on that device, libbagua's
+CUDA mode, and ``--ddp`` over NCCL), else on the CPU.
+
+The data are Debian's dataset-fashion-mnist IDX files (no download), or with ``--synthetic N``
+N generated images (what a GPU machine without the dataset uses; ``--model resnet18`` takes
+3x32x32 images). The last line of every rank is the same as the C example's:
+``final rank=R step=S params_crc=HEX test_acc=A``.
 """
 
 import argparse
@@ -41,6 +47,16 @@ def read_idx(path):
     if data.size != int(np.prod(dims)):
         raise ValueError(f"{path}: {data.size} bytes of data, the header says {dims}")
     return data.reshape(dims)
+
+
+def synthetic(n, split, shape, seed=1):
+    """``n`` generated images of ``shape``: a fixed random pattern per class plus noise
+    (learnable, so accuracy still means something), the test split from another seed."""
+    g = torch.Generator().manual_seed(seed * 2 + (split == "test"))
+    patterns = torch.randn(10, *shape, generator=torch.Generator().manual_seed(seed))
+    y = torch.randint(0, 10, (n,), generator=g)
+    x = 0.1 * patterns[y] + torch.randn(n, *shape, generator=g)
+    return torch.utils.data.TensorDataset(x, y)
 
 
 def load(data_dir, split, limit=None):
@@ -83,19 +99,42 @@ class WideMLP(nn.Module):
         return self.fc3(x)
 
 
+def resnet18():
+    """torchvision's ResNet-18 (11.2 M parameters) for 10 classes: a model whose gradients
+    are large next to its compute at small batches, as the benchmarks on a GPU want."""
+    import torchvision
+    return torchvision.models.resnet18(num_classes=10)
+
+
+def make_model(name):
+    return {"cnn": CNN, "wide": WideMLP, "resnet18": resnet18}[name]()
+
+
+def datasets(args):
+    """The train and test sets: Debian's Fashion-MNIST, or --synthetic N generated images."""
+    if args.synthetic:
+        shape = (3, 32, 32) if args.model == "resnet18" else (1, 28, 28)
+        return (synthetic(args.synthetic, "train", shape, args.seed),
+                synthetic(max(args.synthetic // 6, 100), "test", shape, args.seed))
+    return (load(args.data, "train", args.train_limit),
+            load(args.data, "test", args.test_limit))
+
+
 def params_crc(model):
     crc = 0
     for p in model.parameters():
-        crc = zlib.crc32(p.detach().contiguous().numpy().tobytes(), crc)
+        crc = zlib.crc32(p.detach().contiguous().cpu().numpy().tobytes(), crc)
     return crc
 
 
 def evaluate(model, ds):
     model.eval()
     correct = 0
+    device = next(model.parameters()).device
     with torch.no_grad():
         for i in range(0, len(ds), 1000):
             x, y = ds.tensors[0][i:i + 1000], ds.tensors[1][i:i + 1000]
+            x, y = x.to(device), y.to(device)
             correct += (model(x).argmax(1) == y).sum().item()
     model.train()
     return correct / len(ds)
@@ -107,11 +146,17 @@ def parse():
                     help="default: BAGUA_ALGORITHM (bagua-launch's [algorithm] name, with the "
                          "option variables of that section), else gradient_allreduce")
     ap.add_argument("--ddp", action="store_true",
-                    help="plain torch.nn.parallel.DistributedDataParallel over Gloo instead")
+                    help="plain torch.nn.parallel.DistributedDataParallel instead (Gloo on "
+                         "the CPU, NCCL on a GPU)")
     ap.add_argument("--plain", action="store_true",
                     help="one process, no data parallelism: the plain torch loop (the baseline "
                          "of the front end's own per-step overhead, bench/torch_overhead.sh)")
-    ap.add_argument("--model", default="cnn", choices=["cnn", "wide"])
+    ap.add_argument("--model", default="cnn", choices=["cnn", "wide", "resnet18"],
+                    help="resnet18 needs torchvision and --synthetic")
+    ap.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                    help="default: cuda when torch sees a GPU, else cpu")
+    ap.add_argument("--synthetic", type=int, default=None, metavar="N",
+                    help="train on N generated images instead of Fashion-MNIST")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
     ap.add_argument("--lr", type=float, default=None,
@@ -134,6 +179,14 @@ def parse():
                     help="in-process elastic training (bagua.torch_api.elastic) under "
                          "bagua-launch --nnodes MIN:MAX: survives nodes dying and joining")
     args = ap.parse_args()
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch.cuda.is_available() is False here")
+    if args.model == "resnet18" and not args.synthetic:
+        ap.error("--model resnet18 takes 3x32x32 images: use it with --synthetic N")
+    if args.synthetic is not None and args.synthetic < 100:
+        ap.error(f"--synthetic {args.synthetic}: accepted 100 or more images")
     if args.timing_warmup < 0:
         ap.error(f"--timing-warmup {args.timing_warmup}: accepted 0 or more steps")
     # Without --algorithm the launcher's choice applies (flag > environment > default); the
@@ -165,12 +218,12 @@ def main_elastic(args):
     from bagua.torch_api.contrib import LoadBalancingDistributedSampler
 
     elastic.init_process_group()
-    train = load(args.data, "train", args.train_limit)
-    test = load(args.data, "test", args.test_limit)
+    device = pick_device(args)
+    train, test = datasets(args)
     n = len(train)
     sampler = LoadBalancingDistributedSampler(train, lambda sample: 1.0, shuffle=True,
                                               seed=args.seed, drop_last=True)
-    model = CNN() if args.model == "cnn" else WideMLP()
+    model = make_model(args.model).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr or 0.05, momentum=0.9)
     algorithm = (algorithms.from_env() if args.algorithm_from_env
                  else algorithms.from_name(args.algorithm))
@@ -198,7 +251,7 @@ def main_elastic(args):
                 idx = sampler.next_indices(args.batch_size)
                 if not idx:
                     break
-                x, y = train.tensors[0][idx], train.tensors[1][idx]
+                x, y = train.tensors[0][idx].to(device), train.tensors[1][idx].to(device)
                 optimizer.zero_grad()
                 F.cross_entropy(model(x), y).backward()
                 optimizer.step()
@@ -235,6 +288,22 @@ def main_elastic(args):
     return 0
 
 
+def pick_device(args):
+    """The training device: with --device cuda, the GPU of this worker's local rank (as
+    upstream's examples: torch.cuda.set_device(local rank) before anything touches CUDA)."""
+    if args.device == "cpu":
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local % torch.cuda.device_count())
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def sync(device):
+    """Waits for the device's queued work, so that a host clock read times the GPU too."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def main():
     args = parse()
     torch.manual_seed(args.seed)
@@ -242,22 +311,22 @@ def main():
     if args.elastic:
         return main_elastic(args)
     use_bagua = not (args.ddp or args.plain)
+    device = pick_device(args)
     if args.plain:
         rank, world = 0, 1
     elif args.ddp:
         import torch.distributed as dist
-        dist.init_process_group(backend="gloo")
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
         import bagua.torch_api as bagua
         bagua.init_process_group()
         rank, world = bagua.get_rank(), bagua.get_world_size()
-    train = load(args.data, "train", args.train_limit)
-    test = load(args.data, "test", args.test_limit)
+    train, test = datasets(args)
     sampler = torch.utils.data.distributed.DistributedSampler(
         train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, sampler=sampler)
-    model = CNN() if args.model == "cnn" else WideMLP()
+    model = make_model(args.model).to(device)
     qadam = args.algorithm == "qadam" and use_bagua
     lr = args.lr if args.lr is not None else (4e-3 if qadam else 0.05)
     if qadam:
@@ -267,7 +336,8 @@ def main():
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     if args.ddp:
-        model = torch.nn.parallel.DistributedDataParallel(model)
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
     elif use_bagua:
         from bagua.torch_api import algorithms
         if args.fuse:
@@ -295,6 +365,7 @@ def main():
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             t1 = time.monotonic()
             loss = F.cross_entropy(model(x), y)
@@ -307,6 +378,7 @@ def main():
             step += 1
             samples += len(x)
             if step == args.timing_warmup:
+                sync(device)
                 t_warm = time.monotonic()
             if use_bagua:
                 st = model.bagua_stats()
@@ -319,6 +391,7 @@ def main():
         if rank == 0:
             print(f"epoch {epoch + 1}: loss {loss.item():.4f}, "
                   f"{samples * world / (time.monotonic() - t0):.0f} samples/s", flush=True)
+    sync(device)
     t_end = time.monotonic()
     t_loop = t_end - t0  # the training loop alone, before any evaluation
     # Steady state: the loop without its first steps (buckets, communicators and torch's own
@@ -335,7 +408,8 @@ def main():
           f"{wait_s / max(step, 1) * 1e3:.2f} ms), {sent / max(step, 1):.0f} bytes/step, "
           f"loop {t_loop / max(step, 1) * 1e3:.3f} ms/step, "
           f"steady {steady * 1e3:.3f} ms/step"
-          + (f", algorithm {algorithm.name}" if use_bagua else ""), flush=True)
+          + (f", algorithm {algorithm.name}" if use_bagua else "") + f", device {device}",
+          flush=True)
     print(f"final rank={rank} step={step} params_crc={params_crc(net):08x} test_acc={acc:.4f}",
           flush=True)
     return 0
