@@ -10,6 +10,7 @@
 #include "bagua/nccl.h"
 #include "bagua/optim.h"
 #include "bagua/port.h"
+#include "bagua/store.h"
 #include "bagua/error.h"
 #include "bagua/loader.h"
 #include "bagua/params.h"
