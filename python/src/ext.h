@@ -62,6 +62,8 @@ bagua_comm_t *bagua_py_elastic_comm(PyObject *elastic);
 PyObject *bagua_py_comm_borrow(PyObject *elastic);
 /* Adds the Sampler type. */
 int bagua_py_sampler_init(PyObject *module);
+/* Adds the Store type (store.c). */
+int bagua_py_store_init(PyObject *module);
 /* Adds the NcclComm type and the cuda_built flag (nccl.c). */
 int bagua_py_nccl_init(PyObject *module);
 

@@ -99,7 +99,7 @@ PyMODINIT_FUNC PyInit__C(void) {
   if (PyModule_AddStringConstant(m, "__version__", BAGUA_VERSION_STRING) < 0) goto fail;
   if (bagua_py_fork_init() < 0 || bagua_py_interrupt_init() < 0 || bagua_py_errors_init(m) < 0 ||
       bagua_py_comm_init(m) < 0 || bagua_py_ddp_init(m) < 0 || bagua_py_sampler_init(m) < 0 ||
-      bagua_py_elastic_init(m) < 0 || bagua_py_nccl_init(m) < 0)
+      bagua_py_elastic_init(m) < 0 || bagua_py_nccl_init(m) < 0 || bagua_py_store_init(m) < 0)
     goto fail;
   return m;
 fail:

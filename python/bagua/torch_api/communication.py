@@ -499,8 +499,8 @@ def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
     torchrun-style ``env://`` both torch and libbagua would want MASTER_PORT, so rank 0 picks a
     free port for libbagua and publishes it through torch's store. Under bagua-launch on one
     host, ``torch.distributed`` starts on a private ``FileStore`` and Gloo on loopback, so the
-    job opens no listener beyond loopback (see ``_store``). Raises RuntimeError when called
-    twice.
+    job opens no listener beyond loopback; across hosts, on a store in the job's etcd, so it
+    opens no store listener (see ``_store``). Raises RuntimeError when called twice.
     """
     global _default_group
     if _default_group is not None:
@@ -533,6 +533,9 @@ def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
             comm = _C.Comm(rank=me, size=world, bootstrap=bootstrap, transport=transport)
             store = _store.private_file_store(comm, world)
             _store.pin_gloo_to_loopback()
+        if store is None and world > 1 and bootstrap.startswith("etcd://"):
+            # bagua-launch across hosts: torch's store in the job's etcd, no TCPStore.
+            store = _store.job_etcd_store()
         backend = _torch_backend()
         if store is None:
             dist.init_process_group(backend=backend, init_method="env://", rank=me,
