@@ -33,7 +33,16 @@ fi
 # The libraries libbagua.a needs: CUDA and NCCL when it was built with them (its NCCL
 # objects refer to nccl* symbols), and always libcurl and cJSON. Each is linked by name when
 # the linker finds a development link, else by the full path of the runtime library the
-# loader would use (a machine without the -dev packages has only those).
+# loader would use (a machine without the -dev packages has only those). A pip-installed
+# torch brings its own CUDA runtime and NCCL under site-packages/nvidia/*/lib, which neither
+# the linker nor the loader searches: those folders are searched too and recorded as the
+# module's run path, so that importing bagua does not depend on importing torch first.
+pydirs=$("$PY" -c 'import glob, site
+dirs = []
+for d in site.getsitepackages():
+    dirs += glob.glob(d + "/nvidia/*/lib")
+print(" ".join(dirs))' 2>/dev/null || true)
+rpath=()
 lib() { # NAME SONAME_PATTERN
   if "$CC" -shared -o /dev/null -x c /dev/null "-l$1" 2>/dev/null; then
     echo "-l$1"
@@ -42,7 +51,7 @@ lib() { # NAME SONAME_PATTERN
   local p
   p=$( (ldconfig -p 2>/dev/null | awk -v pat="$2" '$1 ~ pat {print $NF; exit}'); true)
   local llp=${LD_LIBRARY_PATH:-}
-  for d in ${llp//:/ } /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+  for d in ${llp//:/ } $pydirs /usr/local/cuda/lib64 /usr/local/cuda/lib; do
     [ -n "$p" ] && break
     p=$(ls "$d"/$2* 2>/dev/null | head -1 || true)
   done
@@ -53,16 +62,21 @@ lib() { # NAME SONAME_PATTERN
   echo "$p"
 }
 libs=()
+need=(curl:libcurl.so cjson:libcjson.so)
 if nm "$BUILD/libbagua.a" 2>/dev/null | grep ' U ncclCommInitRankConfig' >/dev/null; then
-  libs+=("$(lib cudart libcudart.so)" "$(lib nccl libnccl.so)")
+  need=(cudart:libcudart.so nccl:libnccl.so "${need[@]}")
 fi
-libs+=("$(lib curl libcurl.so)" "$(lib cjson libcjson.so)")
+for n in "${need[@]}"; do
+  l=$(lib "${n%%:*}" "${n#*:}") || exit 2 # lib() said which one is missing
+  libs+=("$l")
+  case $l in /*) rpath+=("-Wl,-rpath,$(dirname "$l")") ;; esac
+done
 
 rm -rf "$OUT/bagua"
 mkdir -p "$OUT"
 cp -r "$ROOT/python/bagua" "$OUT/bagua"
 "$CC" -O2 -shared -fPIC -std=gnu11 -I"$inc" -I"$ROOT/include" -I"$BUILD/include" \
   "$ROOT"/python/src/*.c -o "$OUT/bagua/_C$suffix" \
-  "$BUILD/libbagua.a" "${libs[@]}" \
+  "$BUILD/libbagua.a" "${libs[@]}" "${rpath[@]}" \
   -lpthread -lrt -lm
 echo "$OUT/bagua/_C$suffix"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Runs the GPU checks from a CUDA build on a machine with an NVIDIA GPU, within a time budget:
 #   scripts/gpu-check.sh BUILD_DIR OUT_DIR [BUDGET_SECONDS]
-# 1. every test labelled `gpu` (ctest -L gpu), one at a time, each under its own bound, so that
-#    one hang costs its bound and not the rest;
-# 2. PyTorch on the GPU, when python3 (GPU_CHECK_PYTHON) has torch with CUDA: the bagua package
+# 1. PyTorch on the GPU, when python3 (GPU_CHECK_PYTHON) has torch with CUDA: the bagua package
 #    built for that interpreter (scripts/build-py-ext.sh from BUILD_DIR/libbagua.a), the pytest
 #    cases marked `gpu` (CUDA tensors through bagua.torch_api, and the elastic rebuild with
 #    three ranks on the one GPU, which needs etcd on PATH), then bench/torch_gpu.sh
 #    (with_bagua against torch DDP over NCCL), and with GPU_CHECK_UPSTREAM (a checkout of
 #    upstream Bagua) upstream's mnist example unchanged (scripts/upstream-examples.sh --cuda);
+# 2. every test labelled `gpu` (ctest -L gpu), one at a time, each under its own bound, so that
+#    one hang costs its bound and not the rest;
 # 3. the CUDA kernel benchmark (bagua-bench kernel NAME --device cuda) at 256 MiB;
 # 4. PyTorch's NCCL allreduce over NCCL's own sockets and over Bagua-Net (bench/nccl_net_torch.py).
 # Lent GPU time is short, so the order is what matters most first, and a step that would start
@@ -30,31 +30,9 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 note "gpu: $(cat "$OUT/gpu.txt")"
 
-# 1. The gpu-labelled tests, in the order: kernels, NCCL, data-parallel layer, example.
-mapfile -t TESTS < <(cd "$BUILD" && ctest -N -L gpu 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p' |
-                     awk '{ print (/^gpu_/ ? 0 : 1), $0 }' | sort -s -k1,1n | cut -d' ' -f2)
-for t in "${TESTS[@]}"; do
-  if [ "$(left)" -lt $((TEST_BOUND / 2)) ]; then
-    note "NOT RUN  $t (budget spent)"
-    continue
-  fi
-  t0=$(date +%s)
-  (cd "$BUILD" && timeout -k 5 "$TEST_BOUND" ctest -R "^${t}\$" --output-on-failure \
-     --timeout "$TEST_BOUND") >"$OUT/test_$t.log" 2>&1
-  rc=$?
-  dt=$(($(date +%s) - t0))
-  if [ $rc -eq 0 ] && grep -q "Skipped\|Not Run" "$OUT/test_$t.log"; then
-    note "SKIP     $t (${dt}s)"
-  elif [ $rc -eq 0 ]; then
-    note "PASS     $t (${dt}s)"
-  else
-    note "FAIL     $t (rc $rc, ${dt}s)"
-  fi
-done
-
-# 2. PyTorch on the GPU. The interpreter holding torch is usually not the one CMake found (a
-#    virtual environment's), so the package is built for it here; each step is bounded by what
-#    is left of the budget.
+# 1. PyTorch on the GPU, first: it has never run on one. The interpreter holding torch is
+#    usually not the one CMake found (a virtual environment's), so the package is built for it
+#    here; each step is bounded by what is left of the budget.
 TPY=${GPU_CHECK_PYTHON:-python3}
 bound() { # MAX: the smaller of MAX and the budget left minus a margin for the later steps
   local b=$(($(left) - 60))
@@ -68,17 +46,21 @@ if "$TPY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev
     b=$(bound 240)
     if [ "$b" -gt 30 ]; then
       t0=$(date +%s)
-      (cd "$ROOT/tests/python" && PYTHONPATH=$PYDIR BAGUA_BUILD_DIR=$BUILD timeout -k 5 "$b"         "$TPY" -m pytest -v -p no:cacheprovider -m gpu test_cuda_api.py test_elastic.py)         >"$OUT/torch_gpu_tests.log" 2>&1
+      (cd "$ROOT/tests/python" && PYTHONPATH=$PYDIR BAGUA_BUILD_DIR=$BUILD timeout -k 5 "$b" \
+        "$TPY" -m pytest -v -p no:cacheprovider -m gpu test_cuda_api.py test_elastic.py) \
+        >"$OUT/torch_gpu_tests.log" 2>&1
       rc=$?
       grep -E "(PASSED|FAILED|SKIPPED|ERROR)" "$OUT/torch_gpu_tests.log" | sed 's/^/    /' |
         tee -a "$SUMMARY"
-      note "$([ $rc = 0 ] && echo PASS || echo "FAIL (rc $rc)")  torch GPU tests"         "($(($(date +%s) - t0))s): $(tail -1 "$OUT/torch_gpu_tests.log")"
+      note "$([ $rc = 0 ] && echo PASS || echo "FAIL (rc $rc)")  torch GPU tests" \
+        "($(($(date +%s) - t0))s): $(tail -1 "$OUT/torch_gpu_tests.log")"
     else
       note "NOT RUN  torch GPU tests (budget spent)"
     fi
     b=$(bound 150)
     if [ "$b" -gt 60 ]; then
-      timeout -k 5 $((b + 20)) "$ROOT/bench/torch_gpu.sh" --python "$TPY" --pythonpath "$PYDIR"         --budget "$b" --record-dir "$OUT/torch_gpu" >"$OUT/torch_gpu.txt" 2>&1
+      timeout -k 5 $((b + 20)) "$ROOT/bench/torch_gpu.sh" --python "$TPY" --pythonpath "$PYDIR" \
+        --budget "$b" --record-dir "$OUT/torch_gpu" >"$OUT/torch_gpu.txt" 2>&1
       note "torch_gpu bench (rc $?):"
       grep "^|" "$OUT/torch_gpu.txt" | tee -a "$SUMMARY"
     else
@@ -102,6 +84,29 @@ if "$TPY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev
 else
   note "NOT RUN  torch GPU tests and bench ($TPY has no torch with CUDA)"
 fi
+
+# 2. The gpu-labelled tests, in the order: kernels, NCCL, data-parallel layer, example. They
+#    passed on an H200 before the PyTorch path existed, so they come after it.
+mapfile -t TESTS < <(cd "$BUILD" && ctest -N -L gpu 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p' |
+                     awk '{ print (/^gpu_/ ? 0 : 1), $0 }' | sort -s -k1,1n | cut -d' ' -f2)
+for t in "${TESTS[@]}"; do
+  if [ "$(left)" -lt $((TEST_BOUND / 2)) ]; then
+    note "NOT RUN  $t (budget spent)"
+    continue
+  fi
+  t0=$(date +%s)
+  (cd "$BUILD" && timeout -k 5 "$TEST_BOUND" ctest -R "^${t}\$" --output-on-failure \
+     --timeout "$TEST_BOUND") >"$OUT/test_$t.log" 2>&1
+  rc=$?
+  dt=$(($(date +%s) - t0))
+  if [ $rc -eq 0 ] && grep -q "Skipped\|Not Run" "$OUT/test_$t.log"; then
+    note "SKIP     $t (${dt}s)"
+  elif [ $rc -eq 0 ]; then
+    note "PASS     $t (${dt}s)"
+  else
+    note "FAIL     $t (rc $rc, ${dt}s)"
+  fi
+done
 
 # 3. Kernel throughput next to a device-to-device copy measured in the same run.
 if [ "$(left)" -gt 30 ] && [ -x "$BUILD/bench/bagua-bench" ]; then

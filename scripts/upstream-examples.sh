@@ -187,7 +187,8 @@ if wanted benchmark; then
     for fuse in "" --fuse-optimizer; do
       case $algo in low_precision_decentralized | async) [ -n "$fuse" ] && continue ;; esac
       run "benchmark-$algo${fuse:+-fused}" 600 "$launch" --nproc-per-node 2 --python "$python" \
-        "$work/benchmark.py" $([ $cuda = 1 ] || echo --no-cuda) --model resnet18 --batch-size 8 --num-warmup-batches 1 \
+        "$work/benchmark.py" $([ $cuda = 1 ] || echo --no-cuda) --model resnet18 --batch-size 8 \
+        --num-warmup-batches 1 \
         --num-batches-per-iter 2 --num-iters 2 --algorithm "$algo" $fuse
     done
   done

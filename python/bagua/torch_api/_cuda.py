@@ -8,7 +8,11 @@ current stream waits for the NCCL stream after it. So the operation sees every k
 caller queued before it, and every kernel, copy or host read the caller queues after it sees
 the result, as with a torch kernel. Because later work on the current stream waits for the
 operation, the caching allocator (which reuses a block for the stream it was allocated on)
-cannot hand a tensor's memory to anyone while NCCL still uses it.
+cannot hand a tensor's memory to anyone while NCCL still uses it. What is bounded is the
+enqueueing: a host read of a result (``.cpu()``, ``.item()``) waits for the device like any
+torch read, and if a peer died mid-operation that read waits until NCCL's own error handling
+ends the kernel; ``synchronize()`` of a lane (or any later primitive, which fails once the
+communicator is poisoned) is the bounded way to wait.
 
 What is CUDA-only gets its checks here, so that a machine without a GPU tests the messages
 (tests/python/test_cuda_api.py): which of "bagua built without CUDA" and "torch has no CUDA"
@@ -84,7 +88,7 @@ def model_device(named, current_device=None):
         where = ", ".join(f"{name} on {dev}" for dev, name in first.items())
         raise ValueError(f"with_bagua: the model's parameters are on {len(first)} devices "
                          f"({where}); move the whole model to one device first (model.cuda() "
-                         "after torch.cuda.set_device(bagua.get_local_rank()), or model.cpu())")
+                         "after torch.cuda.set_device(...), or model.cpu())")
     device = next(iter(first))
     if device.type == "cpu":
         return device
@@ -97,8 +101,8 @@ def model_device(named, current_device=None):
     if device.index != current_device:
         raise ValueError(f"with_bagua: the model is on {device} but this process's current CUDA "
                          f"device is cuda:{current_device}; call "
-                         "torch.cuda.set_device(bagua.get_local_rank()) before model.cuda(), "
-                         "so that each rank trains on its own device")
+                         "torch.cuda.set_device(bagua.get_local_rank()) (modulo "
+                         "torch.cuda.device_count() when ranks share GPUs) before model.cuda()")
     return device
 
 
@@ -129,6 +133,8 @@ class _Lane:
         self.nc.synchronize()
 
     def __getattr__(self, name):
+        if name == "nc":  # not set yet (or a copy): no recursion through __getattr__
+            raise AttributeError(name)
         op = getattr(self.nc, name)
         if name not in ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast",
                         "reduce", "gather", "scatter", "send", "recv"):
@@ -142,9 +148,11 @@ class _Lane:
         return ordered
 
 
-def lane(comm, device):
+def lane(comm, device, what="a primitive", p2p=False):
     """The NCCL twin of ``comm`` (a ``bagua._C.Comm``) on ``device``; created on first use
-    (collective), and again when an elastic job's communicator has moved to a new round."""
+    (collective over every rank of ``comm``), and again when an elastic job's communicator has
+    moved to a new round. A point-to-point call (``p2p``) involves two ranks only, so on a
+    communicator of more than two it cannot be the one that creates the twin."""
     entry = _lanes.get(id(comm))
     if entry is not None:
         held, ln = entry
@@ -156,6 +164,11 @@ def lane(comm, device):
             return ln
         del _lanes[id(comm)]
         ln.nc.abort()  # built on a communicator that is gone: never used again
+    if p2p and comm.size > 2:
+        raise ValueError(f"{what}: the group's NCCL communicator for CUDA tensors does not exist "
+                         "yet, and creating it takes every rank of the group, not the two of a "
+                         "send/recv; run a collective on CUDA tensors (e.g. allreduce) on the "
+                         "group first")
     ln = _Lane(comm, device)
     _lanes[id(comm)] = (comm, ln)
     return ln

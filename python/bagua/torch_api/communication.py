@@ -134,13 +134,13 @@ def _check(tensor, what):
     return code
 
 
-def _data(c, what, *tensors):
+def _data(c, what, *tensors, p2p=False):
     """What moves the tensors' data: the communicator ``c`` itself for CPU tensors, its NCCL
     twin for CUDA tensors (metadata, such as counts, always goes through ``c``)."""
     device = _cuda.call_device(tensors, what)
     if device.type == "cpu":
         return c
-    return _cuda.lane(c, device)
+    return _cuda.lane(c, device, what, p2p)
 
 
 def _same_dtype(a, b, what):
@@ -1163,7 +1163,7 @@ def send(tensor, dst, comm=None):
         return
     code = _check(tensor, "tensor")
     dst = _peer_arg(c, dst, "send: dst")
-    b = _data(c, "send", tensor)
+    b = _data(c, "send", tensor, p2p=True)
     header = torch.tensor([tensor.numel(), code], dtype=torch.int64)
     c.send(header.data_ptr(), 2, _C.I64, dst)
     b.send(tensor.data_ptr(), tensor.numel(), code, dst)
@@ -1177,7 +1177,7 @@ def recv(tensor, src, comm=None):
         return
     code = _check(tensor, "tensor")
     src = _peer_arg(c, src, "recv: src")
-    b = _data(c, "recv", tensor)
+    b = _data(c, "recv", tensor, p2p=True)
     header = torch.empty(2, dtype=torch.int64)
     c.recv(header.data_ptr(), 2, _C.I64, src)
     count, sent_code = header.tolist()

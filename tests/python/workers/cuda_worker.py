@@ -14,7 +14,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-os.environ.setdefault("NCCL_HOSTID", f"bagua-test-{os.environ.get('RANK', '0')}")
+# Every process its own host id (an inherited value would make NCCL see a duplicate GPU), and
+# NCCL's sockets on loopback, as the C GPU tests do.
+os.environ["NCCL_HOSTID"] = f"bagua-test-{os.getpid()}"
+os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+os.environ.setdefault("NCCL_IB_DISABLE", "1")
 
 import bagua.torch_api as bagua  # noqa: E402
 from bagua.torch_api import algorithms  # noqa: E402
@@ -195,8 +199,11 @@ def train(name, steps=40, fuse=False, check_sync=False):
     model = model.with_bagua([opt], make_algorithm(name, opt))
     assert next(model.parameters()).is_cuda
     first = last = None
+    # On the device before the loop: a copy from pageable host memory synchronizes, and the
+    # sync-debug check below must see only what the step itself does.
+    batches = [batch(bagua.get_rank(), s) for s in range(steps)]
     for s in range(steps):
-        x, y = batch(bagua.get_rank(), s)
+        x, y = batches[s]
         opt.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()
