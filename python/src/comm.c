@@ -1,7 +1,8 @@
 /*
  * bagua._C.Comm: a libbagua communicator (include/bagua/comm.h). Buffers are passed as
  * addresses (torch's data_ptr()) with element counts and dtype codes; the Python layer
- * (bagua/torch_api/communication.py) checks tensors (CPU, contiguous, dtype, sizes) first.
+ * (bagua/torch_api/communication.py, _primitives.py) checks tensors (device, contiguous, dtype,
+ * sizes) first.
  *
  * Ownership: a Comm owns its bagua_comm_t and destroys it in close() or when collected. A
  * borrowed Comm (Elastic.comm()) owns nothing: it holds its Elastic and resolves the current
