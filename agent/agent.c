@@ -686,6 +686,7 @@ out:
   free(a.pfd);
   free(a.leases_ok);
   bagua__rdzv_round_clear(&a.seen);
+  bagua__leader_state_clear(&a.lead);
   explicit_bzero(a.secret, sizeof(a.secret));
   return rc;
 }

@@ -71,6 +71,9 @@ typedef struct {
   /* BAGUA_PROGRESS_INTERVAL_MS: how often the workers' progress is read and published; 0:
    * off (progress.c). */
   int progress_interval_ms;
+  /* BAGUA_RDZV_ACK_TIMEOUT_MS: how long the leader waits for a member to act in a round
+   * before it drops the member (leader.c); 0: never. */
+  int ack_timeout_ms;
   char **argv; /* the worker program and its arguments, NULL-terminated (from main's argv) */
   int argc;
 } bagua__agent_config_t;

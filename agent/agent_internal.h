@@ -56,6 +56,8 @@ typedef struct bagua__agent_s {
   int have_report; /* `report` is decided for cur_round */
   int kept;        /* cur_round was adopted in-process: the workers started in an earlier one */
   int reported;    /* ... and written to etcd */
+  /* The last round this node acknowledged (follow.c): progress/<node> naming it is written. */
+  int64_t acked_round;
   bagua__rdzv_done_t report;
 
   int is_leader;

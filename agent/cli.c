@@ -343,6 +343,7 @@ static void set_defaults(bagua__agent_config_t *cfg) {
   /* Not a flag: the launcher passes it to every agent in the environment. */
   cfg->etcd_timeout_ms = (int)bagua__param_int(BAGUA_P_ETCD_TIMEOUT_MS);
   cfg->progress_interval_ms = (int)bagua__param_int(BAGUA_P_PROGRESS_INTERVAL_MS);
+  cfg->ack_timeout_ms = (int)bagua__param_int(BAGUA_P_RDZV_ACK_TIMEOUT_MS);
 }
 
 /* Largest environment block --env-stdin accepts (a pipe's largest capacity). */

@@ -246,7 +246,47 @@ static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   if (a->have_report && !a->reported) a->reported = put_report(a);
 }
 
+/*
+ * Acknowledges a round that names this node under its current registration: writes
+ * progress/<node> (on this node's lease) naming the round, with no worker yet. The leader drops
+ * a member that neither acknowledges its round nor reports its end within
+ * BAGUA_RDZV_ACK_TIMEOUT_MS (leader.c): a node record no agent holds. So it is written on the
+ * first pass that sees the round, before the previous workers are stopped (their grace period)
+ * and whatever the program is (a program that is not a libbagua one writes nothing else). A
+ * write that fails is tried again on the next pass. Progress reports (progress.c) then replace
+ * the record with the workers' own; they are not suppressed as unchanged after it.
+ */
+static void acknowledge(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  const bagua__rdzv_round_t *R = &s->round;
+  if (!s->has_round || a->acked_round == R->round || !a->lease) return;
+  int idx = bagua__rdzv_round_find(R, a->cfg->node_id);
+  const bagua__rdzv_node_t *me = bagua__agent_snap_node(s, a->cfg->node_id);
+  if (idx < 0 || !me || me->lease != a->lease ||
+      (R->members[idx].rev && me->create_rev != R->members[idx].rev))
+    return;
+  bagua__rdzv_progress_t rec;
+  memset(&rec, 0, sizeof(rec));
+  rec.round = R->round;
+  rec.restart_count = R->restart_count;
+  rec.time_ms = bagua__wall_ms();
+  char *v = bagua__rdzv_progress_encode(&rec);
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_PROGRESS, 0, a->cfg->node_id);
+  bagua_status_t st =
+      v ? bagua__etcd_put(a->etcd, key, v, strlen(v), a->lease, NULL, NULL) : BAGUA_ERR_NO_MEMORY;
+  free(v);
+  if (st != BAGUA_OK) {
+    BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: cannot acknowledge round %lld yet: %s",
+               (long long)R->round, bagua_strerror(st));
+    return;
+  }
+  a->acked_round = R->round;
+  free(a->prog.sent);
+  a->prog.sent = NULL;
+}
+
 void bagua__agent_follow(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  acknowledge(a, s);
   if (s->has_round && s->round.round != a->cur_round) start_round(a, &s->round, s);
   if (a->member) report(a, s);
 }

@@ -114,6 +114,63 @@ static int repair(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   return 0;
 }
 
+/*
+ * Ends the registrations the leader dropped for not acting in their round (leader.c). The
+ * lease is revoked, as for a node the liveness channel found dead: the record and whatever
+ * else is on that lease vanish, a forger must grant a new lease and write a new record to be
+ * admitted again (a new registration, watched from its first round), and a real agent whose
+ * loop was held up finds its lease gone and registers again as a new node. A lease that
+ * another registered node's record is on too (a record written on someone else's lease) is not
+ * revoked: only the record is deleted, compare-and-delete on the registration it had.
+ */
+static void drop_members(bagua__agent_t *a, const bagua__agent_snap_t *s,
+                         const bagua__lead_decision_t *d) {
+  for (int i = 0; i < d->ndrops; i++) {
+    const bagua__lead_drop_t *x = &d->drops[i];
+    int shared = x->lease == a->lease;
+    for (size_t k = 0; k < s->nnodes && !shared; k++) {
+      if (s->nodes[k].lease != x->lease) continue;
+      int dropped = 0;
+      for (int j = 0; j < d->ndrops && !dropped; j++)
+        dropped = strcmp(d->drops[j].id, s->nodes[k].id) == 0;
+      shared = !dropped;
+    }
+    char key[BAGUA_RDZV_KEY_MAX];
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_NODE, 0, x->id);
+    bagua_status_t st = BAGUA_OK;
+    int done = 0;
+    if (!shared) {
+      /* etcd's "not found" counts as done: the lease ended meanwhile. */
+      st = bagua__etcd_lease_revoke(a->etcd, x->lease);
+      done = st == BAGUA_OK;
+    } else {
+      bagua__etcd_kv_t cur;
+      int found = 0;
+      memset(&cur, 0, sizeof(cur));
+      st = bagua__etcd_get(a->etcd, key, &cur, &found, NULL);
+      if (st == BAGUA_OK && found && cur.create_revision == x->rev)
+        st = bagua__etcd_cad(a->etcd, key, cur.mod_revision, &done);
+      else
+        done = st == BAGUA_OK; /* gone, or registered again since */
+      bagua__etcd_kv_clear(&cur);
+    }
+    if (!done) {
+      BAGUA_WARN("agent: cannot drop node %s (lease %lld): %s; trying again", x->id,
+                 (long long)x->lease, st == BAGUA_OK ? "its record changed" : bagua_strerror(st));
+      continue;
+    }
+    bagua__agent_say(
+        "dropped node %s from round %lld: it has not acted in the round (no acknowledgement, no "
+        "report of its workers) for %lld ms (deadline %lld ms: BAGUA_RDZV_ACK_TIMEOUT_MS, at "
+        "least 2 x --grace-ms + --lease-ttl); %s so that it comes back only as a new "
+        "registration",
+        x->id, (long long)(s->has_round ? s->round.round : 0), (long long)x->silent_ms,
+        (long long)bagua__leader_ack_bound(a->cfg->ack_timeout_ms, a->cfg->grace_ms,
+                                           a->cfg->lease_ttl_s),
+        shared ? "deleted its record (its lease is another node's)" : "revoked its lease");
+  }
+}
+
 void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
   if (repair(a, s)) {
@@ -128,11 +185,14 @@ void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
       .settle_ms = cfg->settle_ms,
       .rdzv_timeout_s = cfg->rdzv_timeout_s,
       .lease_ttl_s = cfg->lease_ttl_s,
+      .ack_timeout_ms =
+          bagua__leader_ack_bound(cfg->ack_timeout_ms, cfg->grace_ms, cfg->lease_ttl_s),
       .self = cfg->node_id,
   };
   bagua__lead_decision_t d;
   bagua__leader_decide(&p, &a->lead, s, bagua__now_ms(), bagua__wall_ms(), &d);
   a->wake_at = d.wake_at;
+  if (d.ndrops > 0) drop_members(a, s, &d);
   bagua__rdzv_status_t st;
   memset(&st, 0, sizeof(st));
   st.time_ms = bagua__wall_ms();
@@ -166,5 +226,5 @@ void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
       write_status(a, s, &st);
       break;
   }
-  bagua__rdzv_round_clear(&d.round);
+  bagua__lead_decision_clear(&d);
 }

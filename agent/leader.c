@@ -10,6 +10,14 @@
  *    and the job fails with the earliest failure as root cause.
  * Members are ordered previous members first (in their previous order) and then newcomers by
  * registration revision, so the survivors keep the lowest ranks and rank 0 is a survivor.
+ *
+ * A member must act in every round that names it: its agent acknowledges the round (writes
+ * progress/<node> naming it) on the first pass of its loop that sees it, and later reports the
+ * end of its workers. A registration that does neither for the act deadline (leader time,
+ * counted across rounds, so membership changes cannot restart it) is dropped: its lease is
+ * revoked and the next round leaves it out. That is a node record no agent holds (written by
+ * hand on a lease someone keeps alive), which would otherwise hold every round it is in until
+ * its lease ends. A real agent dropped so registers again as a new node.
  */
 #include "leader.h"
 
@@ -18,6 +26,130 @@
 #include <string.h>
 
 #include "common/log.h"
+
+void bagua__leader_state_clear(bagua__leader_state_t *st) {
+  free(st->silent);
+  memset(st, 0, sizeof(*st));
+  st->round_seen = -1;
+}
+
+void bagua__lead_decision_clear(bagua__lead_decision_t *d) {
+  bagua__rdzv_round_clear(&d->round);
+  free(d->drops);
+  d->drops = NULL;
+  d->ndrops = 0;
+}
+
+int64_t bagua__leader_ack_bound(int64_t ack_ms, int grace_ms, int lease_ttl_s) {
+  if (ack_ms <= 0) return 0;
+  int64_t floor = 2 * (int64_t)grace_ms + (int64_t)lease_ttl_s * 1000;
+  return ack_ms > floor ? ack_ms : floor;
+}
+
+static bagua__lead_silent_t *silent_find(bagua__leader_state_t *st, const char *id, int64_t rev) {
+  for (size_t i = 0; i < st->nsilent; i++)
+    if (st->silent[i].rev == rev && strcmp(st->silent[i].id, id) == 0) return &st->silent[i];
+  return NULL;
+}
+
+static bagua__lead_silent_t *silent_add(bagua__leader_state_t *st, const char *id, int64_t rev) {
+  if (st->nsilent == st->silent_cap) {
+    size_t nc = st->silent_cap ? st->silent_cap * 2 : 8;
+    bagua__lead_silent_t *v = realloc(st->silent, nc * sizeof(*v));
+    if (!v) return NULL;
+    st->silent = v;
+    st->silent_cap = nc;
+  }
+  bagua__lead_silent_t *e = &st->silent[st->nsilent++];
+  memset(e, 0, sizeof(*e));
+  snprintf(e->id, sizeof(e->id), "%s", id);
+  e->rev = rev;
+  e->since = -1;
+  return e;
+}
+
+/* Whether registration (id, rev) was dropped for not acting (rev 0: any registration of the
+ * id, as a round written by hand may carry no revisions). It stays out of every round while it
+ * lives: only a new registration of the id is admitted again. */
+static int banned(const bagua__leader_state_t *st, const char *id, int64_t rev) {
+  for (size_t i = 0; i < st->nsilent; i++) {
+    const bagua__lead_silent_t *e = &st->silent[i];
+    if (e->dropped_round && (!rev || e->rev == rev) && strcmp(e->id, id) == 0) return 1;
+  }
+  return 0;
+}
+
+/*
+ * The act deadline. For each member of R still registered as R names it (the leader itself
+ * aside: it acts by deciding), whether it acted in R: a done record, or a progress record for
+ * R on the member's own lease. A member that has not is silent from the first decision that
+ * saw it so, and stays silent through later rounds that name it until it acts; one silent for
+ * p->ack_timeout_ms of leader time is dropped. Every dropped registration that is still
+ * registered is put in d->drops, on each decision, so that ending it is tried again until it
+ * is gone. Sets *wake to when the next silent member's deadline falls (0: none) and *pending
+ * to how many are silent within their deadline. Returns 0, or -1 when out of memory.
+ */
+static int check_acts(const bagua__leader_params_t *p, bagua__leader_state_t *st,
+                      const bagua__agent_snap_t *s, const bagua__rdzv_round_t *R, int64_t now,
+                      bagua__lead_decision_t *d, int64_t *wake, int *pending) {
+  *wake = 0;
+  *pending = 0;
+  for (size_t i = 0; i < st->nsilent; i++) st->silent[i].seen = 0;
+  for (int i = 0; i < R->nmembers; i++) {
+    const bagua__rdzv_member_t *m = &R->members[i];
+    const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, m->id);
+    if (!node || (m->rev && node->create_rev != m->rev)) continue; /* left: a membership change */
+    if (p->self && strcmp(m->id, p->self) == 0) continue;
+    bagua__lead_silent_t *e = silent_find(st, m->id, node->create_rev);
+    if (!e && !(e = silent_add(st, m->id, node->create_rev))) return -1;
+    e->seen = 1;
+    e->lease = node->lease;
+    if (e->dropped_round) continue;
+    const bagua__agent_ack_t *ack = bagua__agent_snap_ack(s, m->id);
+    if (bagua__agent_snap_done(s, m->id) ||
+        (ack && ack->round == R->round && ack->lease == node->lease)) {
+      e->acted_round = R->round;
+      e->since = -1;
+      continue;
+    }
+    /* It acted earlier in R (its record has since changed, e.g. rewritten by hand). */
+    if (e->acted_round >= R->round) continue;
+    if (e->since < 0) e->since = st->clock;
+    int64_t silent = st->clock - e->since;
+    if (silent >= p->ack_timeout_ms) {
+      e->dropped_round = R->round;
+      continue;
+    }
+    int64_t at = now + (p->ack_timeout_ms - silent);
+    if (!*wake || at < *wake) *wake = at;
+    (*pending)++;
+  }
+  /* A registration that left is forgotten (one that comes back is a new registration), except
+   * one dropped from R: until the next round, R's decisions must still leave it out. Silence
+   * counts only in rounds that name the registration. */
+  size_t k = 0;
+  for (size_t i = 0; i < st->nsilent; i++) {
+    bagua__lead_silent_t *e = &st->silent[i];
+    const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, e->id);
+    int registered = node && node->create_rev == e->rev;
+    if (!e->seen && !e->dropped_round) e->since = -1;
+    if (!registered && !(e->dropped_round && e->dropped_round == R->round)) continue;
+    if (k != i) st->silent[k] = *e; /* no self-copy: memcpy's ranges must not overlap */
+    k++;
+    if (!registered || !e->dropped_round) continue;
+    bagua__lead_drop_t *v = realloc(d->drops, (size_t)(d->ndrops + 1) * sizeof(*v));
+    if (!v) return -1;
+    d->drops = v;
+    bagua__lead_drop_t *x = &d->drops[d->ndrops++];
+    memset(x, 0, sizeof(*x));
+    snprintf(x->id, sizeof(x->id), "%s", e->id);
+    x->rev = e->rev;
+    x->lease = node->lease;
+    x->silent_ms = st->clock - e->since;
+  }
+  st->nsilent = k;
+  return 0;
+}
 
 /* Nodes chosen for a round, as pointers into the snapshot. */
 typedef struct {
@@ -33,8 +165,9 @@ static int in_round(const bagua__rdzv_round_t *r, const char *id) {
  * The membership the leader wants: the previous members still registered, then (when
  * `admit` is set) the other registered nodes, oldest first, up to MAX.
  */
-static int desired_members(const bagua__leader_params_t *p, const bagua__agent_snap_t *s,
-                           const bagua__rdzv_round_t *prev, int admit, pick_t *out) {
+static int desired_members(const bagua__leader_params_t *p, const bagua__leader_state_t *st,
+                           const bagua__agent_snap_t *s, const bagua__rdzv_round_t *prev, int admit,
+                           pick_t *out) {
   out->n = 0;
   out->v = calloc(s->nnodes ? s->nnodes : 1, sizeof(*out->v));
   if (!out->v) return -1;
@@ -44,6 +177,8 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__agent_s
   if (prev) {
     for (int i = 0; i < prev->nmembers && out->n < p->nnodes_max; i++) {
       const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, prev->members[i].id);
+      /* A registration dropped for not acting stays out, even while its lease lives on. */
+      if (node && banned(st, node->id, node->create_rev)) continue;
       if (node && world + node->nproc <= BAGUA_RDZV_WORLD_MAX) {
         out->v[out->n++] = node;
         world += node->nproc;
@@ -52,7 +187,8 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__agent_s
   }
   if (admit) {
     for (size_t i = 0; i < s->nnodes && out->n < p->nnodes_max; i++)
-      if (!in_round(prev, s->nodes[i].id) && world + s->nodes[i].nproc <= BAGUA_RDZV_WORLD_MAX) {
+      if (!in_round(prev, s->nodes[i].id) && !banned(st, s->nodes[i].id, s->nodes[i].create_rev) &&
+          world + s->nodes[i].nproc <= BAGUA_RDZV_WORLD_MAX) {
         out->v[out->n++] = &s->nodes[i];
         world += s->nodes[i].nproc;
       }
@@ -118,7 +254,7 @@ static int decide_initial(const bagua__leader_params_t *p, bagua__leader_state_t
     return 0;
   }
   pick_t pk;
-  if (desired_members(p, s, NULL, 1, &pk) != 0) return -1;
+  if (desired_members(p, st, s, NULL, 1, &pk) != 0) return -1;
   if (pk.n < p->nnodes_min) { /* the world bound left too few */
     free(pk.v);
     below_min(p, st, pk.n, now, d);
@@ -188,15 +324,40 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
     st->finish_seen = 0;
     st->below_min_since = 0;
   }
+  /* The leader clock advances only while decisions come at the loop's pace: a long gap is
+   * time the leader could not read etcd (an outage), in which no agent could acknowledge. */
+  if (st->clock_on) {
+    int64_t dt = now - st->clock_at;
+    if (dt > 0) st->clock += dt < BAGUA__LEADER_CLOCK_STEP_MS ? dt : BAGUA__LEADER_CLOCK_STEP_MS;
+  }
+  st->clock_on = 1;
+  st->clock_at = now;
   /* A round from before a stale-state reset, or none: form the first one. */
   if (!R) return decide_initial(p, st, s, now, wall, d);
 
-  int all_succeeded = 1, all_reported = 1, any_succeeded = 0, departed = 0;
+  int64_t ack_wake = 0;
+  int silent_pending = 0;
+  if (p->ack_timeout_ms > 0 && check_acts(p, st, s, R, now, d, &ack_wake, &silent_pending) != 0) {
+    BAGUA_WARN("agent: out of memory checking the members of round %lld", (long long)number);
+    bagua__lead_decision_clear(d);
+    d->action = BAGUA__LEAD_NONE;
+    d->wake_at = now + 100;
+    return -1;
+  }
+
+  int all_succeeded = 1, all_reported = 1, any_succeeded = 0, departed = 0, active = 0;
   int kept_succeeded = 0, kept_failed = 0;
   for (int i = 0; i < R->nmembers; i++) {
     const bagua__rdzv_member_t *m = &R->members[i];
     const bagua__rdzv_done_t *dn = bagua__agent_snap_done(s, m->id);
     const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, m->id);
+    /* Dropped for not acting: its workers never ran (no agent took the round), so it owes no
+     * report; it has left the round, whether or not its registration is gone yet. */
+    if (banned(st, m->id, m->rev)) {
+      departed++;
+      continue;
+    }
+    active++;
     if (!dn) all_reported = 0;
     if (!dn || dn->state != BAGUA__DONE_SUCCEEDED) all_succeeded = 0;
     if (dn && dn->kept) kept_succeeded |= dn->state == BAGUA__DONE_SUCCEEDED;
@@ -208,7 +369,7 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
     /* Gone, or registered again (its lease was lost): either way its workers are gone. */
     if (!node || (m->rev && node->create_rev != m->rev)) departed++;
   }
-  if (all_succeeded) {
+  if (all_succeeded && active > 0) {
     d->action = BAGUA__LEAD_SUCCEEDED;
     return 0;
   }
@@ -233,7 +394,7 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
 
   /* Once any member succeeded the job is finishing: newcomers wait as spares. */
   pick_t pk;
-  if (desired_members(p, s, R, !any_succeeded, &pk) != 0) return -1;
+  if (desired_members(p, st, s, R, !any_succeeded, &pk) != 0) return -1;
   int rc = 0;
 
   /* A forged round is replaced at once, by the round the registered nodes make; no window
@@ -260,8 +421,10 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
     /* A member that neither reported nor left may be dead with its lease still running:
      * waiting one TTL lets its lease expire, so its death is a membership change. */
     int64_t deadline = st->failure_seen + (int64_t)p->lease_ttl_s * 1000 + 1000;
-    if (!all_reported && now < deadline) {
-      d->wake_at = deadline;
+    /* A member that never acted in the round is waited for until its act deadline instead:
+     * restarting the round with it would spend a restart and wait for it again. */
+    if (!all_reported && (now < deadline || silent_pending)) {
+      d->wake_at = now < deadline ? deadline : 0;
       goto out;
     }
     /* A program that cannot be executed fails the same way in every round: restarting it
@@ -323,6 +486,8 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
   st->below_min_since = 0;
 out:
   free(pk.v);
+  if (d->action == BAGUA__LEAD_NONE && ack_wake && (!d->wake_at || ack_wake < d->wake_at))
+    d->wake_at = ack_wake;
   if (rc != 0) {
     BAGUA_WARN("agent: out of memory forming round %lld", (long long)number + 1);
     d->action = BAGUA__LEAD_NONE;

@@ -194,7 +194,10 @@ void bagua__agent_revoke_dead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
 int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   const bagua__rdzv_node_t *me = bagua__agent_snap_node(s, a->cfg->node_id);
   int lost = a->keeper == NULL || bagua__etcd_keeper_lost(a->keeper);
-  if (lost && a->keeper) {
+  /* No record of ours: the lease may have been revoked (the leader drops a member that did
+   * not act in its round, leader.c), which the keeper notices only at its next renewal; a
+   * record written back on a revoked lease would be refused. */
+  if (a->keeper && (lost || !me)) {
     /* The keeper also says "lost" during an outage longer than a TTL; etcd is answering
      * again (we hold a fresh snapshot), so ask it whether the lease still exists. */
     int64_t ttl = -1;
@@ -204,7 +207,7 @@ int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t
   if (lost) {
     if (a->keeper)
       bagua__agent_say(
-          "lost the etcd lease (no renewal for a TTL); registering again as a new "
+          "lost the etcd lease (it expired, or was revoked); registering again as a new "
           "node");
     bagua__etcd_keeper_stop(a->keeper);
     a->keeper = NULL;
@@ -309,8 +312,7 @@ void bagua__agent_check_leadership(bagua__agent_t *a, const bagua__agent_snap_t 
       a->is_leader = 1;
   }
   if (a->is_leader && !was) {
-    memset(&a->lead, 0, sizeof(a->lead));
-    a->lead.round_seen = -1;
+    bagua__leader_state_clear(&a->lead);
     BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: %s is now the leader of job %s", a->cfg->node_id,
                a->cfg->job_id);
   }

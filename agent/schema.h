@@ -32,6 +32,15 @@ typedef struct {
   bagua__rdzv_done_t done;
 } bagua__agent_done_entry_t;
 
+/* progress/<node>: the round a node's agent last wrote its progress record for, and the lease
+ * the record is on. Every agent writes it as soon as it sees a round that names it (follow.c),
+ * so it is also the node's acknowledgement of that round (leader.c). */
+typedef struct {
+  char node[BAGUA_AGENT_ID_MAX];
+  int64_t round;
+  int64_t lease;
+} bagua__agent_ack_t;
+
 typedef struct {
   int64_t revision;
   bagua__rdzv_node_t *nodes; /* live registrations, oldest (lowest create_rev) first */
@@ -74,6 +83,10 @@ typedef struct {
   bagua__agent_done_entry_t *done;
   size_t ndone;
 
+  /* progress/<node> records that the schema accepts (any round). */
+  bagua__agent_ack_t *acks;
+  size_t nacks;
+
   /* Distinct round numbers that still have keys under rounds/ (for clean-up). */
   int64_t *old_rounds;
   size_t nold_rounds;
@@ -92,5 +105,7 @@ void bagua__agent_snap_clear(bagua__agent_snap_t *s);
 const bagua__rdzv_node_t *bagua__agent_snap_node(const bagua__agent_snap_t *s, const char *id);
 /* The done record of `node` in the current round, or NULL. */
 const bagua__rdzv_done_t *bagua__agent_snap_done(const bagua__agent_snap_t *s, const char *node);
+/* The progress record of `node` (its round and lease), or NULL. */
+const bagua__agent_ack_t *bagua__agent_snap_ack(const bagua__agent_snap_t *s, const char *node);
 
 #endif

@@ -17,6 +17,7 @@ void bagua__agent_snap_clear(bagua__agent_snap_t *s) {
   free(s->nodes);
   bagua__rdzv_round_clear(&s->round);
   free(s->done);
+  free(s->acks);
   free(s->old_rounds);
   memset(s, 0, sizeof(*s));
 }
@@ -30,6 +31,12 @@ const bagua__rdzv_node_t *bagua__agent_snap_node(const bagua__agent_snap_t *s, c
 const bagua__rdzv_done_t *bagua__agent_snap_done(const bagua__agent_snap_t *s, const char *node) {
   for (size_t i = 0; i < s->ndone; i++)
     if (strcmp(s->done[i].node, node) == 0) return &s->done[i].done;
+  return NULL;
+}
+
+const bagua__agent_ack_t *bagua__agent_snap_ack(const bagua__agent_snap_t *s, const char *node) {
+  for (size_t i = 0; i < s->nacks; i++)
+    if (strcmp(s->acks[i].node, node) == 0) return &s->acks[i];
   return NULL;
 }
 
@@ -83,7 +90,8 @@ int bagua__agent_snap_parse(const char *prefix, const bagua__etcd_kv_t *kvs, siz
   char why[160];
   s->nodes = calloc(n ? n : 1, sizeof(*s->nodes));
   s->done = calloc(n ? n : 1, sizeof(*s->done));
-  if (!s->nodes || !s->done) return -1;
+  s->acks = calloc(n ? n : 1, sizeof(*s->acks));
+  if (!s->nodes || !s->done || !s->acks) return -1;
 
   /* The round is needed before its done records can be told apart from older ones. */
   for (size_t i = 0; i < n; i++) {
@@ -153,6 +161,29 @@ int bagua__agent_snap_parse(const char *prefix, const bagua__etcd_kv_t *kvs, siz
           break;
         }
         if (s->nrebuild++ == 0) s->rebuild = rb;
+        break;
+      }
+      case BAGUA__RDZV_KEY_PROGRESS: {
+        /* Only the round and the lease matter here: they say the node's agent took that round
+         * (leader.c). A refused record counts as no acknowledgement. */
+        bagua__agent_ack_t *e = &s->acks[s->nacks];
+        if (strlen(ki.name) >= sizeof(e->node) || !bagua__rdzv_id_valid(ki.name)) {
+          bagua__rdzv_reject(kv->key, kv->mod_revision, "a progress record",
+                             "the key's node id is invalid");
+          break;
+        }
+        bagua__rdzv_progress_t p;
+        memset(&p, 0, sizeof(p));
+        snprintf(p.node, sizeof(p.node), "%s", ki.name);
+        if (bagua__rdzv_progress_decode(kv->value, &p, why, sizeof(why)) != 0) {
+          bagua__rdzv_reject(kv->key, kv->mod_revision, "a progress record", why);
+          break;
+        }
+        snprintf(e->node, sizeof(e->node), "%s", ki.name);
+        e->round = p.round;
+        e->lease = kv->lease;
+        bagua__rdzv_progress_clear(&p);
+        s->nacks++;
         break;
       }
       case BAGUA__RDZV_KEY_DONE: {

@@ -30,6 +30,7 @@ static void add_node(bagua__agent_snap_t *s, const char *id, int64_t rev, int np
   n->master_port = 1000 + (int)rev;
   n->nproc = nproc;
   n->create_rev = rev;
+  n->lease = 7000 + rev; /* each registration on its own lease */
   /* Keep the snapshot's invariant: oldest first. */
   for (size_t i = s->nnodes - 1; i > 0 && s->nodes[i].create_rev < s->nodes[i - 1].create_rev;
        i--) {
@@ -82,6 +83,23 @@ static void add_done(bagua__agent_snap_t *s, const char *node, bagua__done_state
   e->done.f.time_ms = time_ms;
   e->done.f.rank = rank;
   e->done.f.exit_code = state == BAGUA__DONE_FAILED ? 3 + rank : 0;
+}
+
+/* progress/<node> naming `round` on `lease` (0: the node's own lease): the node's agent
+ * acknowledged that round. Replaces an earlier record of the node. */
+static void add_ack(bagua__agent_snap_t *s, const char *node, int64_t round, int64_t lease) {
+  bagua__agent_ack_t *e = NULL;
+  for (size_t i = 0; i < s->nacks; i++)
+    if (!strcmp(s->acks[i].node, node)) e = &s->acks[i];
+  if (!e) {
+    s->acks = realloc(s->acks, (s->nacks + 1) * sizeof(*s->acks));
+    e = &s->acks[s->nacks++];
+  }
+  memset(e, 0, sizeof(*e));
+  snprintf(e->node, sizeof(e->node), "%s", node);
+  e->round = round;
+  const bagua__rdzv_node_t *n = bagua__agent_snap_node(s, node);
+  e->lease = lease ? lease : n ? n->lease : 1;
 }
 
 static bagua__lead_decision_t decide(bagua__leader_state_t *st, const bagua__agent_snap_t *s,
@@ -427,6 +445,314 @@ static void test_forged_round(void) {
   free(s.nodes);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* The act deadline: a member that never acts in its round                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+#define ACK_MS 10000
+
+static bagua__leader_params_t PA = {.nnodes_min = 2,
+                                    .nnodes_max = 4,
+                                    .max_restarts = 1,
+                                    .last_call_ms = 1000,
+                                    .settle_ms = 500,
+                                    .rdzv_timeout_s = 100,
+                                    .lease_ttl_s = TTL_S,
+                                    .ack_timeout_ms = ACK_MS,
+                                    .self = "a"};
+
+static bagua__lead_decision_t decide_a(bagua__leader_state_t *st, const bagua__agent_snap_t *s,
+                                       int64_t now) {
+  bagua__lead_decision_t d;
+  ASSERT_EQ(bagua__leader_decide(&PA, st, s, now, 123456, &d), 0);
+  return d;
+}
+
+/* Decides once a second from `from` to `to` (inclusive of neither), expecting nothing. */
+static void tick_quiet(bagua__leader_state_t *st, const bagua__agent_snap_t *s, int64_t from,
+                       int64_t to) {
+  for (int64_t t = from + 1000; t < to; t += 1000) {
+    bagua__lead_decision_t d = decide_a(st, s, t);
+    ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+    ASSERT_EQ(d.ndrops, 0);
+    bagua__lead_decision_clear(&d);
+  }
+}
+
+/* A schema-valid record on a live lease that no agent holds (f) is dropped after the act
+ * deadline and the next round leaves it out; members that acknowledged are kept, and the
+ * leader never judges itself. Without the rule the round waits for f for ever. */
+static void test_ack_drop(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  add_node(&s, "f", 30, 1);
+  set_round(&s, 2, "a,b,f", 0);
+  add_ack(&s, "b", 1, 0); /* b's record still names the previous round */
+  bagua__lead_decision_t d = decide_a(&st, &s, 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, ACK_MS); /* look again when the first deadline falls */
+  add_ack(&s, "b", 2, 0);       /* b takes round 2 */
+  tick_quiet(&st, &s, 0, ACK_MS);
+  d = decide_a(&st, &s, ACK_MS);
+  ASSERT_EQ(d.ndrops, 1);
+  ASSERT_STREQ(d.drops[0].id, "f");
+  ASSERT_EQ(d.drops[0].rev, 30);
+  ASSERT_EQ(d.drops[0].lease, 7030);
+  ASSERT_EQ(d.drops[0].silent_ms, ACK_MS);
+  /* f counts as gone: the settle window of a membership change opens. */
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, ACK_MS + 500);
+  bagua__lead_decision_clear(&d);
+  /* Its lease revoked (lead.c), the round is formed without it, restart count unchanged. */
+  drop_node(&s, "f");
+  d = decide_a(&st, &s, ACK_MS + 500);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_EQ(d.ndrops, 0);
+  expect_members(&d.round, "a,b");
+  ASSERT_STREQ(d.round.reason, "membership");
+  ASSERT_EQ(d.round.restart_count, 0);
+  bagua__lead_decision_clear(&d);
+  bagua__leader_state_clear(&st);
+  bagua__agent_snap_clear(&s);
+}
+
+/* What counts as acting, and what does not: a done record does; a progress record for an
+ * earlier round, or on another lease than the member's, does not. A member that acknowledges
+ * late but within the deadline is kept. */
+static void test_ack_what_counts(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  add_node(&s, "c", 30, 1);
+  add_node(&s, "d", 40, 1);
+  add_node(&s, "e", 50, 1);
+  set_round(&s, 3, "a,b,c,d", 0);
+  add_done(&s, "b", BAGUA__DONE_SUCCEEDED, 1, 1); /* reported: acted */
+  add_ack(&s, "c", 3, 9999);                      /* on someone else's lease: not c's act */
+  add_ack(&s, "d", 2, 0);                         /* an earlier round */
+  bagua__lead_decision_t d = decide_a(&st, &s, 0);
+  ASSERT_EQ(d.ndrops, 0);
+  tick_quiet(&st, &s, 0, ACK_MS - 1000);
+  add_ack(&s, "d", 3, 0); /* d's agent was slow, but within the deadline */
+  tick_quiet(&st, &s, ACK_MS - 2000, ACK_MS);
+  d = decide_a(&st, &s, ACK_MS);
+  ASSERT_EQ(d.ndrops, 1);
+  ASSERT_STREQ(d.drops[0].id, "c");
+  bagua__lead_decision_clear(&d);
+  /* d, having acted in round 3, is not dropped when its record later changes. */
+  add_ack(&s, "d", 2, 0);
+  d = decide_a(&st, &s, ACK_MS + 1000);
+  ASSERT_EQ(d.ndrops, 1); /* c again (its lease still lives: retried), d not */
+  ASSERT_STREQ(d.drops[0].id, "c");
+  bagua__lead_decision_clear(&d);
+  bagua__leader_state_clear(&st);
+  bagua__agent_snap_clear(&s);
+}
+
+/* Time in which the leader could not read etcd (decisions far apart) does not count: after an
+ * outage nobody is dropped for acknowledgements nobody could write. */
+static void test_ack_outage(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  set_round(&s, 1, "a,b", 0);
+  bagua__lead_decision_t d = decide_a(&st, &s, 1000);
+  ASSERT_EQ(d.ndrops, 0);
+  d = decide_a(&st, &s, 1000 + 300000); /* five minutes later: counts 2 s */
+  ASSERT_EQ(d.ndrops, 0);
+  ASSERT_EQ(st.clock, BAGUA__LEADER_CLOCK_STEP_MS);
+  tick_quiet(&st, &s, 301000, 301000 + ACK_MS - BAGUA__LEADER_CLOCK_STEP_MS);
+  d = decide_a(&st, &s, 301000 + ACK_MS - BAGUA__LEADER_CLOCK_STEP_MS);
+  ASSERT_EQ(d.ndrops, 1);
+  ASSERT_STREQ(d.drops[0].id, "b");
+  bagua__lead_decision_clear(&d);
+  bagua__leader_state_clear(&st);
+  bagua__agent_snap_clear(&s);
+}
+
+/* Membership changes do not restart a silent member's deadline: it counts across rounds that
+ * name it. A new registration of a dropped id is a new join with a deadline of its own; the
+ * dropped registration itself is never admitted again while it lives. */
+static void test_ack_across_rounds(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  add_node(&s, "f", 30, 1);
+  set_round(&s, 2, "a,b,f", 0);
+  add_ack(&s, "b", 2, 0);
+  bagua__lead_decision_t d = decide_a(&st, &s, 0);
+  tick_quiet(&st, &s, 0, 5000);
+  /* g joins at 5 s: round 3 names a, b, f, g. */
+  add_node(&s, "g", 40, 1);
+  d = decide_a(&st, &s, 5000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  d = decide_a(&st, &s, 5500);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "a,b,f,g");
+  bagua__lead_decision_clear(&d);
+  set_round(&s, 3, "a,b,f,g", 0);
+  add_ack(&s, "b", 3, 0);
+  add_ack(&s, "g", 3, 0);
+  tick_quiet(&st, &s, 5500, ACK_MS - 500);
+  d = decide_a(&st, &s, ACK_MS - 500 + 1000); /* f silent since 0 s, not 5.5 s */
+  ASSERT_EQ(d.ndrops, 1);
+  ASSERT_STREQ(d.drops[0].id, "f");
+  bagua__lead_decision_clear(&d);
+  /* Its lease is not revoked (say etcd refused): it stays out of the round all the same. */
+  d = decide_a(&st, &s, ACK_MS + 1000);
+  ASSERT_EQ(d.ndrops, 1);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "a,b,g");
+  bagua__lead_decision_clear(&d);
+  set_round(&s, 4, "a,b,g", 0);
+  add_ack(&s, "b", 4, 0);
+  add_ack(&s, "g", 4, 0);
+  for (int64_t t = ACK_MS + 2000; t < ACK_MS + 6000; t += 1000) {
+    d = decide_a(&st, &s, t);
+    ASSERT_EQ(d.action, BAGUA__LEAD_NONE); /* f is no joiner */
+    ASSERT_EQ(d.ndrops, 1);                /* and ending it is retried */
+    bagua__lead_decision_clear(&d);
+  }
+  /* f registers anew (another create revision): admitted, and judged afresh. */
+  drop_node(&s, "f");
+  add_node(&s, "f", 60, 1);
+  int64_t t0 = ACK_MS + 6000;
+  d = decide_a(&st, &s, t0);
+  ASSERT_EQ(d.ndrops, 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  d = decide_a(&st, &s, t0 + 500);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "a,b,g,f");
+  bagua__lead_decision_clear(&d);
+  set_round(&s, 5, "a,b,g,f", 0);
+  add_ack(&s, "b", 5, 0);
+  add_ack(&s, "g", 5, 0);
+  add_ack(&s, "f", 5, 0);
+  tick_quiet(&st, &s, t0 + 500, t0 + 500 + 2 * ACK_MS);
+  bagua__leader_state_clear(&st);
+  bagua__agent_snap_clear(&s);
+}
+
+/* A failure in a round with a silent member: the leader waits for the member's deadline (not
+ * one TTL, after which it would restart the round with the member and spend a restart), then
+ * drops it; the new round is a membership change. And when every other member succeeded, the
+ * job succeeded: the dropped member's workers never ran. */
+static void test_ack_failure_and_success(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  add_node(&s, "f", 30, 1);
+  set_round(&s, 2, "a,b,f", 0);
+  add_ack(&s, "b", 2, 0);
+  bagua__lead_decision_t d = decide_a(&st, &s, 0);
+  add_done(&s, "b", BAGUA__DONE_FAILED, 5000, 1);
+  add_done(&s, "a", BAGUA__DONE_STOPPED, 5001, 0);
+  for (int64_t t = 1000; t < ACK_MS; t += 1000) {
+    d = decide_a(&st, &s, t);
+    ASSERT_EQ(d.action, BAGUA__LEAD_NONE); /* past TTL + 1 s, still no restart */
+    ASSERT_TRUE(d.wake_at > t);
+    bagua__lead_decision_clear(&d);
+  }
+  d = decide_a(&st, &s, ACK_MS);
+  ASSERT_EQ(d.ndrops, 1);
+  bagua__lead_decision_clear(&d);
+  drop_node(&s, "f");
+  d = decide_a(&st, &s, ACK_MS + 500);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_STREQ(d.round.reason, "membership");
+  ASSERT_EQ(d.round.restart_count, 0);
+  expect_members(&d.round, "a,b");
+  bagua__lead_decision_clear(&d);
+  bagua__leader_state_clear(&st);
+
+  /* Success of everyone else. */
+  bagua__leader_state_t st2 = {.round_seen = -1};
+  add_node(&s, "f", 40, 1);
+  set_round(&s, 3, "a,b,f", 0);
+  add_done(&s, "a", BAGUA__DONE_SUCCEEDED, 1, 0);
+  add_done(&s, "b", BAGUA__DONE_SUCCEEDED, 1, 1);
+  d = decide_a(&st2, &s, 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  tick_quiet(&st2, &s, 0, ACK_MS);
+  d = decide_a(&st2, &s, ACK_MS);
+  ASSERT_EQ(d.action, BAGUA__LEAD_SUCCEEDED);
+  bagua__lead_decision_clear(&d);
+  bagua__leader_state_clear(&st2);
+  bagua__agent_snap_clear(&s);
+}
+
+/* The deadline's floor and the switch: 0 turns the rule off (nobody is ever dropped). */
+static void test_ack_bound(void) {
+  ASSERT_EQ(bagua__leader_ack_bound(60000, 5000, 10), 60000);
+  ASSERT_EQ(bagua__leader_ack_bound(3000, 2000, 2), 6000); /* 2 x grace + TTL */
+  ASSERT_EQ(bagua__leader_ack_bound(0, 5000, 10), 0);
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "f", 30, 1);
+  set_round(&s, 1, "a,f", 0);
+  for (int64_t t = 0; t < 5 * ACK_MS; t += 1000) {
+    bagua__lead_decision_t d = decide(&st, &s, t); /* P: no act deadline */
+    ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+    ASSERT_EQ(d.ndrops, 0);
+  }
+  ASSERT_EQ((int)st.nsilent, 0);
+  bagua__agent_snap_clear(&s);
+}
+
+/* The snapshot reads progress records as acknowledgements: round and lease; a refused record
+ * is no acknowledgement. */
+static void test_ack_parse(void) {
+  const char *prefix = "/bagua/j/";
+  char k0[] = "/bagua/j/nodes/f", k1[] = "/bagua/j/progress/f", k2[] = "/bagua/j/progress/g";
+  char v0[] = "{\"host\":\"h\",\"addr\":\"127.0.0.1\",\"nproc\":1,\"master_port\":5}";
+  char v1[] = "{\"round\":2,\"restart_count\":0,\"time_ms\":1,\"workers\":[]}";
+  char v2[] = "{\"round\":0,\"restart_count\":0,\"time_ms\":1,\"workers\":[]}";
+  bagua__etcd_kv_t kv[3];
+  memset(kv, 0, sizeof(kv));
+  kv[0] = (bagua__etcd_kv_t){.key = k0,
+                             .value = v0,
+                             .value_len = strlen(v0),
+                             .lease = 77,
+                             .create_revision = 5,
+                             .mod_revision = 5};
+  kv[1] = (bagua__etcd_kv_t){.key = k1,
+                             .value = v1,
+                             .value_len = strlen(v1),
+                             .lease = 77,
+                             .create_revision = 6,
+                             .mod_revision = 6};
+  kv[2] = (bagua__etcd_kv_t){.key = k2,
+                             .value = v2,
+                             .value_len = strlen(v2),
+                             .lease = 78,
+                             .create_revision = 7,
+                             .mod_revision = 7};
+  for (int i = 0; i < 3; i++) kv[i].key_len = strlen(kv[i].key);
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  ASSERT_EQ(bagua__agent_snap_parse(prefix, kv, 3, &s), 0);
+  ASSERT_EQ((int)s.nacks, 1);
+  const bagua__agent_ack_t *a = bagua__agent_snap_ack(&s, "f");
+  ASSERT_TRUE(a != NULL);
+  ASSERT_EQ(a->round, 2);
+  ASSERT_EQ(a->lease, 77);
+  ASSERT_TRUE(bagua__agent_snap_ack(&s, "g") == NULL);
+  bagua__agent_snap_clear(&s);
+}
+
 int main(void) {
   test_stall();
   test_world_bound();
@@ -436,6 +762,13 @@ int main(void) {
   test_success();
   test_kept_success();
   test_forged_round();
+  test_ack_drop();
+  test_ack_what_counts();
+  test_ack_outage();
+  test_ack_across_rounds();
+  test_ack_failure_and_success();
+  test_ack_bound();
+  test_ack_parse();
   printf("PASS leader\n");
   return 0;
 }

@@ -4,7 +4,9 @@
  * wait on a gate file, tampers with one key while round 1 runs, opens the gate, and expects
  * the job to end normally within a few seconds (before the schema module, every one of them
  * hung until the test's timeout). Also: the per-job secret reaches the workers through their
- * environment, with the rendezvous timeout, and --secret-file is checked.
+ * environment, with the rendezvous timeout, and --secret-file is checked. And a forged member
+ * (a valid node record on a lease kept alive, no agent behind it) is dropped after the act
+ * deadline instead of holding its rounds for ever.
  * `test_tamper SCENARIO`; ctest registers each as tamper_<scenario>.
  */
 #include <fcntl.h>
@@ -82,11 +84,10 @@ static void wait_either(job_t *j, const char *needle, int timeout_ms) {
   }
 }
 
-/* Opens the gate; every agent must exit 0 and the job must have succeeded in its last round
- * (1, or 2 after join_third) with no round after it. */
-static void finish_ok(job_t *j) {
+/* Opens the gate; every agent must exit 0 and the job must have succeeded in round `last`
+ * with no round after it. Leaves etcd running. */
+static void end_in(job_t *j, int last) {
   char buf[400];
-  int last = j->n == 3 ? 2 : 1;
   h_touch(&j->h, "gate", buf, sizeof(buf));
   long long t0 = etcd_fixture_now_ms();
   for (int i = 0; i < j->n; i++) {
@@ -100,7 +101,17 @@ static void finish_ok(job_t *j) {
   ASSERT_EQ(st.state, BAGUA__JOB_SUCCEEDED);
   ASSERT_EQ(st.round, last);
   ASSERT_EQ(h_count_round_files(&j->h, last + 1), 0);
+}
+
+/* end_in, then etcd is stopped. */
+static void finish_in(job_t *j, int last) {
+  end_in(j, last);
   h_fini(&j->h);
+}
+
+/* finish_in the last round: 1, or 2 after join_third. */
+static void finish_ok(job_t *j) {
+  finish_in(j, j->n == 3 ? 2 : 1);
 }
 
 /* `etcdctl put /bagua/J/leader nobody`: a leader key no agent holds is removed and a real
@@ -310,6 +321,111 @@ static void test_own_node_garbage(void) {
   finish_ok(&j);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* A forged member: a schema-valid node record on a lease that someone keeps alive, with no    */
+/* agent behind it                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The act deadline the agents apply: BAGUA_RDZV_ACK_TIMEOUT_MS, raised to its floor of
+ * 2 x --grace-ms + --lease-ttl (FAST: 2 x 2 s + 2 s). */
+#define ACK_ENV "3000"
+#define ACK_BOUND_MS 6000
+
+typedef struct {
+  int64_t lease;
+  bagua__etcd_keeper_t *keeper;
+} forger_t;
+
+/* Writes nodes/forged, valid for the schema, on a lease of its own that this process keeps
+ * alive (as someone with write access to the job's prefix could): the agents admit it to the
+ * next round, and nothing but the act deadline removes it. */
+static void forge(job_t *j, forger_t *f) {
+  ASSERT_OK(bagua__etcd_lease_grant(j->h.c, 5, &f->lease, NULL));
+  ASSERT_OK(bagua__etcd_keeper_start(j->h.c, f->lease, 5, &f->keeper));
+  put(j, "nodes/forged",
+      "{\"host\":\"forged-host\",\"addr\":\"127.0.0.1\",\"nproc\":1,\"pid\":4242,"
+      "\"version\":\"0\",\"join_ms\":1,\"master_port\":5999,\"tag\":\"\"}",
+      f->lease);
+}
+
+/* Prints the first line of an agent's stderr that contains `needle`. */
+static void print_line(job_t *j, const char *needle) {
+  for (int i = 0; i < j->n; i++) {
+    char *text = h_slurp(j->ap[i].err_path);
+    char *at = strstr(text, needle);
+    if (at) {
+      while (at > text && at[-1] != '\n') at--;
+      printf("agent %s said: %.*s\n", j->ap[i].node, (int)strcspn(at, "\n"), at);
+      free(text);
+      return;
+    }
+    free(text);
+  }
+}
+
+/* Round `n` (0: the current one) has exactly the members `csv`. */
+static void expect_round(job_t *j, int n, const char *csv) {
+  bagua__rdzv_round_t r;
+  ASSERT_EQ(h_round(&j->h, &r), 0);
+  if (n) ASSERT_EQ(r.round, n);
+  char got[256] = "";
+  for (int i = 0; i < r.nmembers; i++)
+    snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%s", i ? "," : "", r.members[i].id);
+  ASSERT_STREQ(got, csv);
+  bagua__rdzv_round_clear(&r);
+}
+
+/* While a 2-node job runs, a forged member joins (round 2 names it). The leader drops it after
+ * the act deadline, revokes its lease, and forms round 3 of the real nodes, whose job then
+ * ends normally; the forged record is gone and not admitted again. Without the rule, round 2
+ * waits for the forged member until its lease ends, which its keeper never lets happen. */
+static void test_forged_member(void) {
+  setenv("BAGUA_RDZV_ACK_TIMEOUT_MS", ACK_ENV, 1);
+  job_t j;
+  forger_t f;
+  start(&j, "tamper_forged", "2:3", NULL, NULL);
+  forge(&j, &f);
+  long long t0 = etcd_fixture_now_ms();
+  h_wait_round_files(&j.h, 2, 2, 15000);
+  expect_round(&j, 2, "n1,n2,forged");
+  long long waited = h_wait_round_files(&j.h, 3, 2, ACK_BOUND_MS + 12000);
+  printf("round 3 without the forged member %lld ms after it was written\n",
+         etcd_fixture_now_ms() - t0);
+  (void)waited;
+  expect_round(&j, 3, "n1,n2");
+  wait_either(&j, "dropped node forged from round 2: it has not acted in the round", 2000);
+  wait_either(&j, "revoked its lease", 100);
+  print_line(&j, "dropped node forged");
+  int alive = 1;
+  ASSERT_OK(bagua__rdzv_lease_alive(j.h.c, f.lease, &alive));
+  ASSERT_EQ(alive, 0);
+  bagua__etcd_keeper_stop(f.keeper);
+  finish_in(&j, 3);
+}
+
+/* The same, with the real workers done while the forged member is in their round: the job
+ * succeeds once the forged member is dropped (its workers never ran). */
+static void test_forged_finish(void) {
+  setenv("BAGUA_RDZV_ACK_TIMEOUT_MS", ACK_ENV, 1);
+  job_t j;
+  forger_t f;
+  start(&j, "tamper_forged2", "2:3", NULL, NULL);
+  forge(&j, &f);
+  h_wait_round_files(&j.h, 2, 2, 15000);
+  expect_round(&j, 2, "n1,n2,forged");
+  long long t0 = etcd_fixture_now_ms();
+  end_in(&j, 2);
+  long long took = etcd_fixture_now_ms() - t0;
+  printf("the job ended %lld ms after round 2's workers were released\n", took);
+  ASSERT_TRUE(took < ACK_BOUND_MS + 8000);
+  if (!h_file_contains(j.ap[0].err_path, "dropped node forged") &&
+      !h_file_contains(j.ap[1].err_path, "dropped node forged"))
+    TEST_FAIL("no agent said it dropped the forged member");
+  print_line(&j, "dropped node forged");
+  bagua__etcd_keeper_stop(f.keeper);
+  h_fini(&j.h);
+}
+
 int main(int argc, char **argv) {
   TEST_RUN_SCENARIOS(
       argc, argv, {"leader_nobody", test_leader_nobody}, {"leader_nolease", test_leader_nolease},
@@ -317,5 +433,6 @@ int main(int argc, char **argv) {
       {"nproc_overflow", test_nproc_overflow}, {"phantom", test_phantom},
       {"lease_api", test_lease_api}, {"secret", test_secret},
       {"secret_overwritten", test_secret_overwritten}, {"secret_env", test_secret_env},
-      {"secret_file", test_secret_file}, {"own_node_garbage", test_own_node_garbage});
+      {"secret_file", test_secret_file}, {"own_node_garbage", test_own_node_garbage},
+      {"forged_member", test_forged_member}, {"forged_finish", test_forged_finish});
 }
