@@ -185,6 +185,15 @@ static PyObject *ddp_set_lr(ddp_obj_t *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *ddp_set_step(ddp_obj_t *self, PyObject *args) {
+  GET(self);
+  long long step;
+  if (!PyArg_ParseTuple(args, "L", &step)) return NULL;
+  bagua_status_t st = bagua_ddp_set_step(ddp, (int64_t)step);
+  if (st != BAGUA_OK) return bagua_py_raise(st, "set_step");
+  Py_RETURN_NONE;
+}
+
 static PyObject *ddp_async_pause(ddp_obj_t *self, PyObject *unused) {
   GET(self);
   RUN("async_pause", bagua_ddp_async_pause(ddp));
@@ -274,6 +283,8 @@ static PyMethodDef ddp_methods[] = {
     M(wait, METH_NOARGS, "wait(): waits for the step's communication (post-backward)"),
     M(step, METH_NOARGS, "step(): ends the step (after the optimizer update)"),
     M(set_lr, METH_VARARGS, "set_lr(lr): learning rate of libbagua's own optimizer"),
+    M(set_step, METH_VARARGS,
+      "set_step(n): numbers the current step (first call before ready(), on every rank)"),
     M(async_pause, METH_NOARGS, "async_pause(): stops background averaging (collective)"),
     M(async_resume, METH_NOARGS, "async_resume(): restarts background averaging (collective)"),
     M(abort, METH_NOARGS, "abort(): makes blocked and later calls fail (any thread)"),

@@ -18,3 +18,17 @@ def test_ctrl_c_interrupts_a_blocked_collective(workers):
                 nodes=2, timeout=60)
     assert r.codes[0] == 0, r.outputs[0]
     assert "interrupt: KeyboardInterrupt after" in r.outputs[0], r.outputs[0]
+
+
+def test_rank_out_of_phase_raises_on_every_rank(workers):
+    r = workers("errors_worker.py", 2, args=["phase"], env={"BAGUA_STEP_CHECK": "1"})
+    r.check()
+    for out in r.outputs:
+        assert "BaguaProtocolError" in out, out
+    # Rank 1 skipped iteration 3: its step numbered 4 met rank 0's step numbered 3.
+    assert "phase: iteration 3:" in r.outputs[0] and "phase: iteration 4:" in r.outputs[1], \
+        "\n".join(r.outputs)
+
+
+def test_step_numbers_need_the_setting(workers):
+    workers("errors_worker.py", 1, args=["unnumbered"]).check()

@@ -28,6 +28,7 @@ the first context is finished and dropped, and the parameters are registered afr
 """
 
 import itertools
+import operator
 
 import torch
 
@@ -65,6 +66,17 @@ def _views(ddp, buffer, params, device):
         return [whole[off:off + p.numel()].view_as(p)
                 for off, (_, p) in zip(offsets, params)]
     return [t.view_as(p) for t, (_, p) in zip(own, params)]
+
+
+def _step_check():
+    """BAGUA_STEP_CHECK, checked by libbagua's registry (0 or 1; unset: 0)."""
+    value = _C.param_get("BAGUA_STEP_CHECK")
+    if value in (None, ""):
+        return False
+    problem = _C.param_check("BAGUA_STEP_CHECK", value)
+    if problem:
+        raise ValueError(problem)
+    return int(value) == 1
 
 
 def _ignored_names(module):
@@ -165,6 +177,11 @@ class _BaguaDDP:
             cfg["cuda_stream"] = torch.cuda.current_stream(self.device).cuda_stream
         self.flat_p, self.flat_g = [], []
         self.ddp = _C.DDP(self.comm, **cfg)
+        self.numbered = _step_check()
+        if self.numbered:
+            # Every rank numbers its steps from the same counter (ready() then gives every rank
+            # rank 0's), so a rank one iteration off is caught at its next step.
+            self.ddp.set_step(self.train_steps)
         for name, p in self.params:
             self.ddp.register(name, p.data_ptr(), None, p.numel())
         self.ddp.ready()  # every rank now holds rank 0's weights in its parameters
@@ -435,6 +452,18 @@ def _set_bagua_module_name(self, name):
     self._bagua_module_name = str(name)
 
 
+def bagua_set_step(self, step):
+    """Ours: numbers this module's current data-parallel step ``step`` (the training loop's
+    iteration, the same on every rank), under ``BAGUA_STEP_CHECK=1``. A rank whose number
+    differs from the others' at a step makes that step raise ``BaguaProtocolError`` on every
+    rank before any of its data is averaged. Call it before the step's backward pass."""
+    ctx = _require(self, "bagua_set_step")
+    if not ctx.numbered:
+        raise RuntimeError("bagua_set_step: steps are numbered only with BAGUA_STEP_CHECK=1 in "
+                           "the environment before with_bagua()")
+    ctx.ddp.set_step(operator.index(step))
+
+
 def _bagua_train_step_counter(self):
     """Steps this module has trained through with_bagua (libbagua's end of step)."""
     return _require(self, "bagua_train_step_counter").train_steps
@@ -442,6 +471,7 @@ def _bagua_train_step_counter(self):
 
 torch.nn.Module.with_bagua = with_bagua
 torch.nn.Module.bagua_stats = bagua_stats
+torch.nn.Module.bagua_set_step = bagua_set_step
 torch.nn.Module.bagua_algorithm = property(_bagua_algorithm)
 torch.nn.Module.bagua_optimizers = property(_bagua_optimizers)
 torch.nn.Module.bagua_buckets = property(_bagua_buckets)

@@ -79,5 +79,41 @@ def interrupt():
     raise AssertionError("the blocked allreduce returned without an interrupt")
 
 
+def phase():
+    """BAGUA_STEP_CHECK=1: steps numbered alike train; rank 1 skipping an iteration makes
+    that step raise BaguaProtocolError on both ranks, naming both numbers."""
+    bagua.init_process_group()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = model.with_bagua([opt], bagua.algorithms.gradient_allreduce
+                             .GradientAllReduceAlgorithm())
+    rank = bagua.get_rank()
+    for it in range(6):
+        if it == 3 and rank == 1:
+            continue  # the bug the check exists for: this rank skips an iteration
+        model.bagua_set_step(it)
+        opt.zero_grad()
+        try:
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+        except _C.BaguaProtocolError as e:
+            print(f"phase: iteration {it}: {type(e).__name__}: {e}", flush=True)
+            return
+    print("phase: no error", flush=True)
+    sys.exit(1)
+
+
+def unnumbered():
+    """Without BAGUA_STEP_CHECK, bagua_set_step says how to turn numbering on."""
+    bagua.init_process_group()
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = model.with_bagua([opt], bagua.algorithms.gradient_allreduce
+                             .GradientAllReduceAlgorithm())
+    expect(RuntimeError, lambda: model.bagua_set_step(0), "BAGUA_STEP_CHECK=1")
+
+
 if __name__ == "__main__":
-    {"inputs": inputs, "deadpeer": deadpeer, "interrupt": interrupt}[sys.argv[1]]()
+    {"inputs": inputs, "deadpeer": deadpeer, "interrupt": interrupt, "phase": phase,
+     "unnumbered": unnumbered}[sys.argv[1]]()
