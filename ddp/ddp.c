@@ -503,7 +503,12 @@ static bagua_status_t finish_backward(bagua_ddp_t *d) {
   d->t_waited = bagua__now_s() - d->t_entry;
   /* Compression leaves small values in the padding; keep it at zero for the update. */
   BAGUA_CHECK(zero_padding(d, d->grads));
-  if (d->s.algo->pre_update) BAGUA_CHECK(d->s.algo->pre_update(d));
+  d->t_algo = 0;
+  if (d->s.algo->pre_update) {
+    double t0 = bagua__now_s();
+    BAGUA_CHECK(d->s.algo->pre_update(d));
+    d->t_algo = bagua__now_s() - t0;
+  }
   d->waited = 1;
   return BAGUA_OK;
 }
@@ -560,7 +565,11 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   if (st == BAGUA_OK) st = zero_padding(d, d->params);
   if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
   if (st != BAGUA_OK) goto fail;
-  if (a->post_update) BAGUA_CHECK_GOTO(a->post_update(d), st, fail);
+  if (a->post_update) {
+    double t0 = bagua__now_s();
+    BAGUA_CHECK_GOTO(a->post_update(d), st, fail);
+    d->t_algo += bagua__now_s() - t0;
+  }
   BAGUA_CHECK_GOTO(bagua__ddp_copy_back(d), st, fail);
   d->steps++;
   d->phase.number++;

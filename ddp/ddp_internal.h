@@ -146,7 +146,10 @@ typedef struct {
   /* Jobs up to this sequence number may run (under mu): all submitted ones when the context
    * overlaps, else only those released by bagua__ddp_release() at the end of the backward. */
   uint64_t released;
-  int hold; /* !overlap: submissions wait for bagua__ddp_release() */
+  int hold; /* !overlap or tuner_hold: submissions wait for bagua__ddp_release() */
+  /* A tuner holds communication whatever overlap says (bagua__ddp_sched_hold); it outlives a
+   * restart of the thread, so a rebuild keeps holding. */
+  int tuner_hold;
   int stop; /* under mu */
 } bagua__ddp_sched_t;
 
@@ -208,7 +211,11 @@ struct bagua_ddp_s {
   int released; /* bagua_ddp_release_params(): no registered `param` array is used any more */
   int waited;   /* bagua_ddp_wait() ran in this step */
   double t_entry, t_waited; /* when this step's end began, and how long it waited */
-  int setup_called;         /* the algorithm's setup ran (its teardown must then run too) */
+  /* How long this step spent in the algorithm's own pre- and post-update work (a weight
+   * exchange, passes over the model that other algorithms do not make): the advisor leaves it
+   * out of the compute time, which must not depend on the algorithm that measured it. */
+  double t_algo;
+  int setup_called; /* the algorithm's setup ran (its teardown must then run too) */
 
   float *params, *grads; /* flat storage, `total` elements each, 64-byte aligned */
   size_t total, max_bucket;
@@ -335,6 +342,12 @@ bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap);
 /* Appends a job (training thread only). Never blocks: the ring holds a whole step's jobs. The
  * first job of a step is preceded by the phase check (phase.c) when d->phase.armed. */
 bagua_status_t bagua__ddp_submit(bagua_ddp_t *d, bagua__ddp_job_fn fn, void *arg);
+/* A tuner's hold (the advisor's compute probe): while `on`, every job waits for
+ * bagua__ddp_release() at the end of the backward pass whatever BAGUA_OVERLAP says, so that no
+ * communication runs while the ranks compute, and background averaging (async) does not start.
+ * Off, the context's own setting returns and the jobs held so far are released. Training
+ * thread; may be called before the communication thread starts. */
+void bagua__ddp_sched_hold(bagua_ddp_t *d, int on);
 /* Lets every submitted job run (training thread; a no-op when the context overlaps). */
 void bagua__ddp_release(bagua_ddp_t *d);
 /* Releases and waits until every submitted job has run; returns the context's error, if any

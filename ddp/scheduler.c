@@ -42,7 +42,7 @@ static void *comm_thread(void *arg) {
 bagua_status_t bagua__ddp_sched_start(bagua_ddp_t *d, size_t cap) {
   bagua__ddp_sched_t *q = &d->sched;
   q->cap = cap;
-  q->hold = !d->s.overlap;
+  q->hold = !d->s.overlap || q->tuner_hold;
   q->jobs = calloc(cap, sizeof(*q->jobs));
   if (!q->jobs) return BAGUA_ERR_NO_MEMORY;
   bagua_status_t st = d->s.dev->jobs_init(d, cap);
@@ -121,6 +121,21 @@ void bagua__ddp_release(bagua_ddp_t *d) {
   if (!q->started || !q->hold) return;
   pthread_mutex_lock(&q->mu);
   if (q->released != q->submitted) {
+    q->released = q->submitted;
+    pthread_cond_signal(&q->cv_work);
+  }
+  pthread_mutex_unlock(&q->mu);
+}
+
+void bagua__ddp_sched_hold(bagua_ddp_t *d, int on) {
+  bagua__ddp_sched_t *q = &d->sched;
+  q->tuner_hold = on;
+  if (!q->started) return; /* bagua__ddp_sched_start() reads tuner_hold */
+  pthread_mutex_lock(&q->mu);
+  q->hold = on || !d->s.overlap;
+  /* Jobs submitted under the hold (a decentralized exchange queued at the last step's end)
+   * would otherwise wait for the next step's release. */
+  if (!q->hold && q->released != q->submitted) {
     q->released = q->submitted;
     pthread_cond_signal(&q->cv_work);
   }

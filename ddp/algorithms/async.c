@@ -140,7 +140,11 @@ static bagua_status_t bucket_op(bagua_ddp_t *d, void *arg) {
 
 static bagua_status_t next_step(bagua_ddp_t *d) {
   state_t *s = d->algo_state;
-  if (s->running || s->paused || d->steps < d->s.warmup_steps) return BAGUA_OK;
+  /* While a tuner holds communication (the advisor's compute probe), averaging waits: its
+   * thread would take CPU from the compute being measured. It starts at the first step
+   * boundary after the hold ends. */
+  if (s->running || s->paused || d->sched.tuner_hold || d->steps < d->s.warmup_steps)
+    return BAGUA_OK;
   return start(d, s);
 }
 
