@@ -50,9 +50,14 @@ static const bagua__ddp_algo_t *adv_algo(int i) {
 
 struct bagua__ddp_advise_s {
   bagua_comm_t *comm; /* private; NULL once the advisor is done */
+  /* seen: steps recorded in the current phase; done: the probe decided, the check runs. */
   int nsteps, seen, done;
   double t_last; /* end of the previous step (0: none yet; the first step is a warm-up) */
   double *compute, *backward, *step; /* per measured step */
+  /* The check after the probe: the algorithm that runs (-1: none of the model's) and the step
+   * time predicted for it. */
+  int check_algo;
+  double check_pred;
   /* The network, identical on every rank (the slowest rank's figures). */
   int nodes, rpn;
   double inter_lat, inter_bw, intra_lat, intra_bw, quant_bw, probe_s;
@@ -366,6 +371,10 @@ bagua_status_t bagua__ddp_advise_start(bagua_ddp_t *d) {
   a->backward = calloc((size_t)a->nsteps, sizeof(double));
   a->step = calloc((size_t)a->nsteps, sizeof(double));
   if (!a->compute || !a->backward || !a->step) return BAGUA_ERR_NO_MEMORY;
+  a->check_algo = -1;
+  /* The probe's steps run with communication held (bagua__ddp_advise_step); the thread that
+   * starts after this reads the hold. */
+  bagua__ddp_sched_hold(d, 1);
   double t0 = bagua__now_s();
   bagua_comm_t *c = NULL;
   BAGUA_CHECK(bagua_comm_split(d->comm, 0, bagua_comm_rank(d->comm), &c));
@@ -482,8 +491,11 @@ size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *
     const char *note = "";
     char run_note[64];
     if (running == i) {
-      snprintf(run_note, sizeof(run_note), "running: measured %.4f s/step%s", measured_s,
-               chosen == i ? ", chosen" : "");
+      if (measured_s > 0)
+        snprintf(run_note, sizeof(run_note), "running: measured %.4f s/step%s", measured_s,
+                 chosen == i ? ", chosen" : "");
+      else
+        snprintf(run_note, sizeof(run_note), "running%s", chosen == i ? ", chosen" : "");
       note = run_note;
     } else if (chosen == i)
       note = "<- chosen";
@@ -504,16 +516,14 @@ size_t bagua__ddp_advise_format(char *buf, size_t len, const bagua__adv_meas_t *
   return o;
 }
 
-/* The measurements of this context: the network probed at ready, the step times recorded
- * (the median of this rank's steps, then the slowest rank's), and the current buckets. */
+/* The compute figures of the probe's steps: the median of this rank's steps, then the slowest
+ * rank's. */
 static bagua_status_t gather_compute(struct bagua__ddp_advise_s *a, double *compute,
-                                     double *backward, double *step) {
-  double v[3] = {median(a->compute, a->seen), median(a->backward, a->seen),
-                 median(a->step, a->seen)};
-  BAGUA_CHECK(bagua_allreduce(a->comm, v, v, 3, BAGUA_F64, BAGUA_MAX));
+                                     double *backward) {
+  double v[2] = {median(a->compute, a->seen), median(a->backward, a->seen)};
+  BAGUA_CHECK(bagua_allreduce(a->comm, v, v, 2, BAGUA_F64, BAGUA_MAX));
   *compute = v[0];
   *backward = v[1];
-  *step = v[2];
   return BAGUA_OK;
 }
 
@@ -554,8 +564,7 @@ static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
                          .overlap = a->overlap,
                          /* 0 means "always the ring" here, the model's 0 the default. */
                          .ring_min_bytes = ring_min > 0 ? (double)ring_min : 1.0};
-  double measured;
-  BAGUA_CHECK(gather_compute(a, &m.compute_s, &m.backward_s, &measured));
+  BAGUA_CHECK(gather_compute(a, &m.compute_s, &m.backward_s));
   int running = algo_index(d->s.algo);
   bagua__adv_opts_t opts[BAGUA__ADV_COUNT];
   bagua__adv_pred_t pred[BAGUA__ADV_COUNT];
@@ -571,24 +580,44 @@ static bagua_status_t decide(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
       chosen = i;
   }
   if (d->rank == 0) {
+    /* The probe's own steps held communication, so they are no measurement of the running
+     * algorithm's step: the check after the probe measures that (check()). */
     size_t need =
-        bagua__ddp_advise_format(NULL, 0, &m, opts, pred, avail, allow, chosen, running, measured) +
-        1;
+        bagua__ddp_advise_format(NULL, 0, &m, opts, pred, avail, allow, chosen, running, -1) + 1;
     free(a->table);
     a->table = malloc(need);
     if (a->table) {
-      bagua__ddp_advise_format(a->table, need, &m, opts, pred, avail, allow, chosen, running,
-                               measured);
+      bagua__ddp_advise_format(a->table, need, &m, opts, pred, avail, allow, chosen, running, -1);
       fputs(a->table, stderr);
       fflush(stderr);
     }
   }
+  a->check_algo = running;
+  a->check_pred = running >= 0 ? pred[running].step_s : 0;
   if (!allow) return BAGUA_OK;
   /* Rank 0 decides: near-ties may order differently on ranks whose clocks differ. */
   int32_t pick = chosen;
   BAGUA_CHECK(bagua_broadcast(a->comm, &pick, &pick, 1, BAGUA_I32, 0));
   if (pick < 0 || pick >= BAGUA__ADV_COUNT || adv_algo(pick) == d->s.algo) return BAGUA_OK;
+  a->check_algo = pick;
+  a->check_pred = pred[pick].step_s;
   return switch_to(d, pick, pred);
+}
+
+/* The end of the check: the median of this rank's steps after the probe, the slowest rank's,
+ * against the prediction for the algorithm that ran them (rank 0 prints the line). */
+static bagua_status_t check(bagua_ddp_t *d, struct bagua__ddp_advise_s *a) {
+  double v = median(a->step, a->seen);
+  BAGUA_CHECK(bagua_allreduce(a->comm, &v, &v, 1, BAGUA_F64, BAGUA_MAX));
+  if (d->rank == 0 && a->check_algo >= 0 && v > 0) {
+    fprintf(stderr,
+            "advise: check: %s predicted %.4f s/step, measured %.4f s/step (median of %d steps "
+            "after the probe, slowest rank), error %+.1f %%\n",
+            bagua__adv_algo_name((bagua__adv_algo_t)a->check_algo), a->check_pred, v, a->seen,
+            100.0 * (a->check_pred - v) / v);
+    fflush(stderr);
+  }
+  return BAGUA_OK;
 }
 
 /* Under comm_mu: bagua_ddp_abort() may be aborting the communicator from another thread. */
@@ -604,25 +633,54 @@ void bagua__ddp_advise_abort(bagua_ddp_t *d) {
   if (d->advise) bagua_comm_abort(d->advise->comm);
 }
 
+/*
+ * The probe and the check, one step at a time. The probe's steps run with communication held
+ * (bagua__ddp_sched_hold, from bagua__ddp_advise_start on): every job waits for the end of the
+ * backward pass and async's averaging does not start, so the step's compute runs alone on the
+ * CPUs whatever the algorithm. Its compute time is then the same figure under every
+ * algorithm: the step's wall time less the time it waited for communication and less the
+ * algorithm's own pre- and post-update work (d->t_algo: decentralized's copy back,
+ * low-precision decentralized's exchange), which the model charges per algorithm. Without the
+ * hold, the communication thread's work during the backward pass and async's averaging
+ * competed with the compute for the CPUs, and low-precision decentralized's exchange counted
+ * as compute, so the figure depended on which algorithm happened to run. After the decision
+ * communication resumes; one step settles (a switch, async's averaging starting), then
+ * `nsteps` steps are timed as they run and compared with the prediction.
+ */
 bagua_status_t bagua__ddp_advise_step(bagua_ddp_t *d, double first_ready) {
   struct bagua__ddp_advise_s *a = d->advise;
-  if (!a || a->done) return BAGUA_OK;
+  if (!a || !a->comm) return BAGUA_OK;
   double now = bagua__now_s();
-  if (a->t_last > 0 && a->seen < a->nsteps) {
-    double step = now - a->t_last, compute = step - d->t_waited;
-    a->step[a->seen] = step;
-    a->compute[a->seen] = compute > 0 ? compute : 0;
-    a->backward[a->seen] =
-        first_ready > 0 && d->t_entry > first_ready ? d->t_entry - first_ready : 0;
-    a->seen++;
-  }
-  if (a->seen >= a->nsteps) {
+  bagua_status_t st = BAGUA_OK;
+  if (!a->done) {
+    if (a->t_last > 0 && a->seen < a->nsteps) {
+      double step = now - a->t_last, compute = step - d->t_waited - d->t_algo;
+      a->step[a->seen] = step;
+      a->compute[a->seen] = compute > 0 ? compute : 0;
+      a->backward[a->seen] =
+          first_ready > 0 && d->t_entry > first_ready ? d->t_entry - first_ready : 0;
+      a->seen++;
+    }
+    if (a->seen < a->nsteps) {
+      a->t_last = bagua__now_s(); /* the advisor's own time is no step's */
+      return BAGUA_OK;
+    }
     a->done = 1;
-    bagua_status_t st = decide(d, a);
+    /* Before a switch: a rebuild restarts the communication thread with the hold it finds. */
+    bagua__ddp_sched_hold(d, 0);
+    st = decide(d, a);
+    a->seen = 0;
+    a->t_last = 0; /* the next step settles and is not timed */
+    if (st != BAGUA_OK) drop_comm(d, a);
+    return st;
+  }
+  if (a->t_last > 0 && a->seen < a->nsteps) a->step[a->seen++] = now - a->t_last;
+  if (a->seen >= a->nsteps) {
+    st = check(d, a);
     drop_comm(d, a);
     return st;
   }
-  a->t_last = bagua__now_s(); /* the advisor's own time is no step's */
+  a->t_last = bagua__now_s();
   return BAGUA_OK;
 }
 

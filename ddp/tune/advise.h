@@ -23,17 +23,22 @@ bagua_status_t bagua__ddp_auto_pick(bagua__ddp_settings_t *s);
 
 /*
  * bagua_ddp_ready(), before the layout is built (no communication thread yet): when the
- * advisor is on, splits its private communicator off d->comm and measures latency, bandwidth
- * (among node leaders and within nodes) and the compression throughput. Collective over
- * d->comm; bounded (a few small and a few MiB-sized allreduces). Does nothing when off.
+ * advisor is on, holds the context's communication for the probe's steps, splits its private
+ * communicator off d->comm and measures latency, bandwidth (among node leaders and within
+ * nodes) and the compression throughput. Collective over d->comm; bounded (a few small and a
+ * few MiB-sized allreduces). Does nothing when off.
  */
 bagua_status_t bagua__ddp_advise_start(bagua_ddp_t *d);
 
 /*
- * The end of bagua_ddp_step(), after the step is complete: records the step's compute time
- * (`first_ready`: when its first gradient was marked ready, 0 if none was) and, after
- * BAGUA_ADVISE_STEPS steps past a warm-up step, predicts, prints (rank 0) and, with "auto",
- * switches every rank (bagua__ddp_reconfigure). Collective on the step that decides.
+ * The end of bagua_ddp_step(), after the step is complete. The warm-up step and the next
+ * BAGUA_ADVISE_STEPS steps run with communication held (bagua__ddp_sched_hold, from
+ * bagua__ddp_advise_start on), so that their compute time (`first_ready`: when the step's first
+ * gradient was marked ready, 0 if none was) is the same figure under every algorithm. Then the
+ * advisor predicts, prints (rank 0) and, with "auto", switches every rank
+ * (bagua__ddp_reconfigure); communication resumes. After one more step it times
+ * BAGUA_ADVISE_STEPS steps and rank 0 prints them against the prediction ("advise: check:").
+ * Collective on the step that decides and on the last step checked.
  */
 bagua_status_t bagua__ddp_advise_step(bagua_ddp_t *d, double first_ready);
 

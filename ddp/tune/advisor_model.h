@@ -44,7 +44,9 @@ typedef struct {
   int ranks_per_node;         /* r: ranks on the fullest node */
   const double *bucket_bytes; /* f32 bytes of each gradient bucket, padding included */
   int nbuckets;
-  double compute_s;  /* one step without waiting for communication (forward, backward, update) */
+  /* One step without communication (forward, backward, update), measured with communication
+   * held so that it is the same figure under every algorithm (advise.c). */
+  double compute_s;
   double backward_s; /* the part of compute_s during which gradients become ready */
   /* Among node leaders (all ranks when r == 1): the latency of one message round and the
    * bytes per second through one rank's link. */

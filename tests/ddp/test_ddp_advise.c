@@ -16,9 +16,20 @@
  *   auto_async 2 ranks, allowed gradient_allreduce,async: async (no exposed communication) is
  *             always predicted fastest, so every rank switches at the same step (layout
  *             version 1) and training goes on; after a pause the weights agree.
+ *   probe     2 ranks, BAGUA_OVERLAP=1, each of gradient_allreduce, bytegrad, decentralized,
+ *             low_precision_decentralized and async in turn: during the warm-up and the probe
+ *             steps communication is held (every job the step submitted is still held after
+ *             its gradients are ready, async averages no round), afterwards the context's own
+ *             overlap returns and rank 0 prints the check line. The ranks take turns to
+ *             compute 100 ms in the probe steps, so that a rank that finishes first waits for
+ *             the other in its communication: the compute figure is then the same under every
+ *             algorithm (about 60 ms: the median of 100 and 20 ms), where it used to count
+ *             low_precision_decentralized's wait in its exchange after the update as compute
+ *             (about 100 ms).
  */
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,6 +460,125 @@ static int body_auto(bagua_comm_t *c, void *arg) {
   return 0;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* probe                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+#define PROBE_STEPS 2    /* BAGUA_ADVISE_STEPS below */
+#define PROBE_TURN_S 0.1 /* the compute a rank spends in its turn */
+#define PROBE_ELEMS 4096
+
+static const char *const k_probe_algos[] = {"gradient_allreduce", "bytegrad", "decentralized",
+                                            "low_precision_decentralized", "async"};
+#define PROBE_NALGOS (int)(sizeof(k_probe_algos) / sizeof(k_probe_algos[0]))
+
+static void sleep_s(double s) {
+  double end = mp_now() + s;
+  while (mp_now() < end) usleep(1000);
+}
+
+/* Whether every job submitted so far may run, and whether the queue holds. */
+static void sched_state(bagua_ddp_t *d, int *all_released, int *hold) {
+  pthread_mutex_lock(&d->sched.mu);
+  *all_released = d->sched.released == d->sched.submitted;
+  *hold = d->sched.hold;
+  pthread_mutex_unlock(&d->sched.mu);
+}
+
+/* One algorithm: the steps of the probe, of the check and one more. Returns the compute figure
+ * of rank 0's table (other ranks: 0). */
+static double probe_one(bagua_comm_t *c, const char *algo) {
+  int rank = bagua_comm_rank(c);
+  float *w = calloc(2 * PROBE_ELEMS, sizeof(float)), *g = calloc(2 * PROBE_ELEMS, sizeof(float));
+  ASSERT_TRUE(w && g);
+  bagua_ddp_config_t cfg = BAGUA_DDP_CONFIG_INIT;
+  cfg.algorithm = algo;
+  bagua_ddp_t *ddp = NULL;
+  ASSERT_OK(bagua_ddp_create(c, &cfg, &ddp));
+  ASSERT_OK(bagua_ddp_register(ddp, "a", w, g, PROBE_ELEMS));
+  ASSERT_OK(bagua_ddp_register(ddp, "b", w + PROBE_ELEMS, g + PROBE_ELEMS, PROBE_ELEMS));
+  ASSERT_OK(bagua_ddp_ready(ddp));
+  int jobs = strcmp(algo, "low_precision_decentralized") && strcmp(algo, "async");
+  /* Step 0 is the warm-up, 1 .. PROBE_STEPS the probe (the decision at the end of the last),
+   * one settling step, then PROBE_STEPS checked steps. */
+  for (int t = 0; t < 2 * PROBE_STEPS + 3; t++) {
+    int probing = t <= PROBE_STEPS;
+    for (int i = 0; i < 2 * PROBE_ELEMS; i++) g[i] = 1e-3f * (float)(rank + 1);
+    ASSERT_OK(bagua_ddp_grad_ready(ddp, 0));
+    ASSERT_OK(bagua_ddp_grad_ready(ddp, 1));
+    /* The rest of this rank's backward pass: its turn in the probe, else a little. */
+    sleep_s(probing && t > 0 && t % 2 == rank ? PROBE_TURN_S : 0.02);
+    int all_released, hold;
+    sched_state(ddp, &all_released, &hold);
+    if (probing) {
+      if (!hold) TEST_FAIL("%s, step %d: communication is not held during the probe", algo, t);
+      /* The buckets (gradient_allreduce, bytegrad) or the exchange queued at the last step's
+       * end (decentralized) wait for the end of the backward pass. */
+      if (jobs && all_released)
+        TEST_FAIL("%s, step %d: a job was let run during the probe's backward pass", algo, t);
+      if (atomic_load(&ddp->async_rounds) != 0)
+        TEST_FAIL("%s, step %d: async averaged during the probe", algo, t);
+    } else if (hold || !all_released) {
+      TEST_FAIL("%s, step %d: communication is still held after the probe", algo, t);
+    }
+    ASSERT_OK(bagua_ddp_step(ddp));
+  }
+  if (strcmp(algo, "async") == 0) {
+    /* Averaging resumes once the probe is over (a round every millisecond). */
+    double end = mp_now() + 10;
+    while (atomic_load(&ddp->async_rounds) == 0 && mp_now() < end) usleep(1000);
+    if (atomic_load(&ddp->async_rounds) == 0) TEST_FAIL("async did not resume after the probe");
+    ASSERT_OK(bagua_ddp_async_pause(ddp));
+  }
+  double compute = 0;
+  const char *table = bagua__ddp_advise_table(ddp);
+  if (rank == 0) {
+    const char *at = table ? strstr(table, "measured compute ") : NULL;
+    if (!at || sscanf(at, "measured compute %lf", &compute) != 1)
+      TEST_FAIL("%s: no compute figure in rank 0's table:\n%s", algo, table ? table : "(none)");
+  }
+  bagua_ddp_destroy(ddp);
+  free(w);
+  free(g);
+  return compute;
+}
+
+static int body_probe(bagua_comm_t *c, void *arg) {
+  (void)arg;
+  int rank = bagua_comm_rank(c);
+  char path[64];
+  int saved = -1;
+  if (rank == 0) {
+    snprintf(path, sizeof(path), "/tmp/bagua_probe_%d.txt", (int)getpid());
+    saved = dup(2);
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    ASSERT_TRUE(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+  }
+  double compute[PROBE_NALGOS];
+  for (int i = 0; i < PROBE_NALGOS; i++) compute[i] = probe_one(c, k_probe_algos[i]);
+  if (rank == 0) {
+    char *printed = capture_end(saved, path);
+    printf("%s", printed);
+    for (int i = 0; i < PROBE_NALGOS; i++) {
+      char line[96];
+      snprintf(line, sizeof(line), "advise: check: %s predicted ", k_probe_algos[i]);
+      if (!strstr(printed, line)) TEST_FAIL("no check line for %s:\n%s", k_probe_algos[i], printed);
+      printf("probe: %-28s compute %.4f s/step\n", k_probe_algos[i], compute[i]);
+      /* Each rank's median over its two probe steps is its turn and a step without one. A
+       * wait for the other rank's turn counted as compute gives the whole turn instead. */
+      if (compute[i] < 0.25 * PROBE_TURN_S || compute[i] > 0.8 * PROBE_TURN_S)
+        TEST_FAIL(
+            "%s: compute %.4f s/step, not about half a turn of %.2f s (waiting for the "
+            "other rank was counted as compute, or the compute was not counted)",
+            k_probe_algos[i], compute[i], PROBE_TURN_S);
+    }
+  }
+  assert_no_leaks();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "model") == 0) return mode_model();
@@ -488,5 +618,13 @@ int main(int argc, char **argv) {
                        "BAGUA_SYNC_INTERVAL_MS=2"};
     return mp_run(&o, body_auto, (void *)allowed);
   }
-  TEST_FAIL("usage: %s model|settings|advise2|advise4|auto|auto_async", argv[0]);
+  if (strcmp(mode, "probe") == 0) {
+    mp_opts_t o = {.nranks = 2,
+                   .transport = BAGUA_TRANSPORT_TCP,
+                   .setenv_list =
+                       "BAGUA_ADVISE=1;BAGUA_ADVISE_STEPS=2;BAGUA_OVERLAP=1;"
+                       "BAGUA_SYNC_INTERVAL_MS=1"};
+    return mp_run(&o, body_probe, NULL);
+  }
+  TEST_FAIL("usage: %s model|settings|advise2|advise4|auto|auto_async|probe", argv[0]);
 }
