@@ -21,7 +21,8 @@ def test_ctrl_c_interrupts_a_blocked_collective(workers):
 
 
 def test_rank_out_of_phase_raises_on_every_rank(workers):
-    r = workers("errors_worker.py", 2, args=["phase"], env={"BAGUA_STEP_CHECK": "1"})
+    r = workers("errors_worker.py", 2, args=["phase"], timeout=180,
+                env={"BAGUA_STEP_CHECK": "1", "BAGUA_COMM_TIMEOUT_MS": "30000"})
     r.check()
     for out in r.outputs:
         assert "BaguaProtocolError" in out, out

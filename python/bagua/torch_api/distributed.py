@@ -33,6 +33,7 @@ import operator
 import torch
 
 from bagua import _C
+from bagua._C import BaguaError
 from bagua.torch_api import _cuda, _fork, _step, communication
 from bagua.torch_api.algorithms.base import Algorithm
 
@@ -194,6 +195,7 @@ class _BaguaDDP:
                 p.data = self.flat_p[i]
                 p.grad = self.flat_g[i]
         self.marked = [False] * len(self.params)
+        self.deferred = None  # a hook's BaguaError, raised at the end of backward
         self.callback_queued = False
         self.waited = False
         self.synced = False  # a backward of this step communicated (not under no_sync())
@@ -283,13 +285,25 @@ class _BaguaDDP:
             else:
                 self.flat_g[i].copy_(p.grad)
             self.marked[i] = True
-            self.ddp.grad_ready(i)
+            try:
+                self.ddp.grad_ready(i)
+            except BaguaError as e:
+                # Raised from inside an autograd node's hook, an exception abandons the graph
+                # task half-way, which was seen to leave the process unable to exit (a tensor's
+                # destructor waiting for the GIL). The end-of-backward callback, queued above,
+                # raises it instead, on the same backward() call.
+                if self.deferred is None:
+                    self.deferred = e
         return hook
 
     def _post_backward(self):
         self.callback_queued = False
         if self.ddp is None:
             return
+        if self.deferred is not None:
+            error, self.deferred = self.deferred, None
+            self.marked = [False] * len(self.params)
+            raise error
         for i, done in enumerate(self.marked):
             if not done:
                 self.flat_g[i].zero_()  # unused in this forward: contributes zero
