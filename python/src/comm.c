@@ -159,55 +159,34 @@ static const struct {
 static PyObject *collective(comm_obj_t *self, PyObject *args, coll_t k) {
   GET(self);
   const char *name = k_colls[k].name;
-  Py_ssize_t want = 4 + k_colls[k].has_op + k_colls[k].has_root;
-  if (PyTuple_GET_SIZE(args) != want) {
-    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (send, recv, count, dtype%s%s), not %zd",
-                 name, want, k_colls[k].has_op ? ", op" : "", k_colls[k].has_root ? ", root" : "",
-                 PyTuple_GET_SIZE(args));
-    return NULL;
-  }
-  PyObject *so, *ro;
-  Py_ssize_t n;
-  int dcode, x = 0, y = 0;
-  if (!PyArg_ParseTuple(args, "OOni|ii", &so, &ro, &n, &dcode, &x, &y)) return NULL;
-  void *s, *r;
-  bagua_dtype_t dt;
-  bagua_op_t op = BAGUA_SUM;
-  if (n < 0) {
-    PyErr_Format(PyExc_ValueError, "%s: count %zd is negative", name, n);
-    return NULL;
-  }
-  if (bagua_py_ptr(so, &s) < 0 || bagua_py_ptr(ro, &r) < 0 || bagua_py_dtype(dcode, &dt) < 0)
-    return NULL;
-  if (k_colls[k].has_op && bagua_py_op(x, &op) < 0) return NULL;
-  int root = k_colls[k].has_op ? y : x;
-  size_t cnt = (size_t)n;
+  bagua_py_coll_args_t c;
+  if (bagua_py_coll_args(args, name, k_colls[k].has_op, k_colls[k].has_root, &c) < 0) return NULL;
   bagua_status_t st = BAGUA_OK;
   bagua_py_begin_blocking(comm, NULL);
   Py_BEGIN_ALLOW_THREADS switch (k) {
     case C_ALLREDUCE:
-      st = bagua_allreduce(comm, s, r, cnt, dt, op);
+      st = bagua_allreduce(comm, c.send, c.recv, c.count, c.dtype, c.op);
       break;
     case C_REDUCE_SCATTER:
-      st = bagua_reduce_scatter(comm, s, r, cnt, dt, op);
+      st = bagua_reduce_scatter(comm, c.send, c.recv, c.count, c.dtype, c.op);
       break;
     case C_ALLGATHER:
-      st = bagua_allgather(comm, s, r, cnt, dt);
+      st = bagua_allgather(comm, c.send, c.recv, c.count, c.dtype);
       break;
     case C_ALLTOALL:
-      st = bagua_alltoall(comm, s, r, cnt, dt);
+      st = bagua_alltoall(comm, c.send, c.recv, c.count, c.dtype);
       break;
     case C_BROADCAST:
-      st = bagua_broadcast(comm, s, r, cnt, dt, root);
+      st = bagua_broadcast(comm, c.send, c.recv, c.count, c.dtype, c.root);
       break;
     case C_REDUCE:
-      st = bagua_reduce(comm, s, r, cnt, dt, op, root);
+      st = bagua_reduce(comm, c.send, c.recv, c.count, c.dtype, c.op, c.root);
       break;
     case C_GATHER:
-      st = bagua_gather(comm, s, r, cnt, dt, root);
+      st = bagua_gather(comm, c.send, c.recv, c.count, c.dtype, c.root);
       break;
     case C_SCATTER:
-      st = bagua_scatter(comm, s, r, cnt, dt, root);
+      st = bagua_scatter(comm, c.send, c.recv, c.count, c.dtype, c.root);
       break;
   }
   Py_END_ALLOW_THREADS return bagua_py_end_blocking(st, name);

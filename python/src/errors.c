@@ -111,3 +111,30 @@ int bagua_py_ptr(PyObject *obj, void **out) {
   *out = p;
   return 0;
 }
+
+int bagua_py_coll_args(PyObject *args, const char *name, int has_op, int has_root,
+                       bagua_py_coll_args_t *out) {
+  Py_ssize_t want = 4 + has_op + has_root;
+  if (PyTuple_GET_SIZE(args) != want) {
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (send, recv, count, dtype%s%s), not %zd",
+                 name, want, has_op ? ", op" : "", has_root ? ", root" : "",
+                 PyTuple_GET_SIZE(args));
+    return -1;
+  }
+  PyObject *so, *ro;
+  Py_ssize_t n;
+  int dcode, x = 0, y = 0;
+  if (!PyArg_ParseTuple(args, "OOni|ii", &so, &ro, &n, &dcode, &x, &y)) return -1;
+  if (n < 0) {
+    PyErr_Format(PyExc_ValueError, "%s: count %zd is negative", name, n);
+    return -1;
+  }
+  out->op = BAGUA_SUM;
+  if (bagua_py_ptr(so, &out->send) < 0 || bagua_py_ptr(ro, &out->recv) < 0 ||
+      bagua_py_dtype(dcode, &out->dtype) < 0)
+    return -1;
+  if (has_op && bagua_py_op(x, &out->op) < 0) return -1;
+  out->root = has_op ? y : x;
+  out->count = (size_t)n;
+  return 0;
+}

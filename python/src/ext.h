@@ -27,6 +27,20 @@ int bagua_py_op(int code, bagua_op_t *out);
  * accepted only when `count` is 0. Sets an exception and returns -1 if bad. */
 int bagua_py_ptr(PyObject *obj, void **out);
 
+/* The arguments every collective binding takes (Comm's and NcclComm's): send address, recv
+ * address, count, dtype code, then the op code (when `has_op`) and the root (when `has_root`).
+ * Fills the outputs (op defaults to SUM, root to 0); sets TypeError/ValueError naming `name`
+ * and returns -1 if bad. */
+typedef struct {
+  void *send, *recv;
+  size_t count;
+  bagua_dtype_t dtype;
+  bagua_op_t op;
+  int root;
+} bagua_py_coll_args_t;
+int bagua_py_coll_args(PyObject *args, const char *name, int has_op, int has_root,
+                       bagua_py_coll_args_t *out);
+
 /* Ctrl-C interrupts blocking calls (interrupt.c): bagua_py_interrupt_init() installs the
  * chained SIGINT handler once; a blocking call is bracketed by bagua_py_begin_blocking()
  * (before releasing the GIL) and bagua_py_end_blocking() (after taking it back), which

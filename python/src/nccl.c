@@ -145,46 +145,28 @@ static const struct {
 static PyObject *collective(nccl_obj_t *self, PyObject *args, ncoll_t k) {
   GET(self);
   const char *name = k_ncolls[k].name;
-  Py_ssize_t want = 4 + k_ncolls[k].has_op + k_ncolls[k].has_root;
-  if (PyTuple_GET_SIZE(args) != want) {
-    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (send, recv, count, dtype%s%s), not %zd",
-                 name, want, k_ncolls[k].has_op ? ", op" : "", k_ncolls[k].has_root ? ", root" : "",
-                 PyTuple_GET_SIZE(args));
-    return NULL;
-  }
-  PyObject *so, *ro;
-  Py_ssize_t n;
-  int dcode, x = 0, y = 0;
-  if (!PyArg_ParseTuple(args, "OOni|ii", &so, &ro, &n, &dcode, &x, &y)) return NULL;
-  void *s, *r;
-  bagua_dtype_t dt;
-  bagua_op_t op = BAGUA_SUM;
-  if (n < 0) return PyErr_Format(PyExc_ValueError, "%s: count %zd is negative", name, n);
-  if (bagua_py_ptr(so, &s) < 0 || bagua_py_ptr(ro, &r) < 0 || bagua_py_dtype(dcode, &dt) < 0)
-    return NULL;
-  if (k_ncolls[k].has_op && bagua_py_op(x, &op) < 0) return NULL;
-  int root = k_ncolls[k].has_op ? y : x;
-  size_t cnt = (size_t)n;
+  bagua_py_coll_args_t c;
+  if (bagua_py_coll_args(args, name, k_ncolls[k].has_op, k_ncolls[k].has_root, &c) < 0) return NULL;
   bagua_status_t st = BAGUA_OK;
   /* Enqueuing returns within BAGUA_COMM_TIMEOUT_MS; the GIL is released for that wait. */
   Py_BEGIN_ALLOW_THREADS switch (k) {
     case N_ALLREDUCE:
-      st = bagua_nccl_allreduce(nc, s, r, cnt, dt, op);
+      st = bagua_nccl_allreduce(nc, c.send, c.recv, c.count, c.dtype, c.op);
       break;
     case N_REDUCE_SCATTER:
-      st = bagua_nccl_reduce_scatter(nc, s, r, cnt, dt, op);
+      st = bagua_nccl_reduce_scatter(nc, c.send, c.recv, c.count, c.dtype, c.op);
       break;
     case N_ALLGATHER:
-      st = bagua_nccl_allgather(nc, s, r, cnt, dt);
+      st = bagua_nccl_allgather(nc, c.send, c.recv, c.count, c.dtype);
       break;
     case N_ALLTOALL:
-      st = bagua_nccl_alltoall(nc, s, r, cnt, dt);
+      st = bagua_nccl_alltoall(nc, c.send, c.recv, c.count, c.dtype);
       break;
     case N_BROADCAST:
-      st = bagua_nccl_broadcast(nc, s, r, cnt, dt, root);
+      st = bagua_nccl_broadcast(nc, c.send, c.recv, c.count, c.dtype, c.root);
       break;
     case N_REDUCE:
-      st = bagua_nccl_reduce(nc, s, r, cnt, dt, op, root);
+      st = bagua_nccl_reduce(nc, c.send, c.recv, c.count, c.dtype, c.op, c.root);
       break;
   }
   Py_END_ALLOW_THREADS return raise_or_none(st, name);
@@ -210,20 +192,17 @@ NCOLL(reduce, N_REDUCE)
 static PyObject *rooted(nccl_obj_t *self, PyObject *args, int gathering) {
   GET(self);
   const char *name = gathering ? "gather" : "scatter";
-  PyObject *so, *ro;
-  Py_ssize_t n;
-  int dcode, root;
-  if (!PyArg_ParseTuple(args, "OOnii", &so, &ro, &n, &dcode, &root)) return NULL;
-  void *s, *r;
-  bagua_dtype_t dt;
-  if (n < 0) return PyErr_Format(PyExc_ValueError, "%s: count %zd is negative", name, n);
-  if (bagua_py_ptr(so, &s) < 0 || bagua_py_ptr(ro, &r) < 0 || bagua_py_dtype(dcode, &dt) < 0)
-    return NULL;
+  bagua_py_coll_args_t c;
+  if (bagua_py_coll_args(args, name, 0, 1, &c) < 0) return NULL;
+  void *s = c.send, *r = c.recv;
+  size_t n = c.count;
+  bagua_dtype_t dt = c.dtype;
+  int root = c.root;
   int size = bagua_nccl_comm_size(nc), me = bagua_nccl_comm_rank(nc);
   if (root < 0 || root >= size)
     return PyErr_Format(PyExc_ValueError, "%s: root %d is not a rank; accepted: 0 to %d", name,
                         root, size - 1);
-  size_t bytes = (size_t)n * bagua_dtype_size(dt);
+  size_t bytes = n * bagua_dtype_size(dt);
   bagua_nccl_p2p_t *ops = PyMem_Calloc((size_t)size + 1, sizeof(*ops));
   if (!ops) return PyErr_NoMemory();
   int k = 0;
@@ -231,20 +210,14 @@ static PyObject *rooted(nccl_obj_t *self, PyObject *args, int gathering) {
     for (int p = 0; p < size; p++) {
       char *block = (char *)(gathering ? r : s) + (size_t)p * bytes;
       ops[k++] = (bagua_nccl_p2p_t){
-          .peer = p, .is_recv = gathering, .buf = block, .count = (size_t)n, .dtype = dt};
+          .peer = p, .is_recv = gathering, .buf = block, .count = n, .dtype = dt};
     }
     /* The root's own block: a send to itself, matched by this receive (or the reverse). */
-    ops[k++] = (bagua_nccl_p2p_t){.peer = root,
-                                  .is_recv = !gathering,
-                                  .buf = gathering ? s : r,
-                                  .count = (size_t)n,
-                                  .dtype = dt};
+    ops[k++] = (bagua_nccl_p2p_t){
+        .peer = root, .is_recv = !gathering, .buf = gathering ? s : r, .count = n, .dtype = dt};
   } else {
-    ops[k++] = (bagua_nccl_p2p_t){.peer = root,
-                                  .is_recv = !gathering,
-                                  .buf = gathering ? s : r,
-                                  .count = (size_t)n,
-                                  .dtype = dt};
+    ops[k++] = (bagua_nccl_p2p_t){
+        .peer = root, .is_recv = !gathering, .buf = gathering ? s : r, .count = n, .dtype = dt};
   }
   bagua_status_t st = BAGUA_OK;
   if (n > 0) {

@@ -2,13 +2,21 @@
 the way torchrun does (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and collects
 their exit codes and output, with a deadline so no test can hang."""
 
+import base64
+import json
 import os
+import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.environ.get("BAGUA_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
+AGENT = os.path.join(BUILD, "agent", "bagua-agent")
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
 def free_port():
@@ -66,6 +74,50 @@ def run_workers(script, nranks, args=(), env=None, timeout=120, nodes=1):
 @pytest.fixture
 def workers():
     return run_workers
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    """A private etcd on free loopback ports; yields its host:port."""
+    client, peer = free_port(), free_port()
+    log = open(tmp_path / "etcd.log", "w")
+    proc = subprocess.Popen(
+        [ETCD, "--name", "t", "--data-dir", str(tmp_path / "etcd"),
+         "--listen-client-urls", f"http://127.0.0.1:{client}",
+         "--advertise-client-urls", f"http://127.0.0.1:{client}",
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"t=http://127.0.0.1:{peer}",
+         "--heartbeat-interval", "20", "--election-timeout", "200"],
+        stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{client}/health", timeout=1) as r:
+                if b"true" in r.read():
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"etcd did not become healthy: {open(tmp_path / 'etcd.log').read()}")
+        time.sleep(0.1)
+    yield f"127.0.0.1:{client}"
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+def registered(endpoint, job, node):
+    """True once ``node``'s agent has its record in etcd (the v3 JSON API)."""
+    key = base64.b64encode(f"/bagua/{job}/nodes/{node}".encode()).decode()
+    req = urllib.request.Request(f"http://{endpoint}/v3/kv/range",
+                                 data=json.dumps({"key": key}).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=2) as r:
+        return bool(json.loads(r.read()).get("kvs"))
 
 
 def pytest_configure(config):

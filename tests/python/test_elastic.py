@@ -9,11 +9,8 @@ GPU, each worker with its own NCCL_HOSTID, so every round change rebuilds libbag
 communicators while the survivors go on; the data are generated (--synthetic), since a GPU
 machine has no Debian dataset."""
 
-import base64
-import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,14 +19,11 @@ import time
 import pytest
 import torch
 
-from conftest import HERE, free_port
+from conftest import AGENT, ETCD, HERE, registered
 
 from bagua import _C
 
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch", "train.py")
-BUILD = os.environ.get("BAGUA_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
-AGENT = os.path.join(BUILD, "agent", "bagua-agent")
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 FAST = ["--last-call-ms", "200", "--settle-ms", "300", "--lease-ttl", "2", "--grace-ms", "2000"]
 EPOCH = re.compile(r"epoch (\d+)/\d+ done: step \d+ world (\d+) samples_seen (\d+) test_acc "
                    r"[0-9.]+ coverage processed (\d+) of (\d+) missed (\d+) duplicates (\d+)")
@@ -41,52 +35,6 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")])]
 pytestmark = pytest.mark.skipif(not (os.access(AGENT, os.X_OK) and os.access(ETCD, os.X_OK)),
                                 reason="bagua-agent (BAGUA_BUILD_DIR) or etcd not found")
-
-
-@pytest.fixture
-def etcd(tmp_path):
-    """A private etcd on free loopback ports; yields its host:port."""
-    client, peer = free_port(), free_port()
-    log = open(tmp_path / "etcd.log", "w")
-    proc = subprocess.Popen(
-        [ETCD, "--name", "t", "--data-dir", str(tmp_path / "etcd"),
-         "--listen-client-urls", f"http://127.0.0.1:{client}",
-         "--advertise-client-urls", f"http://127.0.0.1:{client}",
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"t=http://127.0.0.1:{peer}",
-         "--heartbeat-interval", "20", "--election-timeout", "200"],
-        stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    import urllib.request
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{client}/health", timeout=1) as r:
-                if b"true" in r.read():
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail(f"etcd did not become healthy: {open(tmp_path / 'etcd.log').read()}")
-        time.sleep(0.1)
-    yield f"127.0.0.1:{client}"
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
-
-
-def registered(endpoint, job, node):
-    """True once ``node``'s agent has its record in etcd (the v3 JSON API)."""
-    import urllib.request
-    key = base64.b64encode(f"/bagua/{job}/nodes/{node}".encode()).decode()
-    req = urllib.request.Request(f"http://{endpoint}/v3/kv/range",
-                                 data=json.dumps({"key": key}).encode(), method="POST")
-    with urllib.request.urlopen(req, timeout=2) as r:
-        return bool(json.loads(r.read()).get("kvs"))
 
 
 def start_in_order(tmp_path, endpoint, job, nodes, args, agents, device="cpu"):

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from bagua import _C
 from bagua.torch_api import _store
-from test_elastic import AGENT, etcd, registered  # noqa: F401 (etcd is a fixture)
+from conftest import AGENT, registered
 
 WORKER = textwrap.dedent("""\
     import os
@@ -98,7 +98,7 @@ def test_is_loopback():
     assert not is_loopback("00000000000000000000000000000000:1F90")
 
 
-def test_multi_node_job_keeps_the_store_in_etcd(tmp_path, etcd):  # noqa: F811
+def test_multi_node_job_keeps_the_store_in_etcd(tmp_path, etcd):
     if not os.access(AGENT, os.X_OK):
         pytest.skip("bagua-agent not built")
     (tmp_path / "worker.py").write_text(WORKER)
@@ -133,7 +133,7 @@ def test_multi_node_job_keeps_the_store_in_etcd(tmp_path, etcd):  # noqa: F811
         assert int(master_port) not in ports, f"rank {rank} listens on MASTER_PORT:\n{out}"
 
 
-def test_etcd_store_operations(etcd):  # noqa: F811
+def test_etcd_store_operations(etcd):
     a = _store.EtcdStore(etcd, "store-ops", 3)
     b = _C.Store(etcd, "store-ops", 3, 5000)
     a.set("k", b"v1")
@@ -164,7 +164,7 @@ def test_etcd_store_operations(etcd):  # noqa: F811
             bad()
 
 
-def test_etcd_store_carries_a_gloo_group(etcd):  # noqa: F811
+def test_etcd_store_carries_a_gloo_group(etcd):
     """torch.distributed's own set-up on the store, one process (world 1) for speed; the
     two-node job above covers two ranks."""
     store = _store.EtcdStore(etcd, "store-gloo", 0)

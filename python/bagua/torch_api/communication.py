@@ -471,8 +471,7 @@ def _torch_backend():
     ``torch.distributed.barrier(device_ids=[...])``), where torch can combine the two (2.0
     and later). Bagua's own traffic never goes through it; torch creates NCCL communicators
     only when the script uses them."""
-    if torch.cuda.is_available() and hasattr(dist, "Backend") and \
-            int(torch.__version__.split(".")[0]) >= 2:
+    if torch.cuda.is_available() and int(torch.__version__.split(".")[0]) >= 2:
         return "cpu:gloo,cuda:nccl"
     return "gloo"
 
