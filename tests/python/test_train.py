@@ -4,6 +4,8 @@ cross "nodes"; and gradient_allreduce against torch DDP."""
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -58,3 +60,23 @@ def test_every_algorithm_with_the_fused_optimizer(algorithm):
     assert sorted(f) == [0, 1] and all(steps == 40 for steps, _, _ in f.values()), f
     if algorithm in CENTRALIZED:
         assert len({crc for _, crc, _ in f.values()}) == 1, f"{algorithm}: parameters differ: {f}"
+
+
+def test_width_sets_the_wide_model_and_nothing_else():
+    """--width is the hidden width of --model wide (the trade-off benchmark's
+    communication-bound workload uses 1024); other models and widths out of range are refused
+    by name before anything starts."""
+    def train(*args):
+        return subprocess.run([sys.executable, EXAMPLE, "--plain", "--epochs", "1",
+                               "--max-steps", "3", "--test-limit", "100", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    r = train("--model", "wide", "--width", "64", "--batch-size", "8")
+    assert r.returncode == 0, r.stderr
+    f = FINAL.search(r.stdout)
+    assert f and f.group(2) == "3", r.stdout
+    for args, message in ((["--model", "cnn", "--width", "64"], "--width is a setting of "
+                                                                 "--model wide"),
+                          (["--model", "wide", "--width", "0"], "--width 0: accepted 1 to 65536")):
+        r = train(*args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
