@@ -9,7 +9,8 @@
  * default) so the data crosses between cores through the caches instead of DRAM, and every
  * rank reduces only its 1/n share of each block.
  *
- * Failure handling: waits spin briefly, then yield the core (ranks may outnumber cores), and
+ * Failure handling: waits spin briefly, then yield the core (ranks may outnumber cores), then
+ * sleep in short naps (the peer is computing, see nap_or_yield), and
  * poll the abort flags, the timeout and the TCP control stream of every peer: a dead peer's
  * socket is closed by its kernel, so death is noticed within milliseconds even though shared
  * memory itself gives no signal.
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../comm_internal.h"
@@ -133,6 +135,31 @@ static bagua_status_t check_liveness(bagua__shm_t *s) {
   return BAGUA_OK;
 }
 
+/* How a wait gives its core away once spinning is over. The first YIELD_NS of a wait yield
+ * (the peer is usually a round behind and a yield hands it the core at once); a longer wait
+ * means the peer is computing, for example the rest of its backward pass while this rank's
+ * communication thread already reduces the first bucket. Yielding in a loop would then take
+ * half a core from the computing threads of this very node for as long as the wait lasts
+ * (sched_yield() keeps the caller runnable), so the waiter sleeps instead, in naps of an
+ * eighth of the time waited so far (NAP_MIN_NS to NAP_MAX_NS): the wake-up can come at most
+ * that much late, about 12 % of a wait that was idle time anyway, and a wait of seconds costs
+ * a few thousand wake-ups instead of a busy core. */
+#define YIELD_NS 100000
+#define NAP_MIN_NS 20000
+#define NAP_MAX_NS 1000000
+
+static void nap_or_yield(int64_t waited_ns) {
+  if (waited_ns < YIELD_NS) {
+    sched_yield();
+    return;
+  }
+  int64_t nap = waited_ns / 8;
+  if (nap < NAP_MIN_NS) nap = NAP_MIN_NS;
+  if (nap > NAP_MAX_NS) nap = NAP_MAX_NS;
+  struct timespec ts = {0, (long)nap};
+  nanosleep(&ts, NULL);
+}
+
 /* Waits until *ctr >= v. `who` names the rank waited on, for the timeout message. */
 static bagua_status_t wait_ge(bagua__shm_t *s, _Atomic uint64_t *ctr, uint64_t v, int who) {
   if (atomic_load_explicit(ctr, memory_order_acquire) >= v) return BAGUA_OK;
@@ -142,15 +169,16 @@ static bagua_status_t wait_ge(bagua__shm_t *s, _Atomic uint64_t *ctr, uint64_t v
       _mm_pause();
       if (atomic_load_explicit(ctr, memory_order_acquire) >= v) return BAGUA_OK;
     }
-    sched_yield();
+    int64_t now = bagua__now_ns();
+    if (start == 0) start = now;
+    nap_or_yield(now - start);
     if (atomic_load_explicit(ctr, memory_order_acquire) >= v) return BAGUA_OK;
     if (bagua__flag_get(&s->c->abort_flag)) return BAGUA_ERR_ABORTED;
     if (atomic_load_explicit(&s->hdr->abort, memory_order_relaxed)) {
       BAGUA_WARN("a rank on this node failed; aborting the shared-memory collective");
       return BAGUA_ERR_REMOTE;
     }
-    int64_t now = bagua__now_ns();
-    if (start == 0) start = now;
+    now = bagua__now_ns();
     if (now >= s->next_liveness_ns) {
       s->next_liveness_ns = now + 2000000;
       BAGUA_CHECK(check_liveness(s));
