@@ -9,6 +9,12 @@
 #   c-wide      examples/fashion_mnist (C), MLP 784-3072-3072-10 (11.9 M parameters)
 #   torch-cnn   examples/torch/train.py --model cnn: one full epoch
 #   torch-wide  examples/torch/train.py --model wide (11.8 M parameters)
+#   torch-mlp   the communication-bound workload: examples/torch/train.py --model wide
+#               --width 1024 (1.86 M parameters, 7.4 MB of gradients) at 8 samples per rank,
+#               one epoch of the first 4096 training images (128 steps on 4 ranks). Its
+#               compute is about 13 ms a step per rank, so torch DDP spends most of its step
+#               communicating at 1 Gbit/s and below; every variant does the same epoch, so
+#               the test accuracies compare the algorithms at equal work.
 #
 # Prints CSV rows (rate,workload,variant,repeat,samples_per_s,bytes_per_step,test_acc,wall_s,
 # steady_samples_per_s) to stdout and to --csv FILE. samples_per_s is the script's own figure,
@@ -28,11 +34,13 @@
 # usage: bench/tradeoff.sh [--build build] [--rates "10gbit 1gbit 100mbit"]
 #          [--workloads "c-wide torch-cnn torch-wide"] [--variants "ddp gradient_allreduce ..."]
 #          [--steps 8] [--batch 64] [--repeat 1] [--delay MS] [--csv FILE] [--log-dir DIR]
-#          [--record-dir DIR]
+#          [--record-dir DIR] [--lr LR]
+# --lr sets the learning rate of every torch variant (train.py's --lr; its default otherwise:
+# 0.05, 4e-3 for qadam) and is written into the workload column ("torch-mlp/lr0.0125").
 # --log-dir keeps every job's output as DIR/RATE-WORKLOAD-VARIANT-REPEAT.log (the per-step
 # breakdown: fwd+bwd, waiting for communication, bytes).
-# --batch sets the batch per rank of every workload; a batch other than 64 is written into the
-# workload column ("torch-wide/b8"), so one CSV can hold runs of several batch sizes. A smaller
+# --batch sets the batch per rank of every workload (default 64, torch-mlp's 8); a batch other
+# than the workload's default is written into the workload column ("torch-wide/b8"), so one CSV can hold runs of several batch sizes. A smaller
 # batch shrinks the compute of a step and leaves its communication as it is, which is how the
 # communication-bound regime of a GPU cluster is approached on 2 vCPUs.
 set -uo pipefail
@@ -40,7 +48,7 @@ set -uo pipefail
 record_argv "$0" "$@"
 cd "$(dirname "$0")/.." || exit 2
 build=build rates="10gbit 1gbit 100mbit" workloads="c-wide torch-cnn torch-wide" steps=8
-repeat=1 csv=/dev/null delay=0 batch=64 logdir=
+repeat=1 csv=/dev/null delay=0 batch=64 batch_set= logdir= lr=
 variants="ddp gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async"
 inner=0
 while [ $# -gt 0 ]; do
@@ -50,16 +58,19 @@ while [ $# -gt 0 ]; do
     --workloads) workloads=$2; shift 2 ;;
     --variants) variants=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    --batch) batch=$2; shift 2 ;;
+    --batch) batch=$2 batch_set=1; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --log-dir) logdir=$2; shift 2 ;;
+    --lr) lr=$2; shift 2 ;;
     --record-dir) export BENCH_RECORD_DIR=$2; shift 2 ;;
     --inner) inner=1; shift ;;
     *) echo "tradeoff: unknown argument \"$1\"; see the header of $0" >&2; exit 2 ;;
   esac
 done
+[ -z "$lr" ] || [[ $lr =~ ^[0-9]*\.?[0-9]+([eE]-?[0-9]+)?$ ]] ||
+  { echo "tradeoff: --lr \"$lr\" is not a positive number" >&2; exit 2; }
 for n in "steps=$steps" "batch=$batch" "repeat=$repeat"; do
   [[ ${n#*=} =~ ^[1-9][0-9]*$ ]] ||
     { echo "tradeoff: --${n%%=*} \"${n#*=}\" is not a positive integer" >&2; exit 2; }
@@ -81,7 +92,7 @@ if [ "$inner" = 0 ]; then
   for rate in $rates; do
     bench/netsim/netsim.sh run --hosts 4 --rate "$rate" --delay "$delay" --name trade -- \
       "$0" --inner --build "$build" --rates "$rate" --workloads "$workloads" \
-      --variants "$variants" --steps "$steps" --batch "$batch" --repeat "$repeat" ${logdir:+--log-dir "$logdir"} | tee -a "$csv" ||
+      --variants "$variants" --steps "$steps" ${batch_set:+--batch "$batch"} ${lr:+--lr "$lr"} --repeat "$repeat" ${logdir:+--log-dir "$logdir"} | tee -a "$csv" ||
       exit 1
   done
   exit 0
@@ -111,22 +122,31 @@ for workload in $workloads; do
   for ((i = 0; i < repeat; i++)); do
     for variant in $variants; do
       [ "$workload" = c-wide ] && [ "$variant" = ddp ] && continue # DDP runs torch scripts
+      b0=64 # the workload's own batch per rank
+      [ "$workload" = torch-mlp ] && b0=8
+      b=${batch_set:+$batch}
+      b=${b:-$b0}
       t0=$(date +%s.%N)
       case $workload in
         c-wide)
           job "$build/examples/fashion_mnist" --hidden 3072,3072 --epochs 1 \
-            --limit-train $((steps * batch * 4)) --limit-test 1000 --batch-size "$batch" \
+            --limit-train $((steps * b * 4)) --limit-test 1000 --batch-size "$b" \
             --algorithm "$variant"
           sps=$(first 'samples/s [0-9.]+') bytes=$(first 'bytes/step [0-9]+') steady=n/a ;;
-        torch-cnn | torch-wide)
+        torch-cnn | torch-wide | torch-mlp)
           model=${workload#torch-}
-          args=(--model "$model" --epochs 1 --test-limit 2000 --batch-size "$batch")
-          [ "$model" = wide ] && args+=(--max-steps "$steps")
+          args=(--epochs 1 --test-limit 2000 --batch-size "$b")
+          case $model in
+            wide) args+=(--model wide --max-steps "$steps") ;;
+            mlp) args+=(--model wide --width 1024 --train-limit 4096) ;;
+            *) args+=(--model "$model") ;;
+          esac
+          [ -n "$lr" ] && args+=(--lr "$lr")
           if [ "$variant" = ddp ]; then args+=(--ddp); else args+=(--algorithm "$variant"); fi
           job $py "$PWD/examples/torch/train.py" "${args[@]}"
           sps=$(first '[0-9]+ samples/s, fwd') bytes=$(first '[0-9]+ bytes/step')
           steady=$(first 'steady [0-9.]+')
-          steady=$(awk -v t="$steady" -v b="$batch" 'BEGIN {if (t > 0) printf "%.1f", b * 4 * 1000 / t; else print "n/a"}') ;;
+          steady=$(awk -v t="$steady" -v b="$b" 'BEGIN {if (t > 0) printf "%.1f", b * 4 * 1000 / t; else print "n/a"}') ;;
         *) echo "tradeoff: unknown workload \"$workload\"" >&2; exit 2 ;;
       esac
       rc=$?
@@ -141,7 +161,8 @@ for workload in $workloads; do
       label=$NETSIM_RATE
       [ "${NETSIM_DELAY_MS:-0}" != 0 ] && label="$NETSIM_RATE+${NETSIM_DELAY_MS}ms"
       name=$workload
-      [ "$batch" != 64 ] && name="$workload/b$batch"
+      [ "$b" != "$b0" ] && name="$workload/b$b"
+      [ -n "$lr" ] && [ "$workload" != c-wide ] && name="$name/lr$lr"
       [ -n "$logdir" ] && cp "$out" "$logdir/$label-${name//\//-}-$variant-$i.log"
       echo "$label,$name,$variant,$i,$sps,${bytes:-n/a},$acc,$wall,${steady:-n/a}"
       record_row "$variant" "$i" "$label" "$name" "$sps" "${bytes:-n/a}" "$acc" "$wall" \

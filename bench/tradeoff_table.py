@@ -27,6 +27,12 @@ import record  # noqa: E402  (bench/record.py, next to this file)
 RATE_ORDER = {"10gbit": 0, "1gbit": 1, "100mbit": 2}
 
 
+def rate_order(rate):
+    """10 Gbit/s first, then 1 Gbit/s, 100 Mbit/s, then the same rates with added latency."""
+    base, _, delay = rate.partition("+")
+    return (1 if delay else 0, RATE_ORDER.get(base, 9), delay)
+
+
 def load(path):
     rows = defaultdict(list)  # (rate, workload, variant) -> [row]
     with open(path, newline="") as f:
@@ -46,13 +52,14 @@ def main():
     args = ap.parse_args()
     rows = load(args.csv)
     cells = sorted({(rate, wl) for rate, wl, _ in rows},
-                   key=lambda k: (k[1], RATE_ORDER.get(k[0], 9)))
+                   key=lambda k: (k[1], rate_order(k[0])))
     fewest = min(len(rs) for rs in rows.values()) if rows else 0
     if record.runs_note(fewest):
         print(record.runs_note(fewest) + "\n")
     print("| rate | workload | variant | samples/s | vs baseline | bytes/step | test_acc | runs |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     plot = defaultdict(dict)  # workload -> {rate: {variant: ratio}}
+    accs = defaultdict(dict)  # workload -> {rate: {variant: median test accuracy}}
     for rate, wl in cells:
         variants = [v for (r, w, v) in rows if (r, w) == (rate, wl)]
         key = "samples_per_s"
@@ -76,6 +83,9 @@ def main():
                   if sps else f"| {rate} | {wl} | {v} | fail | | | | {len(rs)} |")
             if ratio:
                 plot[wl].setdefault(rate, {})[v] = ratio
+                acc_m = median(r["test_acc"] for r in rs)
+                if acc_m is not None:
+                    accs[wl].setdefault(rate, {})[v] = acc_m
     loads = record.numbers(r.get("load1") for rs in rows.values() for r in rs)
     if loads:
         print(f"\nload average (1 min) at the end of each run: {min(loads):.2f}-{max(loads):.2f}")
@@ -87,20 +97,31 @@ def main():
         # One colour per variant across every panel, so the panels read alike.
         every = sorted({v for wl in plot for r in plot[wl] for v in plot[wl][r]})
         colour = {v: f"C{i}" for i, v in enumerate(every)}
-        fig, axes = plt.subplots(1, len(wls), figsize=(6 * len(wls), 4), squeeze=False)
-        for ax, wl in zip(axes[0], wls):
-            rates = sorted(plot[wl], key=lambda r: RATE_ORDER.get(r, 9))
+        # Top row: speed over the baseline (a log scale once a variant is 8x or more, so the
+        # others stay readable); bottom row: the runs' median test accuracy, the other side of
+        # the trade-off.
+        fig, axes = plt.subplots(2, len(wls), figsize=(6 * len(wls), 7), squeeze=False)
+        for col, wl in enumerate(wls):
+            rates = sorted(plot[wl], key=rate_order)
             names = [v for v in every if any(v in plot[wl][r] for r in rates)]
             width = 0.8 / max(len(names), 1)
-            for i, v in enumerate(names):
-                xs = [j + i * width for j in range(len(rates))]
-                ax.bar(xs, [plot[wl][r].get(v, 0) for r in rates], width, label=v,
-                       color=colour[v])
-            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rates))], rates)
-            ax.axhline(1.0, color="black", linewidth=0.8)
-            ax.set_title(wl)
-            ax.set_ylabel("samples/s relative to the baseline")
-            ax.legend(fontsize=7)
+            for row, (data, label) in enumerate(((plot[wl], "samples/s relative to the baseline"),
+                                                 (accs[wl], "test accuracy"))):
+                ax = axes[row][col]
+                for i, v in enumerate(names):
+                    xs = [j + i * width for j in range(len(rates))]
+                    ax.bar(xs, [data.get(r, {}).get(v, 0) for r in rates], width, label=v,
+                           color=colour[v])
+                ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rates))], rates)
+                ax.set_ylabel(label)
+                if row == 0:
+                    ax.axhline(1.0, color="black", linewidth=0.8)
+                    if max(max(d.values()) for d in data.values()) >= 8:
+                        ax.set_yscale("log")
+                    ax.set_title(wl)
+                    ax.legend(fontsize=7)
+                else:
+                    ax.set_ylim(0, 1)
         fig.tight_layout()
         fig.savefig(args.png, dpi=100)
         print(f"\n(plot: {args.png})", file=sys.stderr)
