@@ -145,3 +145,14 @@ def test_torch_overhead_records(tmp_path):
     assert re.search(r"^\| cnn \| [0-9.]+, [0-9.]+ \(2 runs\) \|", r.stdout, re.M), r.stdout
     assert not re.search(RANGE, r.stdout), r.stdout
     assert_record(tmp_path / "rec", 6, "plain bagua ddp")
+
+
+def test_tradeoff_refuses_bad_arguments_before_anything_starts():
+    """tradeoff.sh needs root for its namespaces, but its arguments are checked first."""
+    script = os.path.join(ROOT, "bench", "tradeoff.sh")
+    for args, message in ((["--lr", "fast"], '--lr "fast" is not a positive number'),
+                          (["--batch", "0"], '--batch "0" is not a positive integer'),
+                          (["--bogus"], 'unknown argument "--bogus"')):
+        r = subprocess.run(["bash", script, "--build", BUILD] + args, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
