@@ -6,7 +6,8 @@
  * link's latency and bandwidth: on a 100 Mbit/s link the ring wins from a few KiB, on a fast
  * local network only from a few hundred KiB. A fixed threshold loses on one of them, so each
  * TCP communicator of three or more ranks times both algorithms at two sizes, fits
- * T(S) = a + b*S to each, and starts with the crossover S* = (a_ring - a_rd) / (b_rd - b_ring).
+ * T(S) = a + b*S to each, and starts with the crossover S* = (a_ring - a_rd) / (b_rd - b_ring),
+ * kept within what was measured (bagua__calibrate_choose()).
  * Every rank measures the same calls and the ranks agree on the largest estimate, so they all
  * choose alike (both ends of every transfer must). A BAGUA_NET_RING_MIN_BYTES the user set wins,
  * BAGUA_NET_CALIBRATE=0 keeps the registry's default, and autotuning may change the value later.
@@ -27,6 +28,7 @@
 
 #define PROBE_SMALL (4u << 10)
 #define PROBE_LARGE (256u << 10)
+#define PROBE_CAP (2 * PROBE_LARGE)
 #define PROBE_REPS 3
 
 static int cmp_i64(const void *a, const void *b) {
@@ -60,6 +62,21 @@ static int64_t crossover(const int64_t rd[2], const int64_t ring[2]) {
   return (int64_t)((a_ring - a_rd) / (b_rd - b_ring));
 }
 
+int64_t bagua__calibrate_choose(const int64_t rd[2], const int64_t ring[2]) {
+  int64_t want = crossover(rd, ring);
+  /* Where the ring already wins at the small probe, the threshold is at most that size: the
+   * fitted lines only say where they cross, and noise in the intercepts can put that above a
+   * size the ring was just measured to win. */
+  if (ring[0] <= rd[0] && want > (int64_t)PROBE_SMALL) want = PROBE_SMALL;
+  /* And it is never more than one doubling beyond the large probe: past the sizes measured, the
+   * lines are an extrapolation. With a 10 ms round trip on 1 Gbit/s links both probes are mostly
+   * round trips, and the lines crossed near 10 MB; recursive doubling then carried a 7.4 MB
+   * bucket at half the ring's speed (its exchanges of the whole buffer suffer more from loss
+   * recovery over long round trips than the ring's small steps). */
+  if (want > (int64_t)PROBE_CAP) want = PROBE_CAP;
+  return want;
+}
+
 /* Measures and sets the threshold of TCP communicator `t` (every rank of `t` calls it). */
 static bagua_status_t calibrate_tcp(bagua_comm_t *t) {
   bagua_status_t st = BAGUA_OK;
@@ -75,11 +92,7 @@ static bagua_status_t calibrate_tcp(bagua_comm_t *t) {
   BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_SMALL, 0, &ring[0]), st, out);
   BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_LARGE, SIZE_MAX, &rd[1]), st, out);
   BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_LARGE, 0, &ring[1]), st, out);
-  int64_t lo = 0, hi = 0, want = crossover(rd, ring);
-  /* Where the ring already wins at the small probe, the threshold is at most that size: the
-   * fitted lines only say where they cross, and noise in the intercepts can put that above a
-   * size the ring was just measured to win. */
-  if (ring[0] <= rd[0] && want > (int64_t)PROBE_SMALL) want = PROBE_SMALL;
+  int64_t lo = 0, hi = 0, want = bagua__calibrate_choose(rd, ring);
   bagua__param_bounds(BAGUA_P_NET_RING_MIN_BYTES, &lo, &hi);
   if (want > hi) want = hi;
   if (want < lo) want = lo;

@@ -13,6 +13,7 @@
 #ifndef BAGUA_COMM_TUNE_H
 #define BAGUA_COMM_TUNE_H
 
+#include <stdint.h>
 #include <stddef.h>
 
 #include "bagua/comm.h"
@@ -41,6 +42,13 @@ size_t bagua__comm_ring_min(const bagua_comm_t *c);
 /* Allreduce of at least `bytes` runs the ring, smaller ones recursive doubling (every rank must
  * choose alike). Accepted: the bounds of BAGUA_NET_RING_MIN_BYTES. */
 bagua_status_t bagua__comm_set_ring_min(bagua_comm_t *c, size_t bytes);
+
+/* The ring threshold a TCP communicator starts with (comm/calibrate.c), from the median times
+ * in ns of recursive doubling (rd) and the ring at the two probe sizes, 4 KiB ([0]) and 256 KiB
+ * ([1]): where the fitted lines cross, at most 4 KiB when the ring already won at 4 KiB, and
+ * at most 512 KiB (one doubling past the largest size measured). A pure function of the
+ * times, so that every rule is tested without a network. */
+int64_t bagua__calibrate_choose(const int64_t rd[2], const int64_t ring[2]);
 
 /* bagua_comm_split() whose new communicator opens `nstreams` streams to each peer on another
  * node (<= 0: the parent's count), for a caller that may later use more streams than the

@@ -135,17 +135,17 @@ static bagua_status_t check_liveness(bagua__shm_t *s) {
   return BAGUA_OK;
 }
 
-/* How a wait gives its core away once spinning is over. The first YIELD_NS of a wait yield
- * (the peer is usually a round behind and a yield hands it the core at once); a longer wait
+/* How a wait gives its core away once spinning is over. The first YIELD_NS of a wait yield:
+ * the peer is usually a round behind, a yield hands it the core at once, and a step of a small
+ * model (a few ms on one host) cannot afford a late wake-up on each of its waits. A longer wait
  * means the peer is computing, for example the rest of its backward pass while this rank's
  * communication thread already reduces the first bucket. Yielding in a loop would then take
  * half a core from the computing threads of this very node for as long as the wait lasts
  * (sched_yield() keeps the caller runnable), so the waiter sleeps instead, in naps of an
- * eighth of the time waited so far (NAP_MIN_NS to NAP_MAX_NS): the wake-up can come at most
- * that much late, about 12 % of a wait that was idle time anyway, and a wait of seconds costs
- * a few thousand wake-ups instead of a busy core. */
-#define YIELD_NS 100000
-#define NAP_MIN_NS 20000
+ * eighth of the time waited so far (at most NAP_MAX_NS): the wake-up can come at most that
+ * much late, about 12 % of a wait that was idle time anyway, and a wait of seconds costs a
+ * few thousand wake-ups instead of a busy core. */
+#define YIELD_NS 1000000
 #define NAP_MAX_NS 1000000
 
 static void nap_or_yield(int64_t waited_ns) {
@@ -154,7 +154,6 @@ static void nap_or_yield(int64_t waited_ns) {
     return;
   }
   int64_t nap = waited_ns / 8;
-  if (nap < NAP_MIN_NS) nap = NAP_MIN_NS;
   if (nap > NAP_MAX_NS) nap = NAP_MAX_NS;
   struct timespec ts = {0, (long)nap};
   nanosleep(&ts, NULL);

@@ -2,7 +2,8 @@
  * The allreduce ring threshold a TCP communicator starts with (comm/calibrate.c): measured at
  * creation on three or more ranks and equal on every rank; a BAGUA_NET_RING_MIN_BYTES the user
  * set wins; BAGUA_NET_CALIBRATE=0 and two ranks keep the registry's default; a hierarchical
- * communicator of three emulated nodes gives every rank its leader's value.
+ * communicator of three emulated nodes gives every rank its leader's value. And the choice
+ * itself (bagua__calibrate_choose) on probe times of known links.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -53,7 +54,30 @@ static int run(int nranks, int per_node, const char *env, int64_t want) {
   return mp_run(&o, body, NULL);
 }
 
+/* The rules of the choice on the probe times (ns) of links whose answer is known. */
+static void test_choose(void) {
+  /* 100 Mbit/s, measured: the ring already wins at 4 KiB, whatever the lines say. */
+  ASSERT_EQ(bagua__calibrate_choose((int64_t[]){603000, 50968000}, (int64_t[]){362000, 36757000}),
+            4096);
+  /* A fast local network: recursive doubling wins small messages, the ring large ones. The
+   * lines (rd 50 us + 1 ns/byte, ring 150 us + 0.5 ns/byte) cross at 200 KiB, inside the sizes
+   * measured, and that is the threshold. */
+  int64_t rd_fast[2] = {54000, 306000}, ring_fast[2] = {152000, 278000};
+  int64_t x = bagua__calibrate_choose(rd_fast, ring_fast);
+  ASSERT_TRUE(x > 190 * 1024 && x < 210 * 1024);
+  /* 1 Gbit/s with a 10 ms round trip: 2 rounds against 6, both probes mostly round trips; the
+   * lines cross near 10 MB, beyond anything measured: capped at 512 KiB. */
+  ASSERT_EQ(
+      bagua__calibrate_choose((int64_t[]){20000000, 24000000}, (int64_t[]){60000000, 63000000}),
+      512 * 1024);
+  /* Recursive doubling never loses on the lines: capped alike. */
+  ASSERT_EQ(bagua__calibrate_choose((int64_t[]){1000, 2000}, (int64_t[]){5000, 9000}), 512 * 1024);
+  /* The ring never costs more per call: it serves every size. */
+  ASSERT_EQ(bagua__calibrate_choose((int64_t[]){5000, 90000}, (int64_t[]){4000, 50000}), 0);
+}
+
 int main(void) {
+  test_choose();
   int64_t def = bagua__param_int_default(BAGUA_P_NET_RING_MIN_BYTES);
   if (run(3, 1, "", -1) != 0) return 1;                                  /* measured */
   if (run(4, 1, "BAGUA_NET_RING_MIN_BYTES=12345", 12345) != 0) return 1; /* the user's */
