@@ -5,12 +5,9 @@ and the interpreter precedence of bagua-launch (--python > BAGUA_PYTHON > the #!
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 
 import pytest
 
@@ -18,7 +15,6 @@ from bagua.distributed import OptionError, find_launcher, launch, run
 from bagua.script import baguarun
 
 PY = "/opt/venv/bin/python"
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 WORKER = textwrap.dedent("""\
     import sys
@@ -79,40 +75,6 @@ def test_run_elastic_two_workers(tmp_path):
                "--rdzv_id=launch-modules", "--rdzv_conf", "last_call_timeout=0.2", "worker.py")
     check_allreduce(proc, 2)
     assert "launch-modules" in proc.stdout
-
-
-@pytest.fixture
-def etcd(tmp_path):
-    """An etcd on free loopback ports, for a job of several nodes; yields its HOST:PORT."""
-    if not os.access(ETCD, os.X_OK):
-        pytest.skip("etcd not found")
-    from conftest import free_port
-    client, peer = free_port(), free_port()
-    with open(tmp_path / "etcd.log", "w") as log:
-        proc = subprocess.Popen(
-            [ETCD, "--name", "t", "--data-dir", str(tmp_path / "etcd"),
-             "--listen-client-urls", f"http://127.0.0.1:{client}",
-             "--advertise-client-urls", f"http://127.0.0.1:{client}",
-             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-cluster", f"t=http://127.0.0.1:{peer}"],
-            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{client}/health", timeout=1) as r:
-                    if b"true" in r.read():
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                pytest.fail("etcd did not become healthy: " + (tmp_path / "etcd.log").read_text())
-            time.sleep(0.1)
-        yield f"127.0.0.1:{client}"
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_launch_two_nodes_same_command(tmp_path, etcd):
