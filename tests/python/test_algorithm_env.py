@@ -111,6 +111,45 @@ def test_bad_values_are_refused_by_name():
     assert "refused: BAGUA_COMMUNICATION_INTERVAL='0' is invalid; accepted: an integer" in out, out
 
 
+def test_env_of_is_the_inverse_of_from_env():
+    """env_of() gives the variables under which from_env() builds the same algorithm, and
+    refuses what from_env() could not build, naming what is accepted."""
+    out = run("""
+        env = A.env_of("low_precision_decentralized", communication_interval=3,
+                       hierarchical=False)
+        print(sorted(env.items()))
+    """)
+    assert out.strip() == ("[('BAGUA_ALGORITHM', 'low_precision_decentralized'), "
+                           "('BAGUA_COMMUNICATION_INTERVAL', '3'), "
+                           "('BAGUA_HIERARCHICAL', '0')]"), out
+    out = run("""
+        a = A.from_env()
+        print(type(a).__name__, a.communication_interval, a.hierarchical)
+    """, BAGUA_ALGORITHM="low_precision_decentralized", BAGUA_COMMUNICATION_INTERVAL="3",
+              BAGUA_HIERARCHICAL="0")
+    assert out.split() == ["LowPrecisionDecentralizedAlgorithm", "3", "False"], out
+
+    out = run("""
+        for name, opts in [("sgd", {}), ("async", {"communication_interval": 2}),
+                           ("decentralized", {"communication_interval": 0}),
+                           ("async", {"warmup_steps": "x"})]:
+            try:
+                A.env_of(name, **opts)
+                print("accepted", name, opts)
+            except ValueError as e:
+                print("refused:", e)
+    """)
+    lines = out.splitlines()
+    assert lines[0].startswith("refused: algorithm 'sgd' is unknown; accepted: "
+                               "gradient_allreduce"), out
+    assert lines[1] == ("refused: algorithm async has no option 'communication_interval' set "
+                        "by a variable; accepted: sync_interval_ms, warmup_steps"), out
+    assert lines[2].startswith("refused: decentralized communication_interval=0: "
+                               "BAGUA_COMMUNICATION_INTERVAL"), out
+    assert "accepted: an integer" in lines[2], out
+    assert lines[3].startswith("refused: async warmup_steps=x: BAGUA_WARMUP_STEPS"), out
+
+
 def test_auto_is_refused_with_a_reason():
     """BAGUA_ALGORITHM=auto (the C layer's advisor switch) is refused here, clearly."""
     out = run("""

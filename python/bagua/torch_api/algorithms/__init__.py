@@ -8,6 +8,8 @@ says without any code of its own.
 
 import inspect
 
+from bagua import _C
+
 from bagua.torch_api.algorithms import (
     async_model_average, base, bytegrad, decentralized, gradient_allreduce, q_adam)
 from bagua.torch_api.algorithms.async_model_average import AsyncModelAverageAlgorithm
@@ -23,7 +25,7 @@ __all__ = [
     "async_model_average", "base", "bytegrad", "decentralized", "gradient_allreduce", "q_adam",
     "Algorithm", "AsyncModelAverageAlgorithm", "ByteGradAlgorithm", "DecentralizedAlgorithm",
     "LowPrecisionDecentralizedAlgorithm", "GradientAllReduceAlgorithm", "QAdamAlgorithm",
-    "QAdamOptimizer", "from_name", "from_env", "name_from_env",
+    "QAdamOptimizer", "from_name", "from_env", "name_from_env", "env_of",
 ]
 
 _BY_NAME = {
@@ -104,3 +106,39 @@ def from_env(optimizer=None, defaults=None, **options):
             optimizer.warmup_steps = int(warmup)
         return QAdamAlgorithm(optimizer, **kwargs)
     return _BY_NAME[name](**kwargs)
+
+
+def env_of(name, **options):
+    """The ``BAGUA_*`` variables under which :func:`from_env` builds algorithm `name` with
+    `options`: the inverse of :func:`from_env`, for a script that starts jobs (bagua-launch
+    forwards these variables to every host).
+
+    Args:
+        name: one of libbagua's algorithm names.
+        **options: constructor arguments that have a variable (``communication_interval``,
+            ``peer_selection_mode``, ``hierarchical``, ``warmup_steps``, ``sync_interval_ms``,
+            ``error_feedback``, as the algorithm takes them); values as the variable spells
+            them, or a bool for a flag.
+
+    Returns:
+        A dict of variable names to strings, ``BAGUA_ALGORITHM`` first.
+
+    Raises:
+        ValueError: `name` is unknown, the algorithm has no variable for an option (the
+            message lists those it has), or libbagua's registry refuses a value (the message
+            names the variable, the value and what is accepted).
+    """
+    if name not in _env.ALGORITHMS:
+        raise ValueError(f"algorithm {name!r} is unknown; accepted: {', '.join(_env.ALGORITHMS)}")
+    fields = {arg: var for arg, var, _ in _env.applying(name, _takes(name))}
+    env = {"BAGUA_ALGORITHM": name}
+    for arg, value in options.items():
+        if arg not in fields:
+            raise ValueError(f"algorithm {name} has no option {arg!r} set by a variable; "
+                             f"accepted: {', '.join(sorted(fields)) or 'none'}")
+        raw = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        refused = _C.param_check(fields[arg], raw)
+        if refused:
+            raise ValueError(f"{name} {arg}={raw}: {refused}")
+        env[fields[arg]] = raw
+    return env

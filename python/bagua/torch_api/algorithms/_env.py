@@ -24,13 +24,11 @@ _FIELDS = {
 }
 
 
-def _applying(name, takes):
+def applying(name, takes):
     """(argument, variable, kind) of the options libbagua applies to algorithm `name` that the
     front end's constructor takes (`takes`: its argument names)."""
     fields = (_C.ddp_algorithm_options(name) or "").split()
     return [_FIELDS[f] for f in fields if f in _FIELDS and _FIELDS[f][0] in takes]
-
-
 
 
 def _accepted(var, raw):
@@ -75,7 +73,7 @@ def options(name, takes):
     """Constructor arguments of algorithm `name` from the option variables that apply to it
     (`takes`: the argument names its constructor accepts)."""
     out = {}
-    for arg, var, kind in _applying(name, takes):
+    for arg, var, kind in applying(name, takes):
         value = _get(var)
         if value is None:
             continue
@@ -96,4 +94,4 @@ def options(name, takes):
 
 def applicable(name, values, takes):
     """The entries of `values` (constructor arguments) that algorithm `name` has."""
-    return {arg: values[arg] for arg, _, _ in _applying(name, takes) if arg in values}
+    return {arg: values[arg] for arg, _, _ in applying(name, takes) if arg in values}
