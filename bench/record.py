@@ -9,8 +9,9 @@ script it makes a record directory holding two files:
              was typed), commit ("+dirty" and the number of changed paths when the checkout
              has changes; records under docs/results/raw do not count), cpu (the model name in
              /proc/cpuinfo), nproc, kernel, host, start (UTC) and load_start (the load
-             average), torch and open_mpi (the versions of the peers, where the script runs
-             them), what else the script adds (e.g. backend), columns and units (of raw.csv);
+             average), settings (the variables in the environment that change what is
+             measured: BAGUA_*, NCCL_*, GLOO_*, OMP_NUM_THREADS; "none" when none is set),
+             torch and open_mpi (the versions of the peers, where the script runs them), what else the script adds (e.g. backend), columns and units (of raw.csv);
              and when the script ends: end, load_end, rows and status (its exit status). A
              record without "end:" is of a run that was killed.
   raw.csv    one row per individual run (per message size, where one run times several):
@@ -103,6 +104,20 @@ def default_dir(script):
         k += 1
         path = f"{base}-{k}"
     return path
+
+
+# Environment variables that change a measurement (a run with BAGUA_NET_NSTREAMS=1 is another
+# experiment than one without, though its command line is the same).
+SETTING_PREFIXES = ("BAGUA_", "NCCL_", "GLOO_")
+SETTING_NAMES = ("OMP_NUM_THREADS",)
+NOT_SETTINGS = ("BENCH_RECORD_DIR",)
+
+
+def _settings():
+    found = sorted(f"{k}={shlex.quote(v)}" for k, v in os.environ.items()
+                   if (k.startswith(SETTING_PREFIXES) or k in SETTING_NAMES)
+                   and k not in NOT_SETTINGS)
+    return " ".join(found) or "none"
 
 
 def _cpu_model():
@@ -231,6 +246,7 @@ def open_record(script, argv, columns, peers=(), python="/usr/bin/python3", cwd=
         ("host", os.uname()[1]),
         ("start", _now()),
         ("load_start", " ".join(_loadavg())),
+        ("settings", _settings()),
     ]
     for p in peers:
         if p == "torch":

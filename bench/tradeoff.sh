@@ -43,6 +43,13 @@
 # than the workload's default is written into the workload column ("torch-wide/b8"), so one CSV can hold runs of several batch sizes. A smaller
 # batch shrinks the compute of a step and leaves its communication as it is, which is how the
 # communication-bound regime of a GPU cluster is approached on 2 vCPUs.
+# A variant may carry options, NAME:OPTION=VALUE[+OPTION=VALUE...], e.g.
+# "decentralized:communication_interval=4", "async:warmup_steps=16+sync_interval_ms=100" or
+# "gradient_allreduce:BAGUA_NET_NSTREAMS=1". An option is one of the algorithm's constructor
+# arguments that have a BAGUA_* variable, or any BAGUA_* variable of libbagua's registry. Such a
+# variant runs with those variables set, as a job configured by an INI file or the environment
+# does: train.py without --algorithm builds the algorithm with from_env(). Unknown options and
+# refused values stop the script before anything starts.
 set -uo pipefail
 . "$(dirname "$0")/record.sh"
 record_argv "$0" "$@"
@@ -82,6 +89,42 @@ if [ -n "$logdir" ]; then
 fi
 py=/usr/bin/python3
 
+# variant_env VARIANT -> the BAGUA_* words ("VAR=VALUE", one per line) of a variant with options
+# (bagua.torch_api.algorithms.env_of, which checks them against libbagua's registry); nothing
+# for a plain algorithm name.
+variant_env() {
+  [[ $1 == *:* ]] || return 0
+  PYTHONPATH=$build/python "$py" - "$1" <<'PY'
+import sys
+name, _, opts = sys.argv[1].partition(":")
+if name == "ddp":
+    sys.exit("tradeoff: variant \"ddp\" takes no options (it is torch DDP)")
+try:
+    from bagua import _C
+    from bagua.torch_api.algorithms import env_of
+    options = dict(o.split("=", 1) if "=" in o else (o, None) for o in opts.split("+"))
+    bare = [o for o, v in options.items() if v is None]
+    if bare:
+        raise ValueError(f"option {bare[0]!r} has no =VALUE")
+    variables = {o: v for o, v in options.items() if o.startswith("BAGUA_")}
+    if "BAGUA_ALGORITHM" in variables:
+        raise ValueError("BAGUA_ALGORITHM is the variant's NAME, not an option")
+    for var, value in variables.items():
+        if _C.param_check(var, value):
+            raise ValueError(_C.param_check(var, value))
+    env = env_of(name, **{o: v for o, v in options.items() if o not in variables})
+    for var, value in {**env, **variables}.items():
+        print(f"{var}={value}")
+except ValueError as e:
+    sys.exit(f"tradeoff: variant \"{sys.argv[1]}\": {e}")
+except ImportError as e:
+    sys.exit(f"tradeoff: variant options need the Python module of --build: {e}")
+PY
+}
+for variant in $variants; do
+  variant_env "$variant" >/dev/null || exit 2
+done
+
 if [ "$inner" = 0 ]; then
   [ "$(id -u)" = 0 ] || { echo "tradeoff: needs root (network namespaces)" >&2; exit 77; }
   record_open tradeoff torch rate workload samples_per_s:samples/s bytes_per_step:bytes \
@@ -108,9 +151,10 @@ export PYTHONPATH=$build/python OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-# job PROGRAM... -> runs it on the 4 hosts; output in $out
+# job PROGRAM... -> runs it on the 4 hosts with the variables in venv; output in $out
 job() {
-  ip netns exec "${H[0]}" timeout 900 "$build/launcher/bagua-launch" --hosts "$hostspec" \
+  ip netns exec "${H[0]}" env "${venv[@]}" timeout 900 "$build/launcher/bagua-launch" \
+    --hosts "$hostspec" \
     --remote-cmd "ip netns exec {host}" --rdzv-host 198.18.0.1 --max-restarts 0 \
     --job-id "trade-$$-$RANDOM" -- "$@" >"$out" 2>&1
 }
@@ -122,6 +166,8 @@ for workload in $workloads; do
   for ((i = 0; i < repeat; i++)); do
     for variant in $variants; do
       [ "$workload" = c-wide ] && [ "$variant" = ddp ] && continue # DDP runs torch scripts
+      mapfile -t venv < <(variant_env "$variant")
+      algo=${variant%%:*}
       b0=64 # the workload's own batch per rank
       [ "$workload" = torch-mlp ] && b0=8
       b=${batch_set:+$batch}
@@ -131,7 +177,7 @@ for workload in $workloads; do
         c-wide)
           job "$build/examples/fashion_mnist" --hidden 3072,3072 --epochs 1 \
             --limit-train $((steps * b * 4)) --limit-test 1000 --batch-size "$b" \
-            --algorithm "$variant"
+            --algorithm "$algo"
           sps=$(first 'samples/s [0-9.]+') bytes=$(first 'bytes/step [0-9]+') steady=n/a ;;
         torch-cnn | torch-wide | torch-mlp)
           model=${workload#torch-}
@@ -142,7 +188,12 @@ for workload in $workloads; do
             *) args+=(--model "$model") ;;
           esac
           [ -n "$lr" ] && args+=(--lr "$lr")
-          if [ "$variant" = ddp ]; then args+=(--ddp); else args+=(--algorithm "$variant"); fi
+          # With options, the variables choose the algorithm (from_env), not --algorithm.
+          if [ "$variant" = ddp ]; then
+            args+=(--ddp)
+          elif [ ${#venv[@]} = 0 ]; then
+            args+=(--algorithm "$variant")
+          fi
           job $py "$PWD/examples/torch/train.py" "${args[@]}"
           sps=$(first '[0-9]+ samples/s, fwd') bytes=$(first '[0-9]+ bytes/step')
           steady=$(first 'steady [0-9.]+')

@@ -18,7 +18,8 @@ import re
 import sys
 
 META_KEYS = ["script", "command", "cwd", "commit", "short_commit", "cpu", "nproc", "kernel",
-             "start", "load_start", "columns", "units", "end", "load_end", "rows", "status"]
+             "start", "load_start", "settings", "columns", "units", "end", "load_end", "rows",
+             "status"]
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 LOAD = re.compile(r"^\d+\.\d+ \d+\.\d+ \d+\.\d+$")
 

@@ -78,7 +78,9 @@ def test_nccl_net_torch_refuses_bad_arguments(tmp_path):
     assert r.returncode == 2 and "--repeat >= 1" in r.stderr, r.stderr
 
 
-def test_record_python_side(tmp_path):
+def test_record_python_side(tmp_path, monkeypatch):
+    monkeypatch.setenv("BAGUA_NET_NSTREAMS", "1")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO warn")
     rec = record.open_record("demo", ["bench/demo.py", "--x", "a b"], ["size:B", "ms:ms"],
                              path=str(tmp_path / "rec"), extra={"backend": "none"})
     for rep in range(3):
@@ -89,6 +91,9 @@ def test_record_python_side(tmp_path):
     assert_record(tmp_path / "rec", 6, "a b")
     meta = check_record.read_meta(str(tmp_path / "rec"))
     assert meta["command"] == "bench/demo.py --x 'a b'" and meta["backend"] == "none"
+    # The settings that change a measurement are kept, whatever else the environment holds.
+    assert "BAGUA_NET_NSTREAMS=1" in meta["settings"].split(), meta
+    assert "NCCL_DEBUG='INFO warn'" in meta["settings"], meta
     # The checker can fail: the same rows in blocks are rejected.
     bad = check_record.problems(str(tmp_path / "rec"), 6, ["b", "a"])
     assert any("not interleaved" in b for b in bad), bad
@@ -152,7 +157,21 @@ def test_tradeoff_refuses_bad_arguments_before_anything_starts():
     script = os.path.join(ROOT, "bench", "tradeoff.sh")
     for args, message in ((["--lr", "fast"], '--lr "fast" is not a positive number'),
                           (["--batch", "0"], '--batch "0" is not a positive integer'),
-                          (["--bogus"], 'unknown argument "--bogus"')):
+                          (["--bogus"], 'unknown argument "--bogus"'),
+                          (["--variants", "ddp async:communication_interval=2"],
+                           'variant "async:communication_interval=2": algorithm async has no '
+                           "option 'communication_interval' set by a variable; accepted: "
+                           "sync_interval_ms, warmup_steps"),
+                          (["--variants", "decentralized:communication_interval=0"],
+                           "BAGUA_COMMUNICATION_INTERVAL"),
+                          (["--variants", "decentralized:communication_interval"],
+                           "option 'communication_interval' has no =VALUE"),
+                          (["--variants", "ddp:lr=1"], 'variant "ddp" takes no options'),
+                          (["--variants", "gradient_allreduce:BAGUA_NET_NSTREAMS=99"],
+                           "BAGUA_NET_NSTREAMS=99 is out of range; accepted: an integer in "
+                           "[1, 16]"),
+                          (["--variants", "async:BAGUA_BOGUS=1"],
+                           "unknown parameter BAGUA_BOGUS")):
         r = subprocess.run(["bash", script, "--build", BUILD] + args, capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
