@@ -13,6 +13,13 @@
  * BAGUA_NET_CALIBRATE=0 keeps the registry's default, and autotuning may change the value later.
  * With two ranks both algorithms send the same bytes and the default stands.
  *
+ * The same probes also choose the stream count (bagua__calibrate_streams()): on a slow link
+ * with a short round trip a message goes over one TCP stream per peer instead of
+ * BAGUA_NET_NSTREAMS. Two flows through one shaped 100 Mbit/s link queue cost the ring about
+ * 2 % of its rate against one (interleaved torch runs, docs/results), while on fast or distant
+ * links more streams help or cost nothing. A count the user chose (BAGUA_NET_NSTREAMS or a
+ * config's nstreams) is kept; the ranks agree on the largest count any of them chose.
+ *
  * Cost: twelve allreduces at creation, the largest of PROBE_LARGE bytes; about 0.2 s on a
  * 100 Mbit/s link, a few ms on a fast one.
  */
@@ -30,6 +37,10 @@
 #define PROBE_LARGE (256u << 10)
 #define PROBE_CAP (2 * PROBE_LARGE)
 #define PROBE_REPS 3
+/* The stream rule's bounds (bagua__calibrate_streams): a link slower than this, in bit/s ... */
+#define SLOW_LINK_BPS 250e6
+/* ... whose 4 KiB ring (2(n-1) small steps) took less than this, in ns: a short round trip. */
+#define NEAR_RING_NS 2000000
 
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -77,8 +88,19 @@ int64_t bagua__calibrate_choose(const int64_t rd[2], const int64_t ring[2]) {
   return want;
 }
 
-/* Measures and sets the threshold of TCP communicator `t` (every rank of `t` calls it). */
-static bagua_status_t calibrate_tcp(bagua_comm_t *t) {
+int bagua__calibrate_streams(const int64_t ring[2], int size, int nstreams) {
+  if (nstreams <= 1 || size < 2) return nstreams;
+  /* The slope of the ring's line is its time per byte of the message, during which each rank
+   * sends 2(n-1)/n bytes: the link's rate without the round trips, which both probes share. */
+  double per_byte_ns = (double)(ring[1] - ring[0]) / (double)(PROBE_LARGE - PROBE_SMALL);
+  if (per_byte_ns <= 0) return nstreams; /* noise: no estimate */
+  double bps = 2.0 * (size - 1) / size * 8e9 / per_byte_ns;
+  return bps < SLOW_LINK_BPS && ring[0] < NEAR_RING_NS ? 1 : nstreams;
+}
+
+/* Measures and sets the threshold of TCP communicator `t` (every rank of `t` calls it), and its
+ * stream count unless `keep_streams`. */
+static bagua_status_t calibrate_tcp(bagua_comm_t *t, int keep_streams) {
   bagua_status_t st = BAGUA_OK;
   float *buf = calloc(PROBE_LARGE / sizeof(float), sizeof(float));
   if (!buf) return BAGUA_ERR_NO_MEMORY;
@@ -96,16 +118,23 @@ static bagua_status_t calibrate_tcp(bagua_comm_t *t) {
   bagua__param_bounds(BAGUA_P_NET_RING_MIN_BYTES, &lo, &hi);
   if (want > hi) want = hi;
   if (want < lo) want = lo;
-  /* One value for every rank: the largest estimate (the ranks timed the same calls). */
+  int streams = bagua__comm_streams(t);
+  if (streams > 0 && !keep_streams) streams = bagua__calibrate_streams(ring, t->size, streams);
+  /* One value for every rank: the largest estimate of each (the ranks timed the same calls;
+   * a rank that saw a fast link keeps the streams). */
+  int64_t agreed[2] = {want, streams};
   t->ring_min_bytes = SIZE_MAX;
-  BAGUA_CHECK_GOTO(bagua_allreduce(t, &want, &want, 1, BAGUA_I64, BAGUA_MAX), st, out);
+  BAGUA_CHECK_GOTO(bagua_allreduce(t, agreed, agreed, 2, BAGUA_I64, BAGUA_MAX), st, out);
+  want = agreed[0];
   t->sig_by_parent = old_sig;
   BAGUA_CHECK_GOTO(bagua__comm_set_ring_min(t, (size_t)want), st, out);
+  if (agreed[1] > 0 && agreed[1] != bagua__comm_streams(t))
+    BAGUA_CHECK_GOTO(bagua__comm_set_streams(t, (int)agreed[1]), st, out);
   BAGUA_INFO(BAGUA_SUBSYS_COMM,
              "calibrated %d ranks: recursive doubling %.0f/%.0f us, ring %.0f/%.0f us at %u/%u "
-             "bytes: ring from %lld bytes",
+             "bytes: ring from %lld bytes, %lld stream(s) per peer on another node",
              t->size, rd[0] / 1e3, rd[1] / 1e3, ring[0] / 1e3, ring[1] / 1e3, PROBE_SMALL,
-             PROBE_LARGE, (long long)want);
+             PROBE_LARGE, (long long)want, (long long)agreed[1]);
   free(buf);
   return BAGUA_OK;
 out:
@@ -119,15 +148,20 @@ bagua_status_t bagua__comm_calibrate(bagua_comm_t *c) {
   if (!c || bagua__param_is_set(BAGUA_P_NET_RING_MIN_BYTES) ||
       !bagua__param_int(BAGUA_P_NET_CALIBRATE))
     return BAGUA_OK;
-  if (c->ops == &bagua__generic_ops) return c->size >= 3 ? calibrate_tcp(c) : BAGUA_OK;
+  if (c->ops == &bagua__generic_ops)
+    return c->size >= 3 ? calibrate_tcp(c, c->streams_chosen) : BAGUA_OK;
   /* A hierarchical communicator runs the generic collectives among its node leaders, one per
    * node (c->inter, NULL on the other ranks): they calibrate, and each node's other ranks
    * take their leader's value, so that every rank reports the same threshold (the advisor and
    * autotuning read it). */
   if (c->ops != &bagua__hier_ops || !c->intra || c->node_count < 3) return BAGUA_OK;
-  if (c->inter) BAGUA_CHECK(calibrate_tcp(c->inter));
-  int64_t v = c->inter ? (int64_t)c->inter->ring_min_bytes : 0;
-  BAGUA_CHECK(bagua_broadcast(c->intra, &v, &v, 1, BAGUA_I64, 0));
-  c->ring_min_bytes = (size_t)v;
+  if (c->inter) BAGUA_CHECK(calibrate_tcp(c->inter, c->streams_chosen));
+  int64_t v[2] = {0, 0};
+  if (c->inter) v[0] = (int64_t)c->inter->ring_min_bytes, v[1] = bagua__comm_streams(c->inter);
+  BAGUA_CHECK(bagua_broadcast(c->intra, v, v, 2, BAGUA_I64, 0));
+  c->ring_min_bytes = (size_t)v[0];
+  /* Through the top communicator, so that every rank reports the count its leader uses. */
+  if (v[1] > 0 && v[1] != bagua__comm_streams(c))
+    BAGUA_CHECK(bagua__comm_set_streams(c, (int)v[1]));
   return BAGUA_OK;
 }

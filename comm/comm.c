@@ -176,6 +176,7 @@ bagua_status_t bagua__comm_build(const bagua__comm_build_t *b, bagua_comm_t **ou
   c->job_hash = bagua__hash64(b->s.job_id, strlen(b->s.job_id), 0);
   c->comm_id = bagua__world_comm_id(c->job_hash, b->round);
   c->nstreams = b->s.nstreams;
+  c->streams_chosen = b->s.nstreams_chosen;
   c->requested_transport = b->s.transport;
   c->timeout_ms = b->s.timeout_ms;
   c->connect_timeout_ms = b->s.connect_timeout_ms;

@@ -89,6 +89,8 @@ bagua_status_t bagua__comm_settings_resolve(const char *who, bagua__comm_setting
     s->timeout_ms = (int)bagua__param_int(BAGUA_P_COMM_TIMEOUT_MS);
   if (s->connect_timeout_ms == BAGUA__CONFIG_UNSET)
     s->connect_timeout_ms = (int)bagua__param_int(BAGUA_P_CONNECT_TIMEOUT_MS);
+  s->nstreams_chosen =
+      s->nstreams != BAGUA__CONFIG_UNSET || bagua__param_is_set(BAGUA_P_NET_NSTREAMS);
   if (s->nstreams == BAGUA__CONFIG_UNSET) s->nstreams = (int)bagua__param_int(BAGUA_P_NET_NSTREAMS);
   return BAGUA_OK;
 }

@@ -50,6 +50,7 @@ struct bagua_comm_s {
   int local_rank, local_size, node_count, node_index;
   int nstreams;            /* streams per peer on another node (BAGUA_NET_NSTREAMS) */
   int active_streams;      /* of those, how many a message is spread over (tune.h); 0: all */
+  int streams_chosen;      /* the user chose nstreams: the calibration keeps it */
   int requested_transport; /* bagua_transport_kind_t asked for; inherited by splits */
   uint32_t split_seq;      /* splits performed on this communicator, for child ids */
   int timeout_ms;
@@ -183,6 +184,9 @@ typedef struct {
   int timeout_ms;         /* -1: BAGUA_COMM_TIMEOUT_MS */
   int connect_timeout_ms; /* -1: BAGUA_CONNECT_TIMEOUT_MS */
   int nstreams;           /* -1: BAGUA_NET_NSTREAMS */
+  /* Filled by bagua__comm_settings_resolve(): 1 when the caller's config or BAGUA_NET_NSTREAMS
+   * chose nstreams, 0 when it is the registry's default (the calibration may then lower it). */
+  int nstreams_chosen;
 } bagua__comm_settings_t;
 
 /* The settings of a config struct with the fields bagua_comm_config_t and

@@ -50,6 +50,12 @@ bagua_status_t bagua__comm_set_ring_min(bagua_comm_t *c, size_t bytes);
  * times, so that every rule is tested without a network. */
 int64_t bagua__calibrate_choose(const int64_t rd[2], const int64_t ring[2]);
 
+/* How many of the `nstreams` streams per peer a TCP communicator of `size` ranks starts with,
+ * from the ring's probe times as above: 1 on a slow link with a short round trip (below
+ * 250 Mbit/s by the ring's time per byte, and its 4 KiB probe under 2 ms), where two TCP flows
+ * through one bottleneck queue lose more to each other than they gain; `nstreams` otherwise. */
+int bagua__calibrate_streams(const int64_t ring[2], int size, int nstreams);
+
 /* bagua_comm_split() whose new communicator opens `nstreams` streams to each peer on another
  * node (<= 0: the parent's count), for a caller that may later use more streams than the
  * parent has (BAGUA_NET_NSTREAMS bounds apply). */

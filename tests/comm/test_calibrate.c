@@ -2,8 +2,10 @@
  * The allreduce ring threshold a TCP communicator starts with (comm/calibrate.c): measured at
  * creation on three or more ranks and equal on every rank; a BAGUA_NET_RING_MIN_BYTES the user
  * set wins; BAGUA_NET_CALIBRATE=0 and two ranks keep the registry's default; a hierarchical
- * communicator of three emulated nodes gives every rank its leader's value. And the choice
- * itself (bagua__calibrate_choose) on probe times of known links.
+ * communicator of three emulated nodes gives every rank its leader's value. The stream count:
+ * equal on every rank, the registry's on loopback (a fast link), the user's when set. And the
+ * choices themselves (bagua__calibrate_choose, bagua__calibrate_streams) on probe times of
+ * known links.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +29,13 @@ static int body(bagua_comm_t *c, void *arg) {
   bagua__param_bounds(BAGUA_P_NET_RING_MIN_BYTES, &lo, &hi);
   ASSERT_TRUE(mine >= lo && mine <= hi);
   if (g_want >= 0) ASSERT_EQ(mine, g_want);
+  int64_t streams = bagua__comm_streams(c), smin = streams, smax = streams;
+  ASSERT_OK(bagua_allreduce(c, &smin, &smin, 1, BAGUA_I64, BAGUA_MIN));
+  ASSERT_OK(bagua_allreduce(c, &smax, &smax, 1, BAGUA_I64, BAGUA_MAX));
+  if (smin != smax)
+    TEST_FAIL("ranks disagree on the streams: %lld to %lld", (long long)smin, (long long)smax);
+  /* Loopback is a fast link: the calibration keeps the streams BAGUA_NET_NSTREAMS gives. */
+  ASSERT_EQ(streams, bagua__param_int(BAGUA_P_NET_NSTREAMS));
   /* And the collectives agree with the oracle at sizes on both sides of it. */
   const size_t counts[] = {7, 1024, 20000, 200000};
   for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
@@ -46,6 +55,7 @@ static int body(bagua_comm_t *c, void *arg) {
 
 static int run(int nranks, int per_node, const char *env, int64_t want) {
   g_want = want;
+
   mp_opts_t o = {.nranks = nranks,
                  .transport = per_node > 1 ? BAGUA_TRANSPORT_AUTO : BAGUA_TRANSPORT_TCP,
                  .ranks_per_node = per_node,
@@ -77,10 +87,28 @@ static void test_choose(void) {
   ASSERT_EQ(bagua__calibrate_choose((int64_t[]){5000, 90000}, (int64_t[]){4000, 50000}), 0);
 }
 
+/* The stream rule on the probe times of known links. */
+static void test_streams(void) {
+  /* 100 Mbit/s without delay (the 4-rank probes above): one stream. */
+  ASSERT_EQ(bagua__calibrate_streams((int64_t[]){362000, 36757000}, 4, 2), 1);
+  /* The same link with a 10 ms round trip (4 KiB ring 60 ms): the streams stay. */
+  ASSERT_EQ(bagua__calibrate_streams((int64_t[]){60362000, 96757000}, 4, 2), 2);
+  /* 1 Gbit/s (4 KiB in 0.3 ms, 256 KiB in 3.4 ms: ~1 Gbit/s) and a fast local network. */
+  ASSERT_EQ(bagua__calibrate_streams((int64_t[]){300000, 3400000}, 4, 2), 2);
+  ASSERT_EQ(bagua__calibrate_streams((int64_t[]){152000, 278000}, 4, 4), 4);
+  /* Noise that makes the large probe no slower than the small one gives no estimate. */
+  ASSERT_EQ(bagua__calibrate_streams((int64_t[]){400000, 300000}, 4, 2), 2);
+  /* One stream, or no peer on another node (0): nothing to choose. */
+  ASSERT_EQ(bagua__calibrate_streams((int64_t[]){362000, 36757000}, 4, 1), 1);
+  ASSERT_EQ(bagua__calibrate_streams((int64_t[]){362000, 36757000}, 4, 0), 0);
+}
+
 int main(void) {
   test_choose();
+  test_streams();
   int64_t def = bagua__param_int_default(BAGUA_P_NET_RING_MIN_BYTES);
   if (run(3, 1, "", -1) != 0) return 1;                                  /* measured */
+  if (run(3, 1, "BAGUA_NET_NSTREAMS=3", -1) != 0) return 1;              /* the user's streams */
   if (run(4, 1, "BAGUA_NET_RING_MIN_BYTES=12345", 12345) != 0) return 1; /* the user's */
   if (run(3, 1, "BAGUA_NET_CALIBRATE=0", def) != 0) return 1;            /* off */
   if (run(2, 1, "", def) != 0) return 1;                                 /* two ranks */
