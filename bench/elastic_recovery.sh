@@ -22,6 +22,7 @@
 #                                  [--record-dir DIR]
 set -euo pipefail
 . "$(dirname "$0")/record.sh"
+. "$(dirname "$0")/free_port.sh"
 record_argv "$0" "$@"
 
 BUILD=build
@@ -50,7 +51,6 @@ FM=$BUILD/examples/fashion_mnist
 for b in "$AGENT" "$FM" /usr/bin/etcd; do [ -x "$b" ] || { echo "$b is missing" >&2; exit 2; }; done
 
 now_ms() { local t=$EPOCHREALTIME; t=${t/./}; echo $((t / 1000)); }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 record_open elastic_recovery "" algorithm node round ms:ms from_agent_start_ms:ms
 dir=$(mktemp -d /tmp/bagua-elastic-bench-XXXXXX)

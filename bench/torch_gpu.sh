@@ -19,6 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . bench/record.sh
+. bench/free_port.sh
 record_argv "$0" "$@"
 py=python3
 pypath=$PWD/build/python
@@ -60,7 +61,8 @@ start=$SECONDS
 
 # run ALGO: one run on $nranks ranks; rank 0's output in $tmp/out.
 run() {
-  local algo=$1 port=$((20000 + RANDOM % 20000)) pids=() extra=(--algorithm "$1")
+  local algo=$1 port pids=() extra=(--algorithm "$1")
+  port=$(free_port)
   [ "$algo" = ddp ] && extra=(--ddp)
   for ((r = 0; r < nranks; r++)); do
     RANK=$r WORLD_SIZE=$nranks LOCAL_RANK=$r LOCAL_WORLD_SIZE=$nranks MASTER_ADDR=127.0.0.1 \

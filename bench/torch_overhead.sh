@@ -14,6 +14,7 @@
 #          [--record-dir DIR]
 set -euo pipefail
 . "$(dirname "$0")/record.sh"
+. "$(dirname "$0")/free_port.sh"
 record_argv "$0" "$@"
 cd "$(dirname "$0")/.."
 build=build models="cnn" steps=300 repeat=5
@@ -45,7 +46,7 @@ loop_ms() {
     bagua) extra=(--algorithm gradient_allreduce) ;;
   esac
   RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 600 $py examples/torch/train.py \
+    MASTER_PORT=$(free_port) timeout 600 $py examples/torch/train.py \
     --model "$model" --epochs 1 --max-steps "$steps" --test-limit 100 "${extra[@]}" |
     grep -oE 'loop [0-9.]+ ms/step' | grep -oE '[0-9.]+'
 }

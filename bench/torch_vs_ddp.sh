@@ -22,6 +22,7 @@
 #          [--record-dir DIR]
 set -euo pipefail
 . "$(dirname "$0")/record.sh"
+. "$(dirname "$0")/free_port.sh"
 record_argv "$0" "$@"
 cd "$(dirname "$0")/.."
 build=build nranks="2 4" models="cnn wide" steps=150 repeat=3 test_limit=10000 same_node=0
@@ -54,7 +55,8 @@ trap on_exit EXIT
 
 # run N MODEL ALGO -> writes rank 0's output to $tmp/out
 run() {
-  local n=$1 model=$2 algo=$3 port=$((20000 + RANDOM % 20000)) pids=()
+  local n=$1 model=$2 algo=$3 port pids=()
+  port=$(free_port)
   local extra=(--algorithm "$algo")
   [ "$algo" = ddp ] && extra=(--ddp)
   for ((r = 0; r < n; r++)); do
