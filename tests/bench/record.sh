@@ -84,6 +84,7 @@ day='[0-9]{4}-[0-9]{2}-[0-9]{2}'
 # The cells: a median of 3 or more runs with its range, never a median of fewer.
 [ "$("$py" "$root/bench/record.py" stat .1f 3 1 2)" = "2.0 [1.0-3.0]" ] || fail "stat of 3 runs"
 [ "$("$py" "$root/bench/record.py" stat .1f 1 2)" = "1.0, 2.0 (2 runs)" ] || fail "stat of 2 runs"
+[ "$("$py" "$root/bench/record.py" stat .1f 3 3)" = "3.0 (2 equal runs)" ] || fail "stat of 2 equal runs"
 [ "$("$py" "$root/bench/record.py" stat .0f 5 fail)" = "5 (1 run) (1 failed)" ] ||
   fail "stat of 1 run and a failure"
 [ -n "$("$py" "$root/bench/record.py" runs-note 2)" ] || fail "no note for 2 runs per cell"
@@ -100,7 +101,9 @@ expect_line "$tmp/launch.out" "^median \\[min-max\\] +$range +$range +$range\$" 
 # With 2 runs the last line lists them and says how many; no median.
 "$root/bench/launch_time.sh" --launch "$build/launcher/bagua-launch" --runs 2 --nproc 2 \
   --record-dir "$tmp/launch2" >"$tmp/launch2.out" 2>&1 || fail "launch_time.sh --runs 2"
-expect_line "$tmp/launch2.out" '^median \[min-max\] +[0-9]+, [0-9]+ \(2 runs\)' "--runs 2"
+# (Two runs that took the same milliseconds print once, as "N (2 equal runs)".)
+expect_line "$tmp/launch2.out" \
+  '^median \[min-max\] +([0-9]+, [0-9]+ \(2 runs\)|[0-9]+ \(2 equal runs\))' "--runs 2"
 expect_line "$tmp/launch2.out" '^note: 2 runs per cell' "launch_time.sh --runs 2"
 grep -Eq "$range" "$tmp/launch2.out" && fail "launch_time.sh printed a median of 2 runs"
 echo "launch_time.sh: $((SECONDS - t0)) s"
