@@ -380,6 +380,8 @@ static int run_rank(const opts_t *o, bagua_comm_config_t *cfg) {
     st = bagua_allreduce(c, &stats[0], &tmax[0], 1, BAGUA_F64, BAGUA_MAX);
     if (st == BAGUA_OK) st = bagua_allreduce(c, &stats[1], &tmax[1], 1, BAGUA_F64, BAGUA_SUM);
     if (st != BAGUA_OK) {
+      fprintf(stderr, "bagua-bench: rank %d: gathering the results of %zu bytes failed: %s (%s)\n",
+              rank, bytes, bagua_strerror(st), bagua_last_error());
       bad = 1;
       break;
     }
@@ -467,6 +469,8 @@ int main(int argc, char **argv) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       if (WIFSIGNALED(status))
         fprintf(stderr, "bagua-bench: rank %d killed by signal %d\n", r, WTERMSIG(status));
+      else
+        fprintf(stderr, "bagua-bench: rank %d exited with status %d\n", r, WEXITSTATUS(status));
       rc = 1;
     }
   }

@@ -46,7 +46,8 @@ typedef struct {
   bagua__coll_sig_t sig[2];
   char pad1[64 - 8 - 2 * sizeof(bagua__coll_sig_t)];
   _Atomic uint64_t con;
-  char pad2[56];
+  _Atomic uint32_t gone; /* set by bagua__shm_destroy() before the rank closes its streams */
+  char pad2[52];
 } ctrl_t;
 
 _Static_assert(offsetof(ctrl_t, con) == 64, "pub and con on separate cache lines");
@@ -116,8 +117,13 @@ static char *slot_of(bagua__shm_t *s, int rank, uint64_t k) {
   return s->data + ((size_t)rank * 2 + (k & 1)) * s->slot;
 }
 
-/* Peer death shows up as a hang-up on its control stream. */
-static bagua_status_t check_liveness(bagua__shm_t *s) {
+/* Peer death shows up as a hang-up on its control stream. A hang-up is not always a death,
+ * though: a rank that finished the last collective destroys its communicator while slower ranks
+ * still wait for each other to complete it, and it owes them nothing more (everything it
+ * publishes is in the arena, which stays mapped here). Such a rank raises `gone` before it
+ * closes its streams, so its hang-up fails only a wait for that very rank (`who`), which can
+ * then never end. Any other hang-up is a rank that died. */
+static bagua_status_t check_liveness(bagua__shm_t *s, int who) {
   int n = 0;
   for (int r = 0; r < s->n; r++) {
     if (r == s->me) continue;
@@ -126,11 +132,21 @@ static bagua_status_t check_liveness(bagua__shm_t *s) {
     s->pfd[n++].revents = 0;
   }
   if (poll(s->pfd, (nfds_t)n, 0) > 0) {
-    for (int i = 0; i < n; i++)
-      if (s->pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-        BAGUA_WARN("a rank on this node closed its control connection (peer died or failed)");
+    for (int i = 0, r = 0; i < n; i++, r++) {
+      if (r == s->me) r++;
+      if (!(s->pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) continue;
+      if (!atomic_load_explicit(&s->ctrl[r].gone, memory_order_acquire)) {
+        BAGUA_WARN("rank %d on this node closed its control connection (it died or failed)", r);
         return BAGUA_ERR_REMOTE;
       }
+      if (r == who) {
+        BAGUA_WARN(
+            "rank %d destroyed its communicator while this rank waits for it in a "
+            "collective (do all ranks call the same collectives?)",
+            r);
+        return BAGUA_ERR_REMOTE;
+      }
+    }
   }
   return BAGUA_OK;
 }
@@ -180,7 +196,10 @@ static bagua_status_t wait_ge(bagua__shm_t *s, _Atomic uint64_t *ctr, uint64_t v
     now = bagua__now_ns();
     if (now >= s->next_liveness_ns) {
       s->next_liveness_ns = now + 2000000;
-      BAGUA_CHECK(check_liveness(s));
+      /* A rank that left after publishing what is awaited is no failure: look again first. */
+      bagua_status_t live = check_liveness(s, who);
+      if (live != BAGUA_OK && atomic_load_explicit(ctr, memory_order_acquire) >= v) return BAGUA_OK;
+      BAGUA_CHECK(live);
     }
     if (now - start > (int64_t)s->c->timeout_ms * 1000000) {
       BAGUA_WARN("no progress for %d ms waiting for rank %d (stalled?); see BAGUA_COMM_TIMEOUT_MS",
@@ -588,6 +607,9 @@ void bagua__shm_abort(bagua__shm_t *s) {
 
 void bagua__shm_destroy(bagua__shm_t *s) {
   if (!s) return;
+  /* The caller closes the streams next; this tells the ranks that see the hang-up that it is
+   * a departure, not a death (check_liveness). */
+  if (s->ctrl) atomic_store_explicit(&s->ctrl[s->me].gone, 1, memory_order_release);
   if (s->base) munmap(s->base, s->map_bytes);
   free(s->pfd);
   free(s->srcs);

@@ -1,7 +1,8 @@
 /*
  * Failure semantics: a rank killed or stopped mid-allreduce, abort from another thread,
- * malformed and foreign handshakes, bad arguments and bad environment values.
- * Usage: test_failures kill|stall|abort tcp|shm ; test_failures handshake|badargs|badenv
+ * malformed and foreign handshakes, bad arguments and bad environment values, and a rank that
+ * leaves (destroys its communicator) while the others still finish, or start, a collective.
+ * Usage: test_failures kill|stall|abort tcp|shm ; test_failures handshake|badargs|badenv|depart
  */
 #include <pthread.h>
 #include <signal.h>
@@ -25,6 +26,9 @@ typedef struct {
   volatile int err_status[8];
   volatile double kill_time;
   volatile int returned; /* abort case: rank 0's aborted allreduce has returned */
+  volatile pid_t pids[8];
+  volatile double wait_ms[8]; /* depart case: how long a rank's failed collective took */
+  char msg[8][256];           /* depart case: bagua_last_error() of that collective */
 } shared_t;
 
 static shared_t *g_sh;
@@ -243,6 +247,94 @@ static int handshake_test(void) {
   return 0;
 }
 
+/*
+ * One run of the departure case with three ranks on shared memory. `skip` = 0: every rank
+ * calls a reduce to rank 1; rank 0, done first or not, stops rank 2 at once, destroys its
+ * communicator and exits, and lets rank 2 go on 100 ms later. Whenever rank 2 had not yet
+ * published its part, the root then waits for rank 2 with rank 0's connection closed: a
+ * departure, not a death, so the reduce must complete with the right sum. `skip` = 1: rank 0
+ * leaves without calling the collective, and the barrier of the other two must fail at once
+ * (not after the 20 s timeout), naming the rank that left.
+ */
+static int depart_run(int skip) {
+  mp_opts_t o = {.nranks = 3, .transport = BAGUA_TRANSPORT_SHM, .timeout_ms = 20000};
+  int port = mp_free_port();
+  enum { N = 1 << 18 };
+  g_sh->pids[2] = 0;
+  g_sh->iters[1] = g_sh->iters[2] = 0;
+  for (int r = 0; r < 3; r++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      bagua_comm_config_t cfg;
+      mp_config(&o, port, r, &cfg);
+      bagua_comm_t *c = NULL;
+      if (bagua_comm_create(&cfg, &c) != BAGUA_OK) _exit(3);
+      g_sh->iters[r] = 1;
+      if (r == 0 && skip) {
+        /* After the others' creation has returned too: leaving during it is another case. */
+        while (!g_sh->iters[1] || !g_sh->iters[2]) usleep(100);
+        bagua_comm_destroy(c);
+        _exit(0);
+      }
+      float *buf = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+      for (int i = 0; i < N; i++) buf[i] = (float)(r + 1);
+      double t0 = mp_now();
+      bagua_status_t st =
+          skip ? bagua_barrier(c) : bagua_reduce(c, buf, out, N, BAGUA_F32, BAGUA_SUM, 1);
+      g_sh->wait_ms[r] = (mp_now() - t0) * 1e3;
+      g_sh->err_status[r] = (int)st;
+      snprintf(g_sh->msg[r], sizeof(g_sh->msg[r]), "%s", bagua_last_error());
+      int bad = 0;
+      if (r == 0) {
+        while (g_sh->pids[2] == 0) usleep(100);
+        kill(g_sh->pids[2], SIGSTOP);
+        bagua_comm_destroy(c);
+        usleep(100000);
+        kill(g_sh->pids[2], SIGCONT);
+        _exit(st != BAGUA_OK);
+      }
+      if (r == 1 && st == BAGUA_OK)
+        for (int i = 0; i < N; i++) bad += out[i] != 6.0f;
+      bagua_comm_destroy(c);
+      free(buf);
+      free(out);
+      _exit(bad ? 4 : 0);
+    }
+    if (r == 2) g_sh->pids[2] = pid;
+  }
+  int failed = 0;
+  for (int r = 0; r < 3; r++) {
+    int status = 0;
+    waitpid(-1, &status, 0);
+    if (!WIFEXITED(status) || (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 1)) failed = 1;
+  }
+  int named = 0;
+  for (int r = skip; r < 3; r++) {
+    bagua_status_t st = (bagua_status_t)g_sh->err_status[r];
+    printf("  rank %d: %s after %.1f ms%s%s\n", r, bagua_err_name(st), g_sh->wait_ms[r],
+           st == BAGUA_OK ? "" : ": ", st == BAGUA_OK ? "" : g_sh->msg[r]);
+    if (!skip && st != BAGUA_OK) failed = 1;
+    /* The first rank to see the departure names it; its failure then aborts the other one's
+     * wait through the arena, which may say that instead. */
+    named += strstr(g_sh->msg[r], "rank 0 destroyed its communicator") != NULL;
+    if (skip && (st != BAGUA_ERR_REMOTE || g_sh->wait_ms[r] > 5000)) failed = 1;
+  }
+  if (skip && !named) failed = 1;
+  return failed;
+}
+
+/* The reduce runs are repeated: rank 0 stops rank 2 before it published about half the time. */
+static int depart_test(void) {
+  int failed = 0;
+  for (int i = 0; i < 8 && !failed; i++) {
+    printf("reduce while rank 0 leaves, run %d:\n", i + 1);
+    failed |= depart_run(0);
+  }
+  printf("barrier that rank 0 never calls:\n");
+  failed |= depart_run(1);
+  return failed;
+}
+
 static int badargs_body(bagua_comm_t *c, void *arg) {
   (void)arg;
   int me = bagua_comm_rank(c);
@@ -344,6 +436,8 @@ int main(int argc, char **argv) {
     rc = mp_run(&o, badargs_body, NULL);
   } else if (strcmp(argv[1], "badenv") == 0) {
     rc = badenv_test();
+  } else if (strcmp(argv[1], "depart") == 0) {
+    rc = depart_test();
   } else {
     return 2;
   }
