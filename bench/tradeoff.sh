@@ -162,11 +162,18 @@ job() {
 # first REGEX -> the first number in the first match in the output of rank 0
 first() { grep -E '\[[^]/]+/0\]' "$out" | grep -oE "$1" | head -1 | grep -oE '[0-9.]+' | head -1; }
 
+# Each variant's variables, worked out once (a Python start with torch takes seconds).
+declare -A venv_of
+for variant in $variants; do
+  venv_of[$variant]=$(variant_env "$variant") || exit 2
+done
+
 for workload in $workloads; do
   for ((i = 0; i < repeat; i++)); do
     for variant in $variants; do
       [ "$workload" = c-wide ] && [ "$variant" = ddp ] && continue # DDP runs torch scripts
-      mapfile -t venv < <(variant_env "$variant")
+      venv=()
+      [ -n "${venv_of[$variant]}" ] && mapfile -t venv <<<"${venv_of[$variant]}"
       algo=${variant%%:*}
       b0=64 # the workload's own batch per rank
       [ "$workload" = torch-mlp ] && b0=8

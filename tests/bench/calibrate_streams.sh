@@ -33,15 +33,8 @@ if [ "${2:-}" = --inner ]; then
 fi
 
 # ---- The test ----
-[ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
-if ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&1; then
-  echo "SKIP: ip netns is unavailable (Debian package iproute2)"
-  exit 77
-fi
-command -v tc >/dev/null || { echo "SKIP: tc (Debian package iproute2) is missing"; exit 77; }
-probe_ns=ncst$$
-ip netns add "$probe_ns" 2>/dev/null || { echo "SKIP: cannot create network namespaces here"; exit 77; }
-ip netns del "$probe_ns"
+. "$here/netns_preflight.sh"
+netns_preflight
 [ -x "$bench" ] || { echo "FAIL: $bench is not built"; exit 1; }
 
 fails=0

@@ -69,17 +69,10 @@ if [ "${2:-}" = --inner ]; then
 fi
 
 # ---- The test ----
-[ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
-if ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&1; then
-  echo "SKIP: ip netns is unavailable (Debian package iproute2)"
-  exit 77
-fi
-command -v tc >/dev/null || { echo "SKIP: tc (Debian package iproute2) is missing"; exit 77; }
+. "$here/netns_preflight.sh"
+netns_preflight
 [ -c /dev/net/tun ] || { echo "SKIP: /dev/net/tun is missing (the delay switch needs TUN)"; exit 77; }
 [ -x "$NETSIM_SWITCH" ] || { echo "FAIL: $NETSIM_SWITCH is not built"; exit 1; }
-probe_ns=nstp$$
-ip netns add "$probe_ns" 2>/dev/null || { echo "SKIP: cannot create network namespaces here"; exit 77; }
-ip netns del "$probe_ns"
 
 fails=0
 tag=t$(($$ % 100000)) # cluster names: at most 8 characters (netsim.sh --name)
