@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <immintrin.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,8 @@ struct bagua__shm {
   const bagua__coll_sig_t *sig; /* to publish with the next round this rank starts */
   bagua__coll_sig_t mine;       /* the one published last (a private copy to compare with) */
   uint64_t sig_round;           /* the round whose signatures are still to compare; 0: none */
+  pid_t owner;                  /* the process that set the arena up (see mark_gone_at_exit) */
+  bagua__shm_t *next_live;      /* the list of live arenas, under g_live_mu */
 };
 
 /* Messages at least this large are copied out with non-temporal stores: the destination will
@@ -496,6 +499,55 @@ const bagua__coll_ops_t bagua__shm_ops = {
     shm_broadcast, shm_reduce,    shm_gather,         shm_scatter,   shm_barrier,
 };
 
+/*
+ * A process that exits without destroying its communicators (a script that returns after its
+ * last step, a Python communicator never collected) leaves just as a destroy would, and its
+ * peers should read its hang-up as such (check_liveness). An exit handler marks the arenas of
+ * the communicators still alive as gone. It only sets flags, so it is safe while another thread
+ * still uses a communicator (that thread publishes nothing after the exit, and a peer waiting
+ * for it fails at once, naming it). It acts only in the process that set an arena up: a forked
+ * child that exits must not speak for its parent. It never waits: if another thread holds the
+ * list's lock at exit, or a fork copied the lock held, the arenas stay unmarked and a peer
+ * reads the exit as a death, as it would without the handler.
+ */
+static pthread_mutex_t g_live_mu = PTHREAD_MUTEX_INITIALIZER;
+static bagua__shm_t *g_live;
+static pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
+
+static void mark_gone_at_exit(void) {
+  if (pthread_mutex_trylock(&g_live_mu) != 0) return;
+  pid_t me = getpid();
+  for (bagua__shm_t *s = g_live; s; s = s->next_live)
+    if (s->owner == me) atomic_store_explicit(&s->ctrl[s->me].gone, 1, memory_order_release);
+  pthread_mutex_unlock(&g_live_mu);
+}
+
+static void register_exit_handler(void) {
+  if (atexit(mark_gone_at_exit) != 0)
+    BAGUA_WARN(
+        "cannot register the exit handler of the shared-memory transport: a rank that "
+        "exits without destroying its communicator will look dead to its peers");
+}
+
+static void live_add(bagua__shm_t *s) {
+  pthread_once(&g_exit_once, register_exit_handler);
+  s->owner = getpid();
+  pthread_mutex_lock(&g_live_mu);
+  s->next_live = g_live;
+  g_live = s;
+  pthread_mutex_unlock(&g_live_mu);
+}
+
+static void live_remove(bagua__shm_t *s) {
+  pthread_mutex_lock(&g_live_mu);
+  for (bagua__shm_t **p = &g_live; *p; p = &(*p)->next_live)
+    if (*p == s) {
+      *p = s->next_live;
+      break;
+    }
+  pthread_mutex_unlock(&g_live_mu);
+}
+
 bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
   bagua_status_t st = BAGUA_OK;
   bagua__shm_t *s = NULL;
@@ -595,6 +647,7 @@ bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
     st = BAGUA_ERR_INVALID_ARG;
     goto fail;
   }
+  live_add(s);
   BAGUA_INFO(BAGUA_SUBSYS_INIT, "shm arena %s: %d ranks, %zu-byte slots", name, s->n, s->slot);
   return BAGUA_OK;
 fail:
@@ -607,6 +660,7 @@ void bagua__shm_abort(bagua__shm_t *s) {
 
 void bagua__shm_destroy(bagua__shm_t *s) {
   if (!s) return;
+  if (s->owner) live_remove(s);
   /* The caller closes the streams next; this tells the ranks that see the hang-up that it is
    * a departure, not a death (check_liveness). */
   if (s->ctrl) atomic_store_explicit(&s->ctrl[s->me].gone, 1, memory_order_release);

@@ -122,7 +122,11 @@ BAGUA_EXTERN uint64_t bagua_comm_bytes_sent(const bagua_comm_t *comm);
 BAGUA_EXTERN void bagua_comm_abort(bagua_comm_t *comm);
 /* The first error that poisoned the communicator, BAGUA_OK if none. Thread-safe. */
 BAGUA_EXTERN bagua_status_t bagua_comm_get_async_error(const bagua_comm_t *comm);
-/* Closes connections, unmaps shared memory and frees `comm` (NULL is accepted). */
+/* Closes connections, unmaps shared memory and frees `comm` (NULL is accepted). Not collective:
+ * a rank may destroy its communicator once its own last collective has returned, while the
+ * others still complete it; a peer that then waits for this rank fails with BAGUA_ERR_REMOTE.
+ * Exiting the process (exit(), not _exit() or a signal) without destroying counts as a destroy
+ * for this purpose. */
 BAGUA_EXTERN void bagua_comm_destroy(bagua_comm_t *comm);
 
 /* ---- collectives ---- */
