@@ -47,7 +47,7 @@ typedef struct {
   bagua__coll_sig_t sig[2];
   char pad1[64 - 8 - 2 * sizeof(bagua__coll_sig_t)];
   _Atomic uint64_t con;
-  _Atomic uint32_t gone; /* set by bagua__shm_destroy() before the rank closes its streams */
+  _Atomic uint32_t gone; /* this rank left: bagua__shm_destroy() or mark_gone_at_exit() */
   char pad2[52];
 } ctrl_t;
 
