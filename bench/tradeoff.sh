@@ -121,8 +121,11 @@ except ImportError as e:
     sys.exit(f"tradeoff: variant options need the Python module of --build: {e}")
 PY
 }
+# Each variant's variables, worked out once before anything starts (a Python start with torch
+# takes seconds), which also refuses a bad option.
+declare -A venv_of
 for variant in $variants; do
-  variant_env "$variant" >/dev/null || exit 2
+  venv_of[$variant]=$(variant_env "$variant") || exit 2
 done
 
 if [ "$inner" = 0 ]; then
@@ -161,12 +164,6 @@ job() {
 
 # first REGEX -> the first number in the first match in the output of rank 0
 first() { grep -E '\[[^]/]+/0\]' "$out" | grep -oE "$1" | head -1 | grep -oE '[0-9.]+' | head -1; }
-
-# Each variant's variables, worked out once (a Python start with torch takes seconds).
-declare -A venv_of
-for variant in $variants; do
-  venv_of[$variant]=$(variant_env "$variant") || exit 2
-done
 
 for workload in $workloads; do
   for ((i = 0; i < repeat; i++)); do

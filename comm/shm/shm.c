@@ -124,9 +124,11 @@ static char *slot_of(bagua__shm_t *s, int rank, uint64_t k) {
  * though: a rank that finished the last collective destroys its communicator while slower ranks
  * still wait for each other to complete it, and it owes them nothing more (everything it
  * publishes is in the arena, which stays mapped here). Such a rank raises `gone` before it
- * closes its streams, so its hang-up fails only a wait for that very rank (`who`), which can
- * then never end. Any other hang-up is a rank that died. */
-static bagua_status_t check_liveness(bagua__shm_t *s, int who) {
+ * closes its streams, so its hang-up fails only a wait for that very rank (`who`, for *ctr to
+ * reach v), and only if the counter has not reached v after all: the rank may have published
+ * it and left since the caller last looked, and it publishes nothing after raising `gone`.
+ * Any other hang-up is a rank that died. */
+static bagua_status_t check_liveness(bagua__shm_t *s, int who, _Atomic uint64_t *ctr, uint64_t v) {
   int n = 0;
   for (int r = 0; r < s->n; r++) {
     if (r == s->me) continue;
@@ -142,7 +144,7 @@ static bagua_status_t check_liveness(bagua__shm_t *s, int who) {
         BAGUA_WARN("rank %d on this node closed its control connection (it died or failed)", r);
         return BAGUA_ERR_REMOTE;
       }
-      if (r == who) {
+      if (r == who && atomic_load_explicit(ctr, memory_order_acquire) < v) {
         BAGUA_WARN(
             "rank %d destroyed its communicator while this rank waits for it in a "
             "collective (do all ranks call the same collectives?)",
@@ -199,10 +201,7 @@ static bagua_status_t wait_ge(bagua__shm_t *s, _Atomic uint64_t *ctr, uint64_t v
     now = bagua__now_ns();
     if (now >= s->next_liveness_ns) {
       s->next_liveness_ns = now + 2000000;
-      /* A rank that left after publishing what is awaited is no failure: look again first. */
-      bagua_status_t live = check_liveness(s, who);
-      if (live != BAGUA_OK && atomic_load_explicit(ctr, memory_order_acquire) >= v) return BAGUA_OK;
-      BAGUA_CHECK(live);
+      BAGUA_CHECK(check_liveness(s, who, ctr, v));
     }
     if (now - start > (int64_t)s->c->timeout_ms * 1000000) {
       BAGUA_WARN("no progress for %d ms waiting for rank %d (stalled?); see BAGUA_COMM_TIMEOUT_MS",

@@ -25,10 +25,11 @@ typedef struct {
   volatile double err_time[8];
   volatile int err_status[8];
   volatile double kill_time;
-  volatile int returned; /* abort case: rank 0's aborted allreduce has returned */
-  volatile pid_t pids[8];
-  volatile double wait_ms[8]; /* depart case: how long a rank's failed collective took */
-  char msg[8][256];           /* depart case: bagua_last_error() of that collective */
+  volatile int returned;      /* abort case: rank 0's aborted allreduce has returned */
+  volatile pid_t rank2_pid;   /* depart case: the rank that rank 0 stops */
+  volatile int created[8];    /* depart case: the rank's communicator exists */
+  volatile double wait_ms[8]; /* depart case: how long the rank's collective took */
+  char msg[8][256];           /* depart case: bagua_last_error() after that collective */
 } shared_t;
 
 static shared_t *g_sh;
@@ -251,84 +252,86 @@ static int handshake_test(void) {
 typedef enum { LEAVE_DESTROY, LEAVE_EXIT, LEAVE_SKIP } leave_t;
 static bagua_comm_t *g_left_open; /* LEAVE_EXIT: still reachable, so no leak is reported */
 
-/*
- * One run of the departure case with three ranks on shared memory. LEAVE_DESTROY and
- * LEAVE_EXIT: every rank calls a reduce to rank 1; rank 0, done first or not, stops rank 2 at
- * once and leaves (destroys its communicator and exits, or exits without destroying it), and
- * rank 2 goes on 100 ms later. Whenever rank 2 had not yet published its part, the root then
- * waits for rank 2 with rank 0's connection closed: a departure, not a death, so the reduce
- * must complete with the right sum. LEAVE_SKIP: rank 0 leaves without calling the collective,
- * and the barrier of the other two must fail at once (not after the 20 s timeout), naming the
- * rank that left.
- */
-static int depart_run(leave_t how) {
-  mp_opts_t o = {.nranks = 3, .transport = BAGUA_TRANSPORT_SHM, .timeout_ms = 20000};
-  int port = mp_free_port();
-  int skip = how == LEAVE_SKIP;
-  enum { N = 1 << 18 };
-  g_sh->pids[2] = 0;
-  g_sh->iters[1] = g_sh->iters[2] = 0;
-  fflush(stdout); /* a rank that calls exit() would print this process's buffer again */
-  for (int r = 0; r < 3; r++) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      bagua_comm_config_t cfg;
-      mp_config(&o, port, r, &cfg);
-      bagua_comm_t *c = NULL;
-      if (bagua_comm_create(&cfg, &c) != BAGUA_OK) _exit(3);
-      g_sh->iters[r] = 1;
-      if (r == 0 && skip) {
-        /* After the others' creation has returned too: leaving during it is another case. */
-        while (!g_sh->iters[1] || !g_sh->iters[2]) usleep(100);
-        bagua_comm_destroy(c);
-        _exit(0);
-      }
-      float *buf = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
-      for (int i = 0; i < N; i++) buf[i] = (float)(r + 1);
-      /* Rank 0 comes last, while the others nap in their waits (up to 1 ms per nap): it then
-       * usually ends the reduce, and stops rank 2, before rank 2 has published its part. */
-      if (r == 0 && !skip) usleep(20000);
-      double t0 = mp_now();
-      bagua_status_t st =
-          skip ? bagua_barrier(c) : bagua_reduce(c, buf, out, N, BAGUA_F32, BAGUA_SUM, 1);
-      g_sh->wait_ms[r] = (mp_now() - t0) * 1e3;
-      g_sh->err_status[r] = (int)st;
-      snprintf(g_sh->msg[r], sizeof(g_sh->msg[r]), "%s", bagua_last_error());
-      int bad = 0;
-      if (r == 0) {
-        while (g_sh->pids[2] == 0) usleep(100);
-        kill(g_sh->pids[2], SIGSTOP);
-        if (fork() == 0) { /* lets rank 2 go on once rank 0 is gone */
-          /* Without rank 0's streams: a copy held open here would hide its hang-up. */
-          for (int fd = 3; fd < 1024; fd++) close(fd);
-          usleep(100000);
-          kill(g_sh->pids[2], SIGCONT);
-          _exit(0);
-        }
-        free(buf);
-        free(out);
-        if (how == LEAVE_EXIT) {
-          g_left_open = c;
-          exit(st != BAGUA_OK); /* the exit handlers run, bagua_comm_destroy() does not */
-        }
-        bagua_comm_destroy(c);
-        _exit(st != BAGUA_OK);
-      }
-      if (r == 1 && st == BAGUA_OK)
-        for (int i = 0; i < N; i++) bad += out[i] != 6.0f;
-      bagua_comm_destroy(c);
-      free(buf);
-      free(out);
-      _exit(bad ? 4 : 0);
+/* Waits until *flag is set by another process; exits the rank after 30 s. */
+static void await_flag(volatile int *flag) {
+  double until = mp_now() + 30;
+  while (!*flag) {
+    if (mp_now() > until) {
+      fprintf(stderr, "depart: a rank never got ready\n");
+      _exit(5);
     }
-    if (r == 2) g_sh->pids[2] = pid;
+    usleep(100);
   }
-  int failed = 0;
-  for (int r = 0; r < 3; r++) {
-    int status = 0;
-    waitpid(-1, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+}
+
+/*
+ * The body of one run of the departure case with three ranks on shared memory. LEAVE_DESTROY
+ * and LEAVE_EXIT: every rank calls a reduce to rank 1; rank 0, done first or not, stops rank 2
+ * at once and leaves (destroys its communicator and exits, or exits without destroying it),
+ * and rank 2 goes on 100 ms later. Whenever rank 2 had not yet published its part, the root
+ * then waits for rank 2 with rank 0's connection closed: a departure, not a death, so the
+ * reduce must complete with the right sum. LEAVE_SKIP: rank 0 leaves without calling the
+ * collective, and the barrier of the other two must fail at once (not after the 20 s timeout),
+ * naming the rank that left. Rank 0 never returns from here (mp_run would destroy for it).
+ */
+static int depart_body(bagua_comm_t *c, void *arg) {
+  leave_t how = *(const leave_t *)arg;
+  int r = bagua_comm_rank(c), skip = how == LEAVE_SKIP;
+  enum { N = 1 << 18 };
+  if (r == 2) g_sh->rank2_pid = getpid();
+  g_sh->created[r] = 1;
+  if (r == 0 && skip) {
+    /* After the others' creation has returned too: leaving during it is another case. */
+    await_flag(&g_sh->created[1]);
+    await_flag(&g_sh->created[2]);
+    bagua_comm_destroy(c);
+    _exit(0);
   }
+  float *buf = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+  for (int i = 0; i < N; i++) buf[i] = (float)(r + 1);
+  /* Rank 0 comes last, while the others nap in their waits (up to 1 ms per nap): it then
+   * usually ends the reduce, and stops rank 2, before rank 2 has published its part. */
+  if (r == 0) usleep(20000);
+  double t0 = mp_now();
+  bagua_status_t st =
+      skip ? bagua_barrier(c) : bagua_reduce(c, buf, out, N, BAGUA_F32, BAGUA_SUM, 1);
+  g_sh->wait_ms[r] = (mp_now() - t0) * 1e3;
+  g_sh->err_status[r] = (int)st;
+  snprintf(g_sh->msg[r], sizeof(g_sh->msg[r]), "%s", bagua_last_error());
+  int bad = 0;
+  if (r == 0) {
+    await_flag(&g_sh->created[2]); /* set after rank2_pid */
+    kill(g_sh->rank2_pid, SIGSTOP);
+    if (fork() == 0) { /* lets rank 2 go on once rank 0 is gone */
+      /* Without rank 0's streams: a copy held open here would hide its hang-up. */
+      for (int fd = 3; fd < 1024; fd++) close(fd);
+      usleep(100000);
+      kill(g_sh->rank2_pid, SIGCONT);
+      _exit(0);
+    }
+    free(buf);
+    free(out);
+    if (how == LEAVE_EXIT) {
+      g_left_open = c;
+      exit(st != BAGUA_OK); /* the exit handlers run, bagua_comm_destroy() does not */
+    }
+    bagua_comm_destroy(c);
+    _exit(st != BAGUA_OK);
+  }
+  if (r == 1 && st == BAGUA_OK)
+    for (int i = 0; i < N; i++) bad += out[i] != 6.0f;
+  free(buf);
+  free(out);
+  return bad ? 4 : 0;
+}
+
+/* One run: the ranks' exit statuses, then what each one's collective returned. */
+static int depart_run(leave_t how) {
+  mp_opts_t o = {
+      .nranks = 3, .transport = BAGUA_TRANSPORT_SHM, .timeout_ms = 20000, .deadline_s = 60};
+  int skip = how == LEAVE_SKIP;
+  memset((void *)g_sh->created, 0, sizeof(g_sh->created));
+  int failed = mp_run(&o, depart_body, &how);
   int named = 0;
   for (int r = skip; r < 3; r++) {
     bagua_status_t st = (bagua_status_t)g_sh->err_status[r];
