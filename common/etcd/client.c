@@ -145,10 +145,12 @@ bagua_status_t bagua__etcd_conn_perform(etcd_conn_t *conn, CURLcode *res) {
       st = BAGUA_ERR_ABORTED;
       break;
     }
-    /* libcurl shortens this wait to its own next timeout; a wakeup or the interrupt
-     * descriptor ends it at once. */
+    /* libcurl shortens this wait to its own next timeout (the transfer's, for a request); a
+     * wakeup or the interrupt descriptor ends it at once. So the bound here only matters for a
+     * watch's stream, which has no timeout: long, since an idle watch thread that woke every
+     * second would cost a thousand agents a thousand wake-ups a second. */
     struct curl_waitfd extra = {.fd = ifd, .events = CURL_WAIT_POLLIN, .revents = 0};
-    mc = curl_multi_poll(conn->multi, ifd >= 0 ? &extra : NULL, ifd >= 0 ? 1 : 0, 1000, NULL);
+    mc = curl_multi_poll(conn->multi, ifd >= 0 ? &extra : NULL, ifd >= 0 ? 1 : 0, 60000, NULL);
     if (mc != CURLM_OK) {
       BAGUA_WARN("curl_multi_poll failed: %s", curl_multi_strerror(mc));
       st = BAGUA_ERR_CURL;

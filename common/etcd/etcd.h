@@ -122,6 +122,57 @@ bagua_status_t bagua__etcd_get(bagua__etcd_t *c, const char *key, bagua__etcd_kv
 bagua_status_t bagua__etcd_range_prefix(bagua__etcd_t *c, const char *prefix,
                                         bagua__etcd_kv_t **kvs, size_t *n, int64_t *revision);
 
+/*
+ * A key range: `key` alone (prefix 0, end NULL), every key that starts with `key` (prefix 1),
+ * or the keys from `key` up to but not including `end` (end set, prefix 0).
+ */
+typedef struct {
+  const char *key;
+  const char *end;
+  int prefix;
+} bagua__etcd_span_t;
+
+/* One range of bagua__etcd_read_ranges: what to read, and what came back. */
+typedef struct {
+  bagua__etcd_span_t span;
+  int count_only; /* 1: only `count` is filled, no pairs are sent */
+  int keys_only;  /* 1: the pairs come without their values ("") */
+  /* Outputs: the pairs, sorted by key (free with bagua__etcd_reads_clear), and how many keys
+   * the range holds. */
+  bagua__etcd_kv_t *kvs;
+  size_t n;
+  int64_t count;
+} bagua__etcd_read_t;
+
+/*
+ * Reads several ranges in one request (a transaction of range operations), so every range is
+ * read at the same revision: `*revision` (optional) gets it, and a watch of those ranges from
+ * revision + 1 misses nothing. At most BAGUA_ETCD_READS_MAX ranges (etcd's default bound on the
+ * operations of one transaction). On failure every output is cleared.
+ */
+#define BAGUA_ETCD_READS_MAX 128
+bagua_status_t bagua__etcd_read_ranges(bagua__etcd_t *c, bagua__etcd_read_t *r, size_t n,
+                                       int64_t *revision);
+/* Frees the outputs of `n` reads and zeroes them (the spans are kept). */
+void bagua__etcd_reads_clear(bagua__etcd_read_t *r, size_t n);
+
+/* One put of bagua__etcd_put_many: `value_len` bytes of `value` on `lease` (0: none). */
+typedef struct {
+  const char *key;
+  const void *value;
+  size_t value_len;
+  int64_t lease;
+} bagua__etcd_put_t;
+
+/*
+ * Writes `n` keys, BAGUA_ETCD_READS_MAX per request (each batch one transaction). A batch that
+ * etcd refuses (a key's lease has ended) is written key by key instead, so only the keys etcd
+ * refuses are left out. `*written` (optional) gets how many were written. Returns BAGUA_OK, or
+ * the first failure (a transport failure stops at once).
+ */
+bagua_status_t bagua__etcd_put_many(bagua__etcd_t *c, const bagua__etcd_put_t *p, size_t n,
+                                    size_t *written);
+
 /* Deletes `key`; `deleted` (optional) gets 1 or 0. Deleting a missing key is not an error. */
 bagua_status_t bagua__etcd_delete(bagua__etcd_t *c, const char *key, int64_t *deleted);
 /* Deletes every key under `prefix` (must not be empty); `deleted` gets the count. */
@@ -196,6 +247,10 @@ bagua_status_t bagua__etcd_keeper_start(bagua__etcd_t *c, int64_t id, int64_t tt
  * etcd had reported it gone). Thread-safe; cheap enough to poll.
  */
 int bagua__etcd_keeper_lost(const bagua__etcd_keeper_t *k);
+/* When renewals began to fail: the monotonic time (bagua__now_ms) at which the first renewal
+ * since the last successful one was sent, or 0 while they succeed. A holder that sends
+ * nothing else to etcd learns of an outage from this within one renewal period. */
+int64_t bagua__etcd_keeper_failing_since(const bagua__etcd_keeper_t *k);
 /* Milliseconds since the last successful renewal (since start if none). */
 int64_t bagua__etcd_keeper_since_ok_ms(const bagua__etcd_keeper_t *k);
 /* Stops the thread (at once: a renewal in flight is interrupted) and frees the keeper. The
@@ -216,6 +271,12 @@ typedef enum {
 /* Pointers are valid only during the callback. */
 typedef struct {
   bagua__etcd_event_type_t type;
+  /* Which range of bagua__etcd_watch_ranges the event belongs to (0 for a single watch). */
+  int range;
+  /* 1 on the last event of one message from etcd. etcd sends all of one revision's events for
+   * one range in one message, so a consumer that applies events up to a `last` one has applied
+   * whole transactions of that range. */
+  int last;
   const char *key; /* NULL for FAILED */
   size_t key_len;
   const char *value; /* NUL-terminated; "" for DELETE */
@@ -266,7 +327,18 @@ bagua_status_t bagua__etcd_watch_start(bagua__etcd_t *c, const char *key,
                                        const bagua__etcd_watch_opts_t *opts,
                                        bagua__etcd_watch_cb cb, void *arg,
                                        bagua__etcd_watch_t **out);
-/* Next revision the watch will report (last delivered + 1). Thread-safe. */
+/*
+ * Watches several ranges over one stream (one connection, one thread): every change in any of
+ * them is reported with ev->range set to its index. Each range resumes from its own revision
+ * after a reconnect. `opts->prefix` is ignored (each span says what it covers); the other
+ * options and every guarantee are bagua__etcd_watch_start's. 1..BAGUA_ETCD_READS_MAX ranges.
+ */
+bagua_status_t bagua__etcd_watch_ranges(bagua__etcd_t *c, const bagua__etcd_span_t *spans, size_t n,
+                                        const bagua__etcd_watch_opts_t *opts,
+                                        bagua__etcd_watch_cb cb, void *arg,
+                                        bagua__etcd_watch_t **out);
+/* Next revision the watch will report (last delivered + 1; with several ranges, the lowest of
+ * theirs). Thread-safe. */
 int64_t bagua__etcd_watch_next_revision(const bagua__etcd_watch_t *w);
 /* Stops the watch thread promptly (it wakes from network waits at once), waits for it, and
  * frees the watch. Returns BAGUA_ERR_INVALID_USAGE if called from the watch callback. NULL ok. */

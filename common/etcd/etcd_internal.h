@@ -113,5 +113,9 @@ bagua_status_t bagua__etcd_json_kv(const cJSON *obj, bagua__etcd_kv_t *kv);
 bagua_status_t bagua__etcd_json_header_revision(const cJSON *reply, int64_t *rev);
 /* Adds key (and range_end for a prefix) to a range/delete/watch request object. */
 int bagua__etcd_json_add_key_range(cJSON *obj, const char *key, int prefix);
+/* Adds key and range_end for a span (etcd.h): one key, a prefix, or [key, end). */
+int bagua__etcd_json_add_span(cJSON *obj, const bagua__etcd_span_t *span);
+/* Parses the "kvs" array of a RangeResponse into a new array (absent: none). */
+bagua_status_t bagua__etcd_json_kvs(const cJSON *range, bagua__etcd_kv_t **out, size_t *n);
 
 #endif

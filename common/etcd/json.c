@@ -150,3 +150,40 @@ int bagua__etcd_json_add_key_range(cJSON *obj, const char *key, int prefix) {
   free(end);
   return rc;
 }
+
+int bagua__etcd_json_add_span(cJSON *obj, const bagua__etcd_span_t *span) {
+  if (!span->end || span->prefix)
+    return bagua__etcd_json_add_key_range(obj, span->key, span->prefix);
+  return bagua__etcd_json_add_b64(obj, "key", span->key, strlen(span->key)) == 0 &&
+                 bagua__etcd_json_add_b64(obj, "range_end", span->end, strlen(span->end)) == 0
+             ? 0
+             : -1;
+}
+
+bagua_status_t bagua__etcd_json_kvs(const cJSON *range, bagua__etcd_kv_t **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  const cJSON *kvs = cJSON_GetObjectItemCaseSensitive(range, "kvs");
+  if (kvs == NULL || cJSON_IsNull(kvs)) return BAGUA_OK;
+  if (!cJSON_IsArray(kvs)) {
+    BAGUA_WARN("etcd range reply has a \"kvs\" field that is not an array");
+    return BAGUA_ERR_ETCD;
+  }
+  int count = cJSON_GetArraySize(kvs);
+  if (count == 0) return BAGUA_OK;
+  bagua__etcd_kv_t *arr;
+  BAGUA_CALLOC(arr, count);
+  size_t i = 0;
+  const cJSON *item;
+  cJSON_ArrayForEach(item, kvs) {
+    bagua_status_t st = bagua__etcd_json_kv(item, &arr[i]);
+    if (st != BAGUA_OK) {
+      bagua__etcd_kvs_free(arr, i);
+      return st;
+    }
+    i++;
+  }
+  *out = arr;
+  *n = i;
+  return BAGUA_OK;
+}

@@ -39,36 +39,8 @@ static bagua_status_t header_revision(const cJSON *reply, int64_t *revision) {
   return bagua__etcd_json_header_revision(reply, revision);
 }
 
-/*
- * Parses the "kvs" array of a RangeResponse into a new array. Absent means none: proto3 drops
- * empty lists.
- */
 static bagua_status_t parse_kvs(const cJSON *range, bagua__etcd_kv_t **out, size_t *n) {
-  *out = NULL;
-  *n = 0;
-  const cJSON *kvs = cJSON_GetObjectItemCaseSensitive(range, "kvs");
-  if (kvs == NULL || cJSON_IsNull(kvs)) return BAGUA_OK;
-  if (!cJSON_IsArray(kvs)) {
-    BAGUA_WARN("etcd range reply has a \"kvs\" field that is not an array");
-    return BAGUA_ERR_ETCD;
-  }
-  int count = cJSON_GetArraySize(kvs);
-  if (count == 0) return BAGUA_OK;
-  bagua__etcd_kv_t *arr;
-  BAGUA_CALLOC(arr, count);
-  size_t i = 0;
-  const cJSON *item;
-  cJSON_ArrayForEach(item, kvs) {
-    bagua_status_t st = bagua__etcd_json_kv(item, &arr[i]);
-    if (st != BAGUA_OK) {
-      bagua__etcd_kvs_free(arr, i);
-      return st;
-    }
-    i++;
-  }
-  *out = arr;
-  *n = i;
-  return BAGUA_OK;
+  return bagua__etcd_json_kvs(range, out, n);
 }
 
 bagua_status_t bagua__etcd_put(bagua__etcd_t *c, const char *key, const void *value,

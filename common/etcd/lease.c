@@ -127,6 +127,9 @@ struct bagua__etcd_keeper {
   int stop;           /* under mu */
   int gone;           /* atomic: etcd said the lease expired or is unknown */
   int64_t last_ok_ms; /* atomic; the start time until the first renewal */
+  /* atomic: monotonic ms at which the first renewal since the last good one began to fail;
+   * 0 while renewals succeed. */
+  int64_t failing_since;
 };
 
 /* Sleeps up to `ms` unless stop is requested. Returns 1 when stopping. */
@@ -144,7 +147,7 @@ static void *keeper_main(void *arg) {
   bagua__etcd_keeper_t *k = arg;
   int failures = 0;
   for (;;) {
-    int64_t ttl = 0;
+    int64_t ttl = 0, began = bagua__now_ms();
     bagua_status_t st = keepalive(k->c, k->id, &ttl, ETCD_CALL_QUIET_TRANSPORT);
     if (st == BAGUA_ERR_ABORTED) break;
     int64_t wait = k->interval_ms;
@@ -154,11 +157,15 @@ static void *keeper_main(void *arg) {
                    (long long)k->id, failures);
       failures = 0;
       __atomic_store_n(&k->last_ok_ms, bagua__now_ms(), __ATOMIC_RELEASE);
+      __atomic_store_n(&k->failing_since, 0, __ATOMIC_RELEASE);
     } else if (st == BAGUA_OK) {
       /* Definitive: the lease and its keys are gone, and renewing cannot bring them back. */
       __atomic_store_n(&k->gone, 1, __ATOMIC_RELEASE);
       break;
     } else {
+      int64_t zero = 0;
+      __atomic_compare_exchange_n(&k->failing_since, &zero, began, 0, __ATOMIC_RELEASE,
+                                  __ATOMIC_RELAXED);
       if (failures++ == 0)
         BAGUA_WARN("etcd lease %lld: keep-alive to %s failed (%s); retrying", (long long)k->id,
                    bagua__etcd_endpoint(k->c), bagua_err_name(st));
@@ -211,6 +218,10 @@ fail:
 int bagua__etcd_keeper_lost(const bagua__etcd_keeper_t *k) {
   if (__atomic_load_n(&k->gone, __ATOMIC_ACQUIRE)) return 1;
   return bagua__etcd_keeper_since_ok_ms(k) > k->ttl_ms;
+}
+
+int64_t bagua__etcd_keeper_failing_since(const bagua__etcd_keeper_t *k) {
+  return __atomic_load_n(&k->failing_since, __ATOMIC_ACQUIRE);
 }
 
 int64_t bagua__etcd_keeper_since_ok_ms(const bagua__etcd_keeper_t *k) {

@@ -3,10 +3,11 @@
  *
  * The reply is a chunked HTTP/1.1 body carrying one JSON object per line; libcurl hands it
  * over in arbitrary pieces, so bytes are collected until a newline completes an object. Each
- * watch runs on its own thread with its own connection. When the stream ends for any reason
- * other than a stop request or a cancellation by etcd, the thread reconnects with back-off and
- * asks for the revision after the last one it delivered, which makes an etcd restart
- * invisible to the callback apart from the delay.
+ * watch runs on its own thread with its own connection; one watch may cover several ranges
+ * (one create request each in the request body, told apart by etcd's watch ids). When the stream
+ * ends for any reason other than a stop request or a cancellation by etcd, the thread reconnects
+ * with back-off and asks for the revision after the last one it delivered, which makes an etcd
+ * restart invisible to the callback apart from the delay.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +29,19 @@
       BAGUA_WARN(__VA_ARGS__);                    \
   } while (0)
 
+/* One watched range and where it resumes. */
+typedef struct {
+  char *key, *end; /* end NULL: the key alone, or its prefix when `prefix` */
+  int prefix;
+  int64_t next_rev; /* atomic: first revision not yet delivered; 0 means "from now" */
+  int64_t watch_id; /* etcd's id for it on the current connection */
+} watch_range_t;
+
 struct bagua__etcd_watch {
   bagua__etcd_t *c; /* private client: its connection carries the stream */
-  char *key;
-  int prefix;
+  char *key;        /* for log lines: the first range's key, "+N" when there are more */
+  watch_range_t *r;
+  size_t nr;
   int max_outage_ms;
   bagua__etcd_watch_cb cb;
   void *arg;
@@ -41,13 +51,13 @@ struct bagua__etcd_watch {
   int stop;          /* atomic, written under mu */
   int started;       /* under mu: 0 waiting, 1 confirmed by etcd, -1 the first attempt failed */
   bagua_status_t start_status;
-  int64_t next_rev; /* atomic: first revision not yet delivered; 0 means "from now" */
-  int ep;           /* endpoint index the thread connects to */
-  int in_outage;    /* watch thread only: repeated problems are logged at INFO, not WARN */
+  int ep;        /* endpoint index the thread connects to */
+  int in_outage; /* watch thread only: repeated problems are logged at INFO, not WARN */
 
   /* Per-connection state, touched only by the watch thread (inside the write callback). */
   etcd_buf_t line;
-  int created;              /* etcd confirmed the watch on this connection */
+  size_t ncreated;          /* ranges etcd confirmed on this connection */
+  int created;              /* etcd confirmed every range on this connection */
   int ended;                /* the watch is over: callback said stop, or etcd cancelled it */
   bagua_status_t stream_st; /* what went wrong on this connection's stream, if anything */
   bagua_status_t fail_st;   /* reported in the FAILED event when ended by etcd */
@@ -75,17 +85,31 @@ static int is_started(bagua__etcd_watch_t *w) {
   return v;
 }
 
-static void advance(bagua__etcd_watch_t *w, int64_t rev) {
-  if (rev > __atomic_load_n(&w->next_rev, __ATOMIC_RELAXED))
-    __atomic_store_n(&w->next_rev, rev, __ATOMIC_RELEASE);
+static void advance(watch_range_t *r, int64_t rev) {
+  if (rev > __atomic_load_n(&r->next_rev, __ATOMIC_RELAXED))
+    __atomic_store_n(&r->next_rev, rev, __ATOMIC_RELEASE);
 }
 
-/* Delivers the events of one message. Returns -1 when the watch must end or reconnect. */
-static int deliver_events(bagua__etcd_watch_t *w, const cJSON *events) {
+/* The lowest resume revision of the ranges (0 while one of them is still "from now"). */
+static int64_t lowest_next(const bagua__etcd_watch_t *w) {
+  int64_t low = -1;
+  for (size_t i = 0; i < w->nr; i++) {
+    int64_t v = __atomic_load_n(&w->r[i].next_rev, __ATOMIC_ACQUIRE);
+    if (low < 0 || v < low) low = v;
+  }
+  return low < 0 ? 0 : low;
+}
+
+/* Delivers the events of one message of range `ri`. Returns -1 when the watch must end or
+ * reconnect. */
+static int deliver_events(bagua__etcd_watch_t *w, size_t ri, const cJSON *events) {
+  watch_range_t *r = &w->r[ri];
   /* Anything below this was delivered before (a resumed stream never repeats it). */
-  int64_t floor = __atomic_load_n(&w->next_rev, __ATOMIC_RELAXED);
+  int64_t floor = __atomic_load_n(&r->next_rev, __ATOMIC_RELAXED);
+  int left = cJSON_GetArraySize(events);
   const cJSON *e;
   cJSON_ArrayForEach(e, events) {
+    left--;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
     bagua__etcd_event_t ev;
     memset(&ev, 0, sizeof(ev));
@@ -116,8 +140,10 @@ static int deliver_events(bagua__etcd_watch_t *w, const cJSON *events) {
     ev.create_revision = kv.create_revision;
     ev.version = kv.version;
     ev.lease = kv.lease;
+    ev.range = (int)ri;
+    ev.last = left == 0;
     /* Advanced first, so the callback (and any thread it signals) sees the resume point. */
-    advance(w, kv.mod_revision + 1);
+    advance(r, kv.mod_revision + 1);
     int rc = w->cb(w->arg, &ev);
     bagua__etcd_kv_clear(&kv);
     if (rc != 0) {
@@ -157,8 +183,7 @@ static int handle_line(bagua__etcd_watch_t *w, const char *p, size_t n) {
       BAGUA_WARN(
           "etcd watch on %s: revision %lld has been compacted (oldest available %lld); "
           "read the keys again and watch from the revision of that read",
-          w->key, (long long)__atomic_load_n(&w->next_rev, __ATOMIC_RELAXED),
-          (long long)w->compact_rev);
+          w->key, (long long)lowest_next(w), (long long)w->compact_rev);
     else
       BAGUA_WARN("etcd watch on %s cancelled by etcd: %s", w->key,
                  cJSON_IsString(why) ? why->valuestring : "no reason given");
@@ -166,20 +191,41 @@ static int handle_line(bagua__etcd_watch_t *w, const char *p, size_t n) {
     w->fail_st = BAGUA_ERR_ETCD;
     goto out;
   }
-  int64_t rev = 0;
+  int64_t rev = 0, id = 0;
   int has_rev =
       bagua__etcd_json_i64(cJSON_GetObjectItemCaseSensitive(res, "header"), "revision", &rev) == 1;
+  /* proto3 leaves out watch id 0. */
+  if (bagua__etcd_json_i64(res, "watch_id", &id) < 0) {
+    WATCH_WARN(w, "etcd watch on %s: malformed watch_id", w->key);
+    w->stream_st = BAGUA_ERR_ETCD;
+    goto out;
+  }
   if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "created"))) {
-    if (!has_rev) {
-      WATCH_WARN(w, "etcd watch on %s: creation reply lacks header.revision", w->key);
+    if (!has_rev || w->ncreated >= w->nr) {
+      WATCH_WARN(w, "etcd watch on %s: %s", w->key,
+                 has_rev ? "more creation replies than ranges"
+                         : "creation reply lacks "
+                           "header.revision");
       w->stream_st = BAGUA_ERR_ETCD;
       goto out;
     }
+    /* etcd creates the watches of one stream in the order they were asked for. */
+    watch_range_t *r = &w->r[w->ncreated++];
+    r->watch_id = id;
     /* "From now" becomes a definite revision, so a reconnect cannot skip anything. */
-    if (__atomic_load_n(&w->next_rev, __ATOMIC_RELAXED) == 0) advance(w, rev + 1);
-    w->created = 1;
-    set_started(w, 1, BAGUA_OK);
+    if (__atomic_load_n(&r->next_rev, __ATOMIC_RELAXED) == 0) advance(r, rev + 1);
+    if (w->ncreated == w->nr) {
+      w->created = 1;
+      set_started(w, 1, BAGUA_OK);
+    }
     rc = 0;
+    goto out;
+  }
+  size_t ri = 0;
+  while (ri < w->ncreated && w->r[ri].watch_id != id) ri++;
+  if (ri == w->ncreated) {
+    WATCH_WARN(w, "etcd watch on %s: message for unknown watch %lld", w->key, (long long)id);
+    w->stream_st = BAGUA_ERR_ETCD;
     goto out;
   }
   const cJSON *events = cJSON_GetObjectItemCaseSensitive(res, "events");
@@ -189,10 +235,10 @@ static int handle_line(bagua__etcd_watch_t *w, const char *p, size_t n) {
     goto out;
   }
   if (cJSON_GetArraySize(events) > 0) {
-    rc = deliver_events(w, events);
+    rc = deliver_events(w, ri, events);
   } else {
     /* A progress notification: every event up to header.revision has been sent. */
-    if (has_rev) advance(w, rev + 1);
+    if (has_rev) advance(&w->r[ri], rev + 1);
     rc = 0;
   }
 out:
@@ -223,17 +269,30 @@ static size_t watch_write(char *ptr, size_t size, size_t nmemb, void *userdata) 
   return n;
 }
 
-/* Builds {"create_request": {...}} for the current resume point. */
+/* Builds one {"create_request": {...}} line per range for its current resume point: etcd's
+ * gateway reads the body as a stream of requests, so one connection carries them all. */
 static char *create_body(bagua__etcd_watch_t *w) {
-  cJSON *root = cJSON_CreateObject();
-  cJSON *req = cJSON_AddObjectToObject(root, "create_request");
-  int64_t rev = __atomic_load_n(&w->next_rev, __ATOMIC_RELAXED);
-  char *text = NULL;
-  if (req && bagua__etcd_json_add_key_range(req, w->key, w->prefix) == 0 &&
-      (rev == 0 || bagua__etcd_json_add_i64(req, "start_revision", rev) == 0))
-    text = cJSON_PrintUnformatted(root);
-  cJSON_Delete(root);
-  return text;
+  etcd_buf_t body = {0};
+  for (size_t i = 0; i < w->nr; i++) {
+    const watch_range_t *r = &w->r[i];
+    bagua__etcd_span_t span = {r->key, r->end, r->prefix};
+    cJSON *root = cJSON_CreateObject();
+    cJSON *req = root ? cJSON_AddObjectToObject(root, "create_request") : NULL;
+    int64_t rev = __atomic_load_n(&r->next_rev, __ATOMIC_RELAXED);
+    char *text = NULL;
+    if (req && bagua__etcd_json_add_span(req, &span) == 0 &&
+        (rev == 0 || bagua__etcd_json_add_i64(req, "start_revision", rev) == 0))
+      text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    int bad = !text || bagua__etcd_buf_append(&body, text, strlen(text)) != 0 ||
+              bagua__etcd_buf_append(&body, "\n", 1) != 0;
+    free(text);
+    if (bad) {
+      bagua__etcd_buf_free(&body);
+      return NULL;
+    }
+  }
+  return body.data;
 }
 
 /* Sleeps up to `ms` unless stop is requested. Returns 1 when stopping. */
@@ -261,6 +320,7 @@ static bagua_status_t run_stream(bagua__etcd_watch_t *w, char *why, size_t whyle
   strcpy(stpcpy(url, ep), "/v3/watch");
   w->line.len = 0;
   w->created = 0;
+  w->ncreated = 0;
   w->stream_st = BAGUA_OK;
   bagua__etcd_conn_setup(&w->c->conn, url, body, watch_write, w, 0, w->c->timeout_ms);
   CURLcode res = CURLE_OK;
@@ -320,7 +380,7 @@ static void *watch_main(void *arg) {
       w->in_outage = 0;
     }
     int64_t now = bagua__now_ms();
-    long long next = (long long)__atomic_load_n(&w->next_rev, __ATOMIC_RELAXED);
+    long long next = (long long)lowest_next(w);
     if (outage_since == 0) {
       outage_since = now;
       w->in_outage = 1;
@@ -352,7 +412,7 @@ static void *watch_main(void *arg) {
     ev.type = BAGUA__ETCD_EVENT_FAILED;
     ev.status = w->fail_st;
     ev.compact_revision = w->compact_rev;
-    ev.mod_revision = __atomic_load_n(&w->next_rev, __ATOMIC_RELAXED);
+    ev.mod_revision = lowest_next(w);
     w->cb(w->arg, &ev);
   }
   return NULL;
@@ -363,6 +423,11 @@ static void watch_free(bagua__etcd_watch_t *w) {
   bagua__etcd_buf_free(&w->line);
   pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
+  for (size_t i = 0; w->r && i < w->nr; i++) {
+    free(w->r[i].key);
+    free(w->r[i].end);
+  }
+  free(w->r);
   free(w->key);
   free(w);
 }
@@ -377,36 +442,46 @@ static void watch_join(bagua__etcd_watch_t *w) {
   pthread_join(w->thread, NULL);
 }
 
-bagua_status_t bagua__etcd_watch_start(bagua__etcd_t *c, const char *key,
-                                       const bagua__etcd_watch_opts_t *opts,
-                                       bagua__etcd_watch_cb cb, void *arg,
-                                       bagua__etcd_watch_t **out) {
+bagua_status_t bagua__etcd_watch_ranges(bagua__etcd_t *c, const bagua__etcd_span_t *spans, size_t n,
+                                        const bagua__etcd_watch_opts_t *opts,
+                                        bagua__etcd_watch_cb cb, void *arg,
+                                        bagua__etcd_watch_t **out) {
   bagua_status_t st = BAGUA_OK;
   bagua__etcd_watch_opts_t def = {0};
   *out = NULL;
   if (!opts) opts = &def;
-  if (!key || !cb || (key[0] == '\0' && !opts->prefix) || opts->start_revision < 0 ||
-      opts->max_outage_ms < 0) {
+  int bad = !spans || n == 0 || n > BAGUA_ETCD_READS_MAX || !cb || opts->start_revision < 0 ||
+            opts->max_outage_ms < 0;
+  for (size_t i = 0; !bad && i < n; i++)
+    bad = !spans[i].key || (spans[i].key[0] == '\0' && !spans[i].prefix);
+  if (bad) {
     BAGUA_WARN(
-        "etcd watch needs a key (non-empty unless watching a prefix), a callback, and "
-        "a non-negative start revision and outage limit");
+        "etcd watch needs 1..%d ranges with a key (non-empty unless watching a prefix), a "
+        "callback, and a non-negative start revision and outage limit",
+        BAGUA_ETCD_READS_MAX);
     return BAGUA_ERR_INVALID_ARG;
   }
   bagua__etcd_watch_t *w;
   BAGUA_CALLOC(w, 1);
-  w->prefix = opts->prefix;
   w->max_outage_ms = opts->max_outage_ms;
-  w->next_rev = opts->start_revision;
   w->cb = cb;
   w->arg = arg;
   pthread_mutex_init(&w->mu, NULL);
   bagua__cond_init(&w->cv);
-  w->key = strdup(key);
-  if (!w->key) {
-    BAGUA_WARN("out of memory starting an etcd watch");
-    st = BAGUA_ERR_NO_MEMORY;
-    goto fail;
+  w->r = calloc(n, sizeof(*w->r));
+  size_t klen = strlen(spans[0].key) + 24;
+  w->key = malloc(klen);
+  if (!w->r || !w->key) goto oom;
+  w->nr = n;
+  for (size_t i = 0; i < n; i++) {
+    w->r[i].key = strdup(spans[i].key);
+    w->r[i].end = spans[i].end && !spans[i].prefix ? strdup(spans[i].end) : NULL;
+    w->r[i].prefix = spans[i].prefix;
+    w->r[i].next_rev = opts->start_revision;
+    if (!w->r[i].key || (spans[i].end && !spans[i].prefix && !w->r[i].end)) goto oom;
   }
+  snprintf(w->key, klen, "%s%s", spans[0].key, spans[0].prefix ? "*" : "");
+  if (n > 1) snprintf(w->key + strlen(w->key), klen - strlen(w->key), " +%zu", n - 1);
   BAGUA_CHECK_GOTO(bagua__etcd_clone(c, &w->c), st, fail);
   w->ep = w->c->cur;
   int rc = pthread_create(&w->thread, NULL, watch_main, w);
@@ -425,24 +500,40 @@ bagua_status_t bagua__etcd_watch_start(bagua__etcd_t *c, const char *key,
   pthread_mutex_unlock(&w->mu);
   if (started != 1) {
     if (started == 0) {
-      BAGUA_WARN("etcd watch on %s: %s did not confirm the watch within %d ms", key,
+      BAGUA_WARN("etcd watch on %s: %s did not confirm the watch within %d ms", w->key,
                  bagua__etcd_endpoint(c), c->timeout_ms);
       st = BAGUA_ERR_TIMEOUT;
     }
     watch_join(w);
     goto fail;
   }
-  BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd watch on %s%s from revision %lld", key,
-             opts->prefix ? "*" : "", (long long)bagua__etcd_watch_next_revision(w));
+  BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd watch on %s from revision %lld", w->key,
+             (long long)bagua__etcd_watch_next_revision(w));
   *out = w;
   return BAGUA_OK;
+oom:
+  BAGUA_WARN("out of memory starting an etcd watch");
+  st = BAGUA_ERR_NO_MEMORY;
 fail:
   watch_free(w);
   return st;
 }
 
+bagua_status_t bagua__etcd_watch_start(bagua__etcd_t *c, const char *key,
+                                       const bagua__etcd_watch_opts_t *opts,
+                                       bagua__etcd_watch_cb cb, void *arg,
+                                       bagua__etcd_watch_t **out) {
+  bagua__etcd_span_t span = {key, NULL, opts ? opts->prefix : 0};
+  *out = NULL;
+  if (!key) {
+    BAGUA_WARN("etcd watch needs a key");
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  return bagua__etcd_watch_ranges(c, &span, 1, opts, cb, arg, out);
+}
+
 int64_t bagua__etcd_watch_next_revision(const bagua__etcd_watch_t *w) {
-  return __atomic_load_n(&w->next_rev, __ATOMIC_ACQUIRE);
+  return lowest_next(w);
 }
 
 bagua_status_t bagua__etcd_watch_stop(bagua__etcd_watch_t *w) {

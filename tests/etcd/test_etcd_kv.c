@@ -1,6 +1,7 @@
 /*
  * Key-value and transaction calls against a real etcd: put/get/range/delete, binary values,
- * endpoint forms and failover, compare-and-swap, and a create-if-absent race between clients.
+ * endpoint forms and failover, compare-and-swap, several ranges in one read and batched puts,
+ * and a create-if-absent race between clients.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -289,6 +290,82 @@ static void test_process_race(bagua__etcd_t *c) {
   bagua__etcd_kvs_free(kvs, n);
 }
 
+/* Several ranges in one request, all at one revision: a key, a missing key, a prefix counted
+ * only, [start, end), a prefix without values. Bad arguments are refused. */
+static void test_read_ranges(bagua__etcd_t *c) {
+  const char *keys[] = {"/m/a", "/m/b", "/m/c/1", "/m/c/2", "/m/d"};
+  int64_t rev = 0, at = 0;
+  for (size_t i = 0; i < 5; i++) ASSERT_OK(bagua__etcd_put(c, keys[i], "val", 3, 0, &rev, NULL));
+  bagua__etcd_read_t rd[5] = {{.span = {"/m/a", NULL, 0}},
+                              {.span = {"/m/x", NULL, 0}},
+                              {.span = {"/m/c/", NULL, 1}, .count_only = 1},
+                              {.span = {"/m/b", "/m/d", 0}},
+                              {.span = {"/m/", NULL, 1}, .keys_only = 1}};
+  ASSERT_OK(bagua__etcd_read_ranges(c, rd, 5, &at));
+  ASSERT_EQ(at, rev);
+  ASSERT_EQ(rd[0].n, 1);
+  ASSERT_STREQ(rd[0].kvs[0].value, "val");
+  ASSERT_EQ(rd[1].n, 0);
+  ASSERT_EQ(rd[1].count, 0);
+  ASSERT_EQ(rd[2].n, 0); /* counted, not sent */
+  ASSERT_EQ(rd[2].count, 2);
+  ASSERT_EQ(rd[3].n, 3); /* /m/b, /m/c/1, /m/c/2: the end is exclusive */
+  ASSERT_STREQ(rd[3].kvs[0].key, "/m/b");
+  ASSERT_STREQ(rd[3].kvs[2].key, "/m/c/2");
+  ASSERT_EQ(rd[4].n, 5);
+  ASSERT_EQ(rd[4].kvs[4].value_len, 0); /* keys only */
+  ASSERT_GT(rd[4].kvs[4].mod_revision, 0);
+  bagua__etcd_reads_clear(rd, 5);
+  ASSERT_TRUE(rd[0].kvs == NULL && rd[4].n == 0);
+  ASSERT_EQ(bagua__etcd_read_ranges(c, rd, 0, NULL), BAGUA_ERR_INVALID_ARG);
+  bagua__etcd_read_t many[BAGUA_ETCD_READS_MAX + 1];
+  memset(many, 0, sizeof(many));
+  for (size_t i = 0; i < BAGUA_ETCD_READS_MAX + 1; i++) many[i].span.key = "/m/a";
+  ASSERT_EQ(bagua__etcd_read_ranges(c, many, BAGUA_ETCD_READS_MAX + 1, NULL),
+            BAGUA_ERR_INVALID_ARG);
+  ASSERT_OK(bagua__etcd_read_ranges(c, many, BAGUA_ETCD_READS_MAX, NULL));
+  ASSERT_EQ(many[BAGUA_ETCD_READS_MAX - 1].n, 1);
+  bagua__etcd_reads_clear(many, BAGUA_ETCD_READS_MAX);
+  bagua__etcd_read_t nokey = {.span = {"", NULL, 0}};
+  ASSERT_EQ(bagua__etcd_read_ranges(c, &nokey, 1, NULL), BAGUA_ERR_INVALID_ARG);
+}
+
+/* Puts in batches of BAGUA_ETCD_READS_MAX; a batch with a key on a revoked lease is written key
+ * by key, so only that key is left out. */
+static void test_put_many(bagua__etcd_t *c) {
+  enum { N = 300 };
+  static char keys[N][32];
+  bagua__etcd_put_t p[N];
+  int64_t lease = 0, gone = 0;
+  ASSERT_OK(bagua__etcd_lease_grant(c, 30, &lease, NULL));
+  ASSERT_OK(bagua__etcd_lease_grant(c, 30, &gone, NULL));
+  ASSERT_OK(bagua__etcd_lease_revoke(c, gone));
+  for (int i = 0; i < N; i++) {
+    snprintf(keys[i], sizeof(keys[i]), "/pm/%03d", i);
+    p[i] = (bagua__etcd_put_t){keys[i], keys[i] + 4, 3, lease};
+  }
+  size_t written = 0;
+  ASSERT_OK(bagua__etcd_put_many(c, p, N, &written));
+  ASSERT_EQ(written, N);
+  bagua__etcd_read_t rd = {.span = {"/pm/", NULL, 1}, .count_only = 1};
+  ASSERT_OK(bagua__etcd_read_ranges(c, &rd, 1, NULL));
+  ASSERT_EQ(rd.count, N);
+  p[200].lease = gone;
+  p[200].value = "new";
+  p[201].value = "new";
+  ASSERT_EQ(bagua__etcd_put_many(c, p, N, &written), BAGUA_ERR_ETCD);
+  ASSERT_EQ(written, N - 1);
+  bagua__etcd_kv_t kv;
+  int found = 0;
+  ASSERT_OK(bagua__etcd_get(c, "/pm/200", &kv, &found, NULL));
+  ASSERT_STREQ(kv.value, "200"); /* left as it was */
+  bagua__etcd_kv_clear(&kv);
+  ASSERT_OK(bagua__etcd_get(c, "/pm/201", &kv, &found, NULL));
+  ASSERT_STREQ(kv.value, "new");
+  bagua__etcd_kv_clear(&kv);
+  ASSERT_OK(bagua__etcd_delete_prefix(c, "/pm/", NULL));
+}
+
 static void test_endpoint_forms(void) {
   bagua__etcd_t *c = NULL;
   bagua__etcd_kv_t kv;
@@ -322,6 +399,8 @@ int main(void) {
   test_put_get(c);
   test_range_delete(c);
   test_txn(c);
+  test_read_ranges(c);
+  test_put_many(c);
   test_race();
   test_process_race(c);
   test_endpoint_forms();

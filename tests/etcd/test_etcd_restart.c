@@ -45,6 +45,17 @@ int main(void) {
   ASSERT_TRUE(st == BAGUA_ERR_CURL || st == BAGUA_ERR_TIMEOUT);
   ASSERT_LT(etcd_fixture_now_ms() - t0, 1000 + 500);
   ASSERT_TRUE(strstr(bagua_last_error(), fx.endpoint) != NULL);
+  /* The keeper says when its renewals began to fail, within one renewal period (TTL 5: 1.67 s),
+   * which is how an agent that sends nothing else learns of the outage. */
+  ASSERT_EQ(bagua__etcd_keeper_failing_since(k), 0);
+  long long until = etcd_fixture_now_ms() + 4000;
+  while (bagua__etcd_keeper_failing_since(k) == 0 && etcd_fixture_now_ms() < until) {
+    struct timespec ts = {0, 20 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  int64_t failing = bagua__etcd_keeper_failing_since(k);
+  ASSERT_GT(failing, 0);
+  ASSERT_GE(failing + 50, t0);
 
   /* Up again; write at once, before the watch has had time to reconnect. */
   ASSERT_EQ(etcd_fixture_up(&fx), 0);
@@ -77,6 +88,7 @@ int main(void) {
     nanosleep(&ts, NULL);
   }
   ASSERT_EQ(bagua__etcd_keeper_lost(k), 0);
+  ASSERT_EQ(bagua__etcd_keeper_failing_since(k), 0); /* renewals succeed again */
   ASSERT_OK(bagua__etcd_get(c, "/rs/member", &kv, &found, NULL));
   ASSERT_EQ(found, 1);
   ASSERT_EQ(kv.lease, lease);

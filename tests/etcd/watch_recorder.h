@@ -23,6 +23,7 @@ typedef struct {
   size_t value_len;
   int64_t mod_revision, create_revision, compact_revision;
   bagua_status_t status;
+  int range, last; /* which range of a multi-range watch; the last event of its message */
 } rec_event_t;
 
 typedef struct {
@@ -64,6 +65,8 @@ static inline int rec_cb(void *arg, const bagua__etcd_event_t *ev) {
   e->create_revision = ev->create_revision;
   e->compact_revision = ev->compact_revision;
   e->status = ev->status;
+  e->range = ev->range;
+  e->last = ev->last;
   int stop = r->stop_after > 0 && r->n == r->stop_after;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
