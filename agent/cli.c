@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,23 +31,6 @@
 _Static_assert(BAGUA_AGENT_ID_MAX > BAGUA_ID_MAX_LEN, "an agent id buffer holds any valid id");
 _Static_assert(sizeof(((bagua__agent_config_t *)0)->secret) == BAGUA_RDZV_SECRET_HEX + 1,
                "the config holds a job secret and its NUL");
-
-/* ---------------------------------------------------------------------------------------- */
-/* User-facing lines                                                                         */
-/* ---------------------------------------------------------------------------------------- */
-
-static char g_tool[BAGUA_AGENT_ID_MAX + 16] = "bagua-agent[?]";
-
-void bagua__agent_set_name(const char *node) {
-  snprintf(g_tool, sizeof(g_tool), "bagua-agent[%.*s]", BAGUA_AGENT_ID_MAX - 1, node);
-}
-
-void bagua__agent_say(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  bagua__vsay(g_tool, fmt, ap);
-  va_end(ap);
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* The flags                                                                                 */

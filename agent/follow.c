@@ -45,92 +45,89 @@ int bagua__agent_workers_elastic(const bagua__agent_t *a, char *why, size_t len)
  * API; they move to the new round themselves (bagua_elastic_rebuild watches the round key).
  * Returns 1 when the round was adopted so.
  */
-static int adopt_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
+static int adopt_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
                        const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
   /* A "stall" round retries the same world after a worker's communication stalled: the
    * workers asked for it themselves and move to it the same way. */
   if (cfg->elastic_mode == BAGUA__ELASTIC_RESTART ||
-      (strcmp(R->reason, "membership") != 0 && strcmp(R->reason, "stall") != 0) || !a->member)
+      (strcmp(P->reason, "membership") != 0 && strcmp(P->reason, "stall") != 0) || !a->member)
     return 0;
   if (a->ws.n != cfg->nproc || a->ws.nrunning != a->ws.n || a->ws.stopping || a->have_report)
     return 0;
-  int idx = bagua__rdzv_round_find(R, cfg->node_id);
   const bagua__rdzv_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
-  if (idx < 0 || R->members[idx].nproc != cfg->nproc || !me || me->lease != a->lease ||
-      (R->members[idx].rev && me->create_rev != R->members[idx].rev))
+  if (P->index < 0 || P->nproc != cfg->nproc || !me || me->lease != a->lease ||
+      (P->rev && me->create_rev != P->rev))
     return 0;
   char why[192];
   if (!bagua__agent_workers_elastic(a, why, sizeof(why))) {
     /* Auto mode with a worker that does not follow rounds by itself: it would wait on a world
      * that no longer exists, so the whole node restarts into the new round. */
-    bagua__agent_say("round %lld (%s, restart: %s)", (long long)R->round, R->reason, why);
+    bagua__agent_say("round %lld (%s, restart: %s)", (long long)P->round, P->reason, why);
     return 0;
   }
   char how[96] = "";
   if (cfg->elastic_mode == BAGUA__ELASTIC_AUTO)
     snprintf(how, sizeof(how), ": all %d workers use the elastic API", a->ws.n);
   /* The rank rule is the schema's (common/rdzv), the one libbagua applies too. */
-  int base = bagua__rdzv_rank_base(R, idx);
+  int base = P->rank_base;
   /* The console prefix and the log header follow the workers' new ranks. */
-  bagua__workers_renumber(&a->ws, cfg, a->out, R->round, R->restart_count, base);
+  bagua__workers_renumber(&a->ws, cfg, a->out, P->round, P->restart_count, base);
   bagua__agent_say(
       "round %lld (%s, in-process%s): node %d of %d, ranks %d..%d of %d; workers keep "
       "running and rebuild",
-      (long long)R->round, R->reason, how, idx, R->nmembers, base, base + cfg->nproc - 1,
-      R->world_size);
-  a->cur_round = R->round;
+      (long long)P->round, P->reason, how, P->index, P->nmembers, base, base + cfg->nproc - 1,
+      P->world_size);
+  a->cur_round = P->round;
   a->have_report = 0;
   a->reported = 0;
   a->kept = 1;
   return 1;
 }
 
-static void start_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
+static void start_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
                         const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
   a->rounds_seen++;
-  if (adopt_round(a, R, s)) return;
+  if (adopt_round(a, P, s)) return;
   if (a->ws.nrunning > 0) {
     BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: round %lld replaces round %lld: stopping workers",
-               (long long)R->round, (long long)a->cur_round);
+               (long long)P->round, (long long)a->cur_round);
     bagua__agent_stop_workers(a, SIGTERM);
   }
   bagua__workers_clear(&a->ws);
-  a->cur_round = R->round;
+  a->cur_round = P->round;
   a->kept = 0;
   a->member = 0;
   a->have_report = 0;
   a->reported = 0;
 
-  int idx = bagua__rdzv_round_find(R, cfg->node_id);
   const bagua__rdzv_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
+  int idx = P->index;
   if (idx < 0) {
     bagua__agent_say(
         "round %lld formed with %d node(s) without this one (--nnodes %d:%d): "
         "waiting as a spare",
-        (long long)R->round, R->nmembers, cfg->nnodes_min, cfg->nnodes_max);
+        (long long)P->round, P->nmembers, cfg->nnodes_min, cfg->nnodes_max);
     return;
   }
   /* The round names an earlier registration of this node (its lease was lost since): the
    * leader will form another round with the current one, so start nothing now. */
-  if (!me || me->lease != a->lease ||
-      (R->members[idx].rev && me->create_rev != R->members[idx].rev))
-    return;
+  if (!me || me->lease != a->lease || (P->rev && me->create_rev != P->rev)) return;
 
-  int base = bagua__rdzv_rank_base(R, idx);
-  if (R->members[idx].nproc != cfg->nproc)
+  int base = P->rank_base;
+  if (P->nproc != cfg->nproc)
     BAGUA_WARN("agent: round %lld lists %d workers for this node, which runs %d",
-               (long long)R->round, R->members[idx].nproc, cfg->nproc);
+               (long long)P->round, P->nproc, cfg->nproc);
   bagua__worker_assign_t as = {
-      .round = R->round,
-      .restart_count = R->restart_count,
+      .round = P->round,
+      .restart_count = P->restart_count,
       .group_rank = idx,
-      .group_world_size = R->nmembers,
+      .group_world_size = P->nmembers,
       .rank_base = base,
-      .world_size = R->world_size,
-      .master_addr = R->master_addr,
-      .master_port = R->master_port,
+      .world_size = P->world_size,
+      .master_addr = P->master_addr,
+      .master_port = P->master_port,
       .bootstrap = a->bootstrap[0] ? a->bootstrap : NULL,
       .mark_dir = a->mark_dir[0] && cfg->elastic_mode == BAGUA__ELASTIC_AUTO ? a->mark_dir : NULL,
       .progress_dir = a->mark_dir[0] && cfg->progress_interval_ms > 0 ? a->mark_dir : NULL,
@@ -140,9 +137,9 @@ static void start_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
    * started now. */
   bagua__marks_clear(a->mark_dir);
   bagua__agent_say("round %lld (%s, restart %d): node %d of %d, ranks %d..%d of %d, master %s:%d",
-                   (long long)R->round, R->reason[0] ? R->reason : "?", R->restart_count, idx,
-                   R->nmembers, base, base + cfg->nproc - 1, R->world_size, R->master_addr,
-                   R->master_port);
+                   (long long)P->round, P->reason[0] ? P->reason : "?", P->restart_count, idx,
+                   P->nmembers, base, base + cfg->nproc - 1, P->world_size, P->master_addr,
+                   P->master_port);
   a->member = 1;
   /* From now on workers hold the job secret this agent exported (agent.c, check_secret). */
   a->secret_used = 1;
@@ -153,7 +150,7 @@ static void start_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
      * waiting for workers that never ran. The record carries the error itself, so the root
      * cause names it rather than an exit code, and an exec error (not found, not executable),
      * which every restart would repeat, is marked permanent. */
-    bagua__agent_say("could not start the workers of round %lld: %s", (long long)R->round,
+    bagua__agent_say("could not start the workers of round %lld: %s", (long long)P->round,
                      bagua_last_error());
     bagua__agent_stop_workers(a, SIGKILL);
     a->have_report = 1;
@@ -163,7 +160,7 @@ static void start_round(bagua__agent_t *a, const bagua__rdzv_round_t *R,
     snprintf(f->node, sizeof(f->node), "%s", cfg->node_id);
     snprintf(f->host, sizeof(f->host), "%s", a->host);
     f->time_ms = bagua__wall_ms();
-    f->round = R->round;
+    f->round = P->round;
     f->rank = base + a->ws.n;
     f->local_rank = a->ws.n;
     f->exit_code = 127;
@@ -192,21 +189,32 @@ static void fill_failure(const bagua__agent_t *a, const bagua__worker_t *w,
     f->exit_code = WEXITSTATUS(w->wait_status);
 }
 
-/* Another member's failure in our round, or NULL. */
+/* Another member's failure in our round, or NULL: the job's failure key (which every member
+ * follows), or a done record (which only the leader's snapshot holds). */
 static const bagua__rdzv_done_t *peer_failure(const bagua__agent_t *a,
                                               const bagua__agent_snap_t *s) {
-  if (!s->has_round || s->round.round != a->cur_round) return NULL;
+  if (!s->has_place || s->place.round != a->cur_round) return NULL;
+  if (s->has_failure && s->failure.f.round == a->cur_round &&
+      strcmp(s->failure.f.node, a->cfg->node_id) != 0)
+    return &s->failure;
   for (size_t i = 0; i < s->ndone; i++)
     if (s->done[i].done.state == BAGUA__DONE_FAILED && strcmp(s->done[i].node, a->cfg->node_id))
       return &s->done[i].done;
   return NULL;
 }
 
+/* Writes the report in rounds/<N>/done/<node> for the leader and, for a failure, in the job's
+ * failure key too, which is what the other members follow: one key to watch for every member,
+ * instead of every member's done record. */
 static int put_report(bagua__agent_t *a) {
   char key[BAGUA_RDZV_KEY_MAX];
   bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_DONE, a->cur_round, a->cfg->node_id);
   char *v = bagua__rdzv_done_encode(&a->report);
   int ok = v && bagua__etcd_put(a->etcd, key, v, strlen(v), 0, NULL, NULL) == BAGUA_OK;
+  if (ok && a->report.state == BAGUA__DONE_FAILED) {
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_FAILURE, 0, NULL);
+    ok = bagua__etcd_put(a->etcd, key, v, strlen(v), 0, NULL, NULL) == BAGUA_OK;
+  }
   free(v);
   return ok;
 }
@@ -257,17 +265,14 @@ static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
  * the record with the workers' own; they are not suppressed as unchanged after it.
  */
 static void acknowledge(bagua__agent_t *a, const bagua__agent_snap_t *s) {
-  const bagua__rdzv_round_t *R = &s->round;
-  if (!s->has_round || a->acked_round == R->round || !a->lease) return;
-  int idx = bagua__rdzv_round_find(R, a->cfg->node_id);
+  const bagua__rdzv_assign_t *P = &s->place;
+  if (!s->has_place || a->acked_round == P->round || !a->lease) return;
   const bagua__rdzv_node_t *me = bagua__agent_snap_node(s, a->cfg->node_id);
-  if (idx < 0 || !me || me->lease != a->lease ||
-      (R->members[idx].rev && me->create_rev != R->members[idx].rev))
-    return;
+  if (P->index < 0 || !me || me->lease != a->lease || (P->rev && me->create_rev != P->rev)) return;
   bagua__rdzv_progress_t rec;
   memset(&rec, 0, sizeof(rec));
-  rec.round = R->round;
-  rec.restart_count = R->restart_count;
+  rec.round = P->round;
+  rec.restart_count = P->restart_count;
   rec.time_ms = bagua__wall_ms();
   char *v = bagua__rdzv_progress_encode(&rec);
   char key[BAGUA_RDZV_KEY_MAX];
@@ -277,16 +282,16 @@ static void acknowledge(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   free(v);
   if (st != BAGUA_OK) {
     BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: cannot acknowledge round %lld yet: %s",
-               (long long)R->round, bagua_strerror(st));
+               (long long)P->round, bagua_strerror(st));
     return;
   }
-  a->acked_round = R->round;
+  a->acked_round = P->round;
   free(a->prog.sent);
   a->prog.sent = NULL;
 }
 
 void bagua__agent_follow(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   acknowledge(a, s);
-  if (s->has_round && s->round.round != a->cur_round) start_round(a, &s->round, s);
+  if (s->has_place && s->place.round != a->cur_round) start_round(a, &s->place, s);
   if (a->member) report(a, s);
 }

@@ -32,7 +32,8 @@ static void clean_rounds(bagua__agent_t *a, const bagua__agent_snap_t *s, int64_
     if (s->old_rounds[i] > n - 2) continue;
     char key[BAGUA_RDZV_KEY_MAX];
     bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_ROUND_DIR, s->old_rounds[i], NULL);
-    bagua__etcd_delete_prefix(a->etcd, key, NULL);
+    if (bagua__etcd_delete_prefix(a->etcd, key, NULL) == BAGUA_OK)
+      bagua__mirror_forget_round(a->mirror, s->old_rounds[i]);
   }
 }
 
@@ -44,6 +45,8 @@ static void publish(bagua__agent_t *a, const bagua__agent_snap_t *s, const bagua
   if (v) bagua__etcd_cas(a->etcd, key, s->round_mod_rev, v, strlen(v), 0, &swapped, NULL, NULL);
   free(v);
   if (!swapped) return;
+  /* Every node learns the round from its own assignment (assign.c). */
+  bagua__agent_sync_assigns(a, s, r, 1);
   char members[1024] = "";
   size_t off = 0;
   for (int i = 0; i < r->nmembers && off + 2 < sizeof(members); i++)
@@ -197,6 +200,10 @@ void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   memset(&st, 0, sizeof(st));
   st.time_ms = bagua__wall_ms();
   st.round = s->has_round ? s->round.round : 0;
+  /* Assignments missing or stale (a node registered since, a leader that died before writing
+   * them, a value written over one) are written again; a new round writes its own. */
+  if (d.action != BAGUA__LEAD_PUBLISH && s->has_round)
+    bagua__agent_sync_assigns(a, s, &s->round, 0);
   switch (d.action) {
     case BAGUA__LEAD_NONE:
       break;

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "index.h"
 
 void bagua__leader_state_clear(bagua__leader_state_t *st) {
   free(st->silent);
@@ -46,10 +47,36 @@ int64_t bagua__leader_ack_bound(int64_t ack_ms, int grace_ms, int lease_ttl_s) {
   return ack_ms > floor ? ack_ms : floor;
 }
 
+/* The silence list is kept sorted by (id, rev) between decisions, so that it is searched in
+ * O(log N); entries added during a decision are appended and sorted in at its end (a member
+ * appears once in a round, so nothing searches for an entry added in the same pass). */
+static int silent_cmp_key(const bagua__lead_silent_t *e, const char *id, int64_t rev) {
+  int c = strcmp(e->id, id);
+  return c ? c : (e->rev > rev) - (e->rev < rev);
+}
+
+static int silent_cmp(const void *a, const void *b) {
+  const bagua__lead_silent_t *y = b;
+  return silent_cmp_key(a, y->id, y->rev);
+}
+
 static bagua__lead_silent_t *silent_find(bagua__leader_state_t *st, const char *id, int64_t rev) {
-  for (size_t i = 0; i < st->nsilent; i++)
-    if (st->silent[i].rev == rev && strcmp(st->silent[i].id, id) == 0) return &st->silent[i];
+  size_t lo = 0, hi = st->nsorted;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = silent_cmp_key(&st->silent[mid], id, rev);
+    if (c == 0) return &st->silent[mid];
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
   return NULL;
+}
+
+static void silent_sort(bagua__leader_state_t *st) {
+  qsort(st->silent, st->nsilent, sizeof(*st->silent), silent_cmp);
+  st->nsorted = st->nsilent;
 }
 
 static bagua__lead_silent_t *silent_add(bagua__leader_state_t *st, const char *id, int64_t rev) {
@@ -72,10 +99,20 @@ static bagua__lead_silent_t *silent_add(bagua__leader_state_t *st, const char *i
  * id, as a round written by hand may carry no revisions). It stays out of every round while it
  * lives: only a new registration of the id is admitted again. */
 static int banned(const bagua__leader_state_t *st, const char *id, int64_t rev) {
-  for (size_t i = 0; i < st->nsilent; i++) {
-    const bagua__lead_silent_t *e = &st->silent[i];
-    if (e->dropped_round && (!rev || e->rev == rev) && strcmp(e->id, id) == 0) return 1;
+  /* The first entry of the id in the sorted part, then every registration of it. */
+  size_t lo = 0, hi = st->nsorted;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(st->silent[mid].id, id) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
+  for (size_t i = lo; i < st->nsorted && strcmp(st->silent[i].id, id) == 0; i++) {
+    const bagua__lead_silent_t *e = &st->silent[i];
+    if (e->dropped_round && (!rev || e->rev == rev)) return 1;
+  }
+  /* Entries appended in this decision are never dropped yet. */
   return 0;
 }
 
@@ -90,14 +127,14 @@ static int banned(const bagua__leader_state_t *st, const char *id, int64_t rev) 
  * to how many are silent within their deadline. Returns 0, or -1 when out of memory.
  */
 static int check_acts(const bagua__leader_params_t *p, bagua__leader_state_t *st,
-                      const bagua__agent_snap_t *s, const bagua__rdzv_round_t *R, int64_t now,
+                      const bagua__agent_index_t *x, const bagua__rdzv_round_t *R, int64_t now,
                       bagua__lead_decision_t *d, int64_t *wake, int *pending) {
   *wake = 0;
   *pending = 0;
   for (size_t i = 0; i < st->nsilent; i++) st->silent[i].seen = 0;
   for (int i = 0; i < R->nmembers; i++) {
     const bagua__rdzv_member_t *m = &R->members[i];
-    const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, m->id);
+    const bagua__rdzv_node_t *node = bagua__agent_index_node(x, m->id);
     if (!node || (m->rev && node->create_rev != m->rev)) continue; /* left: a membership change */
     if (p->self && strcmp(m->id, p->self) == 0) continue;
     bagua__lead_silent_t *e = silent_find(st, m->id, node->create_rev);
@@ -105,8 +142,8 @@ static int check_acts(const bagua__leader_params_t *p, bagua__leader_state_t *st
     e->seen = 1;
     e->lease = node->lease;
     if (e->dropped_round) continue;
-    const bagua__agent_ack_t *ack = bagua__agent_snap_ack(s, m->id);
-    if (bagua__agent_snap_done(s, m->id) ||
+    const bagua__agent_ack_t *ack = bagua__agent_index_ack(x, m->id);
+    if (bagua__agent_index_done(x, m->id) ||
         (ack && ack->round == R->round && ack->lease == node->lease)) {
       e->acted_round = R->round;
       e->since = -1;
@@ -130,7 +167,7 @@ static int check_acts(const bagua__leader_params_t *p, bagua__leader_state_t *st
   size_t k = 0;
   for (size_t i = 0; i < st->nsilent; i++) {
     bagua__lead_silent_t *e = &st->silent[i];
-    const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, e->id);
+    const bagua__rdzv_node_t *node = bagua__agent_index_node(x, e->id);
     int registered = node && node->create_rev == e->rev;
     if (!e->seen && !e->dropped_round) e->since = -1;
     if (!registered && !(e->dropped_round && e->dropped_round == R->round)) continue;
@@ -148,6 +185,7 @@ static int check_acts(const bagua__leader_params_t *p, bagua__leader_state_t *st
     x->silent_ms = st->clock - e->since;
   }
   st->nsilent = k;
+  silent_sort(st);
   return 0;
 }
 
@@ -157,8 +195,9 @@ typedef struct {
   int n;
 } pick_t;
 
-static int in_round(const bagua__rdzv_round_t *r, const char *id) {
-  return r && bagua__rdzv_round_find(r, id) >= 0;
+/* Whether `id` is a member of the snapshot's round (`r`, when there is one). */
+static int in_round(const bagua__agent_index_t *x, const bagua__rdzv_round_t *r, const char *id) {
+  return r && bagua__agent_index_member(x, id) >= 0;
 }
 
 /*
@@ -166,8 +205,9 @@ static int in_round(const bagua__rdzv_round_t *r, const char *id) {
  * `admit` is set) the other registered nodes, oldest first, up to MAX.
  */
 static int desired_members(const bagua__leader_params_t *p, const bagua__leader_state_t *st,
-                           const bagua__agent_snap_t *s, const bagua__rdzv_round_t *prev, int admit,
-                           pick_t *out) {
+                           const bagua__agent_index_t *x, const bagua__rdzv_round_t *prev,
+                           int admit, pick_t *out) {
+  const bagua__agent_snap_t *s = x->s;
   out->n = 0;
   out->v = calloc(s->nnodes ? s->nnodes : 1, sizeof(*out->v));
   if (!out->v) return -1;
@@ -176,7 +216,7 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__leader_
   int64_t world = 0;
   if (prev) {
     for (int i = 0; i < prev->nmembers && out->n < p->nnodes_max; i++) {
-      const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, prev->members[i].id);
+      const bagua__rdzv_node_t *node = bagua__agent_index_node(x, prev->members[i].id);
       /* A registration dropped for not acting stays out, even while its lease lives on. */
       if (node && banned(st, node->id, node->create_rev)) continue;
       if (node && world + node->nproc <= BAGUA_RDZV_WORLD_MAX) {
@@ -187,7 +227,8 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__leader_
   }
   if (admit) {
     for (size_t i = 0; i < s->nnodes && out->n < p->nnodes_max; i++)
-      if (!in_round(prev, s->nodes[i].id) && !banned(st, s->nodes[i].id, s->nodes[i].create_rev) &&
+      if (!in_round(x, prev, s->nodes[i].id) &&
+          !banned(st, s->nodes[i].id, s->nodes[i].create_rev) &&
           world + s->nodes[i].nproc <= BAGUA_RDZV_WORLD_MAX) {
         out->v[out->n++] = &s->nodes[i];
         world += s->nodes[i].nproc;
@@ -240,8 +281,9 @@ static void below_min(const bagua__leader_params_t *p, bagua__leader_state_t *st
 }
 
 static int decide_initial(const bagua__leader_params_t *p, bagua__leader_state_t *st,
-                          const bagua__agent_snap_t *s, int64_t now, int64_t wall,
+                          const bagua__agent_index_t *x, int64_t now, int64_t wall,
                           bagua__lead_decision_t *d) {
+  const bagua__agent_snap_t *s = x->s;
   int have = (int)s->nnodes;
   if (have < p->nnodes_min) {
     below_min(p, st, have, now, d);
@@ -254,7 +296,7 @@ static int decide_initial(const bagua__leader_params_t *p, bagua__leader_state_t
     return 0;
   }
   pick_t pk;
-  if (desired_members(p, st, s, NULL, 1, &pk) != 0) return -1;
+  if (desired_members(p, st, x, NULL, 1, &pk) != 0) return -1;
   if (pk.n < p->nnodes_min) { /* the world bound left too few */
     free(pk.v);
     below_min(p, st, pk.n, now, d);
@@ -288,12 +330,12 @@ static const bagua__rdzv_failure_t *root_cause(const bagua__agent_snap_t *s) {
  * communication timeout). Such a round is replaced at once. Returns 1 when consistent, else 0
  * with the reason in `why`.
  */
-static int round_consistent(const bagua__rdzv_round_t *R, const bagua__agent_snap_t *s, char *why,
+static int round_consistent(const bagua__rdzv_round_t *R, const bagua__agent_index_t *x, char *why,
                             size_t len) {
   int64_t world = 0;
   for (int i = 0; i < R->nmembers; i++) {
     const bagua__rdzv_member_t *m = &R->members[i];
-    const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, m->id);
+    const bagua__rdzv_node_t *node = bagua__agent_index_node(x, m->id);
     world += m->nproc;
     if (!node || (m->rev && node->create_rev != m->rev) || node->nproc == m->nproc) continue;
     snprintf(why, len, "member %s has %d worker(s) in the round but %d in its node record", m->id,
@@ -308,10 +350,10 @@ static int round_consistent(const bagua__rdzv_round_t *R, const bagua__agent_sna
   return 1;
 }
 
-int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t *st,
-                         const bagua__agent_snap_t *s, int64_t now, int64_t wall,
-                         bagua__lead_decision_t *d) {
-  memset(d, 0, sizeof(*d));
+static int decide(const bagua__leader_params_t *p, bagua__leader_state_t *st,
+                  const bagua__agent_index_t *x, int64_t now, int64_t wall,
+                  bagua__lead_decision_t *d) {
+  const bagua__agent_snap_t *s = x->s;
   if (s->has_status && s->status.state != BAGUA__JOB_RUNNING) return 0;
   const bagua__rdzv_round_t *R = s->has_round ? &s->round : NULL;
   int64_t number = R ? R->round : 0;
@@ -333,11 +375,11 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
   st->clock_on = 1;
   st->clock_at = now;
   /* A round from before a stale-state reset, or none: form the first one. */
-  if (!R) return decide_initial(p, st, s, now, wall, d);
+  if (!R) return decide_initial(p, st, x, now, wall, d);
 
   int64_t ack_wake = 0;
   int silent_pending = 0;
-  if (p->ack_timeout_ms > 0 && check_acts(p, st, s, R, now, d, &ack_wake, &silent_pending) != 0) {
+  if (p->ack_timeout_ms > 0 && check_acts(p, st, x, R, now, d, &ack_wake, &silent_pending) != 0) {
     BAGUA_WARN("agent: out of memory checking the members of round %lld", (long long)number);
     bagua__lead_decision_clear(d);
     d->action = BAGUA__LEAD_NONE;
@@ -349,8 +391,8 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
   int kept_succeeded = 0, kept_failed = 0;
   for (int i = 0; i < R->nmembers; i++) {
     const bagua__rdzv_member_t *m = &R->members[i];
-    const bagua__rdzv_done_t *dn = bagua__agent_snap_done(s, m->id);
-    const bagua__rdzv_node_t *node = bagua__agent_snap_node(s, m->id);
+    const bagua__rdzv_done_t *dn = bagua__agent_index_done(x, m->id);
+    const bagua__rdzv_node_t *node = bagua__agent_index_node(x, m->id);
     /* Dropped for not acting: its workers never ran (no agent took the round), so it owes no
      * report; it has left the round, whether or not its registration is gone yet. */
     if (banned(st, m->id, m->rev)) {
@@ -394,13 +436,13 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
 
   /* Once any member succeeded the job is finishing: newcomers wait as spares. */
   pick_t pk;
-  if (desired_members(p, st, s, R, !any_succeeded, &pk) != 0) return -1;
+  if (desired_members(p, st, x, R, !any_succeeded, &pk) != 0) return -1;
   int rc = 0;
 
   /* A forged round is replaced at once, by the round the registered nodes make; no window
    * applies, since no membership change needs batching. */
   char why[256];
-  if (!round_consistent(R, s, why, sizeof(why))) {
+  if (!round_consistent(R, x, why, sizeof(why))) {
     BAGUA_WARN("agent: round %lld is inconsistent with the registered nodes (%s): replacing it",
                (long long)number, why);
     if (pk.n < p->nnodes_min) {
@@ -413,7 +455,7 @@ int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t 
   }
   int joiners = 0;
   for (int i = 0; i < pk.n; i++)
-    if (!in_round(R, pk.v[i]->id)) joiners++;
+    if (!in_round(x, R, pk.v[i]->id)) joiners++;
 
   const bagua__rdzv_failure_t *root = root_cause(s);
   if (root && !departed) {
@@ -493,5 +535,20 @@ out:
     d->action = BAGUA__LEAD_NONE;
     d->wake_at = now + 100;
   }
+  return rc;
+}
+
+int bagua__leader_decide(const bagua__leader_params_t *p, bagua__leader_state_t *st,
+                         const bagua__agent_snap_t *s, int64_t now, int64_t wall,
+                         bagua__lead_decision_t *d) {
+  memset(d, 0, sizeof(*d));
+  bagua__agent_index_t x;
+  if (bagua__agent_index_build(&x, s) != 0) {
+    BAGUA_WARN("agent: out of memory indexing %zu node records", s->nnodes);
+    d->wake_at = now + 100;
+    return -1;
+  }
+  int rc = decide(p, st, &x, now, wall, d);
+  bagua__agent_index_clear(&x);
   return rc;
 }

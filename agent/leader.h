@@ -57,6 +57,7 @@ typedef struct {
    * bagua__leader_state_clear(). */
   bagua__lead_silent_t *silent;
   size_t nsilent, silent_cap;
+  size_t nsorted; /* silent[0..nsorted) is sorted by (id, rev) (leader.c) */
 } bagua__leader_state_t;
 
 /* The longest gap between two decisions that the leader clock counts in full. The leader's

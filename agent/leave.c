@@ -26,7 +26,7 @@
 #include "common/sock.h"
 #include "common/time.h"
 
-/* Snapshots are read at most this often while waiting (every watch event wakes the wait). */
+/* etcd is asked at most this often while waiting (every watch event wakes the wait). */
 #define LOOK_MS 100
 
 /*
@@ -35,23 +35,32 @@
  * not answer (the caller stops asking: each request may take the etcd timeout).
  */
 static int no_round_coming(bagua__agent_t *a, char *buf, size_t len) {
-  bagua__agent_snap_t s;
-  if (bagua__agent_snap_read(a->etcd, a->prefix, &s) != BAGUA_OK) return -1;
+  /* One request: the status, and how many nodes are registered besides this one (counted by
+   * etcd: no record is sent). */
+  char status[BAGUA_RDZV_KEY_MAX], nodes[BAGUA_RDZV_KEY_MAX], mine[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, status, sizeof(status), BAGUA__RDZV_KEY_STATUS, 0, NULL);
+  bagua__agent_key(a, nodes, sizeof(nodes), BAGUA__RDZV_KEY_NODES_DIR, 0, NULL);
+  bagua__agent_key(a, mine, sizeof(mine), BAGUA__RDZV_KEY_NODE, 0, a->cfg->node_id);
+  bagua__etcd_read_t rd[3] = {{.span = {status, NULL, 0}},
+                              {.span = {nodes, NULL, 1}, .count_only = 1},
+                              {.span = {mine, NULL, 0}, .count_only = 1}};
+  if (bagua__etcd_read_ranges(a->etcd, rd, 3, NULL) != BAGUA_OK) return -1;
   int rc = 0;
-  size_t others = 0;
-  for (size_t i = 0; i < s.nnodes; i++) others += strcmp(s.nodes[i].id, a->cfg->node_id) != 0;
-  if (s.has_status && s.status.state != BAGUA__JOB_RUNNING) {
+  int64_t others = rd[1].count - rd[2].count;
+  bagua__rdzv_status_t st;
+  if (rd[0].n == 1 && bagua__rdzv_status_decode(rd[0].kvs[0].value, &st, NULL, 0) == 0 &&
+      st.state != BAGUA__JOB_RUNNING) {
     snprintf(buf, len, "job %s has ended (%s)", a->cfg->job_id,
-             bagua__rdzv_job_state_name(s.status.state));
+             bagua__rdzv_job_state_name(st.state));
     rc = 1;
-  } else if (others < (size_t)a->cfg->nnodes_min) {
+  } else if (others < (int64_t)a->cfg->nnodes_min) {
     snprintf(buf, len,
-             "%zu other node(s) registered, fewer than the %d needed (--nnodes %d:%d): no round "
+             "%lld other node(s) registered, fewer than the %d needed (--nnodes %d:%d): no round "
              "without this node will come",
-             others, a->cfg->nnodes_min, a->cfg->nnodes_min, a->cfg->nnodes_max);
+             (long long)others, a->cfg->nnodes_min, a->cfg->nnodes_min, a->cfg->nnodes_max);
     rc = 1;
   }
-  bagua__agent_snap_clear(&s);
+  bagua__etcd_reads_clear(rd, 3);
   return rc;
 }
 

@@ -1,5 +1,6 @@
 /*
- * The liveness channel between agents: one watched TCP connection per peer (liveness.h).
+ * The liveness channel between agents: one watched TCP connection per watched peer
+ * (liveness.h).
  *
  * The handshake, one line each way after the connect (all lines end in '\n'):
  *   server: "bagua-live2 <1 with a secret, else 0> <server nonce, 32 hex>"
@@ -13,7 +14,7 @@
  * The proof of death is narrow on purpose. A connect that is refused or times out proves
  * nothing (the peer may not listen yet, or be stalled), and neither does a connection that ends
  * before the peer's hello arrived. Only the end of a connection whose hello named the very
- * registration (node id and lease) the snapshot shows counts: then the peer's kernel closed the
+ * registration (node id and lease) the caller names counts: then the peer's kernel closed the
  * socket, which it does when the process dies or exits.
  */
 #include "liveness.h"
@@ -53,6 +54,7 @@
 #define HELLO_MAX (BAGUA_AGENT_ID_MAX + 112)
 #define HELLO_WORD "bagua-live"
 #define CHALLENGE_WORD "bagua-live2"
+#define BYE_WORD "bagua-bye"
 
 typedef enum { PEER_IDLE = 0, PEER_CONNECTING, PEER_HELLO, PEER_UP } peer_state_t;
 
@@ -69,7 +71,7 @@ typedef struct {
   int64_t deadline_ms; /* of the connect or the hello */
   int64_t next_try_ms;
   int backoff_ms;
-  int seen;       /* in the snapshot of the current update */
+  int seen;       /* named by the current update */
   int challenged; /* the server's challenge was answered; the next line is its hello */
   uint8_t sn[NONCE_BYTES], cn[NONCE_BYTES];
   char buf[HELLO_MAX];
@@ -81,7 +83,7 @@ typedef struct {
   int fd;
   int up; /* the client proved the secret and got the hello */
   int64_t deadline_ms;
-  uint8_t sn[NONCE_BYTES];
+  uint8_t sn[NONCE_BYTES], cn[NONCE_BYTES];
   char buf[2 * NONCE_BYTES + 2 * BAGUA_SHA256_BYTES + 8];
   size_t len;
 } in_t;
@@ -102,6 +104,7 @@ struct bagua__liveness {
   int accept_warned;
   bagua__liveness_death_t *dead;
   size_t ndead, dead_cap;
+  int leaving; /* bagua__liveness_leaving: say goodbye to the watchers on destroy */
 };
 
 /* Grows *arr (elements of `size` bytes) to hold one more than `n`; returns 0 or -1. */
@@ -166,16 +169,37 @@ static void peer_close(peer_t *p) {
   p->challenged = 0;
 }
 
+static void live_mac(const bagua__liveness_t *l, const char *label, const uint8_t *sn,
+                     const uint8_t *cn, const char *id, long long lease, char *hex);
+
+/* Tells a watcher that this agent leaves on purpose (its lease is revoked already), so that
+ * the end of the connection is not taken for a death: "bagua-bye <HMAC(secret, "live-b" sn cn
+ * id lease)>", or "-" without a secret. */
+static void say_bye(const bagua__liveness_t *l, const in_t *c) {
+  char mac[2 * BAGUA_SHA256_BYTES + 1] = "-", line[160];
+  if (l->have_key) live_mac(l, "live-b", c->sn, c->cn, l->self, (long long)l->lease, mac);
+  int n = snprintf(line, sizeof(line), BYE_WORD " %s\n", mac);
+  ssize_t w = send(c->fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)w;
+}
+
 void bagua__liveness_destroy(bagua__liveness_t *l) {
   if (!l) return;
   for (size_t i = 0; i < l->npeers; i++) peer_close(&l->peers[i]);
-  for (size_t i = 0; i < l->nin; i++) close(l->in[i].fd);
+  for (size_t i = 0; i < l->nin; i++) {
+    if (l->in[i].up && l->leaving) say_bye(l, &l->in[i]);
+    close(l->in[i].fd);
+  }
   memset(l->key, 0, sizeof(l->key));
   if (l->lfd >= 0) close(l->lfd);
   free(l->peers);
   free(l->in);
   free(l->dead);
   free(l);
+}
+
+void bagua__liveness_leaving(bagua__liveness_t *l) {
+  if (l) l->leaving = 1;
 }
 
 int bagua__liveness_port(const bagua__liveness_t *l) {
@@ -295,6 +319,18 @@ static int hello_matches(const bagua__liveness_t *l, const peer_t *p) {
   return mac_ok(mac, want);
 }
 
+/* Whether p->buf holds the peer's goodbye line (with a secret: with the peer's proof). */
+static int bye_matches(const bagua__liveness_t *l, const peer_t *p) {
+  char word[16], mac[2 * BAGUA_SHA256_BYTES + 2];
+  if (!strchr(p->buf, '\n') || sscanf(p->buf, "%15s %65s", word, mac) != 2 ||
+      strcmp(word, BYE_WORD) != 0)
+    return 0;
+  if (!l->have_key) return 1;
+  char want[2 * BAGUA_SHA256_BYTES + 1];
+  live_mac(l, "live-b", p->sn, p->cn, p->id, (long long)p->lease, want);
+  return mac_ok(mac, want);
+}
+
 /* Answers the server's challenge in p->buf with this side's proof; returns 0 or -1. */
 static int answer_challenge(const bagua__liveness_t *l, peer_t *p) {
   char word[16], sn[2 * NONCE_BYTES + 2];
@@ -354,6 +390,7 @@ static int read_hello(bagua__liveness_t *l, peer_t *p, int64_t now) {
   }
   p->state = PEER_UP;
   p->backoff_ms = BACKOFF_MIN_MS;
+  p->len = 0;
   return 1;
 }
 
@@ -377,16 +414,28 @@ static int peer_event(bagua__liveness_t *l, peer_t *p, int64_t now) {
     read_hello(l, p, now);
     return 0;
   }
-  char junk[256];
-  ssize_t r = read(p->fd, junk, sizeof(junk));
-  if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EINTR))) return 0;
+  ssize_t r = read(p->fd, p->buf + p->len, sizeof(p->buf) - 1 - p->len);
+  if (r > 0) {
+    p->len += (size_t)r;
+    p->buf[p->len] = '\0';
+    if (bye_matches(l, p)) {
+      BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: node %s left the job (liveness goodbye)", p->id);
+      peer_close(p);
+      p->next_try_ms = now + BACKOFF_MAX_MS;
+      return 0;
+    }
+    /* Anything else is not a goodbye: it is read and forgotten, a full line at a time. */
+    if (strchr(p->buf, '\n') || p->len + 1 >= sizeof(p->buf)) p->len = 0;
+    return 0;
+  }
+  if (r < 0 && (errno == EAGAIN || errno == EINTR)) return 0;
   if (r < 0 && errno != ECONNRESET && errno != EPIPE) {
     /* Any other error (a timeout, an unreachable route) says nothing about the process. */
     retry_later(p, now);
     return 0;
   }
   note_death(l, p);
-  /* The registration is on its way out; the next snapshot drops or replaces the entry. */
+  /* The registration is on its way out; the next update drops or replaces the entry. */
   peer_close(p);
   p->next_try_ms = now + BACKOFF_MAX_MS;
   return 1;
@@ -478,6 +527,7 @@ static int answer_proof(bagua__liveness_t *l, in_t *c) {
     if (!mac_ok(mac, want)) return -1;
     live_mac(l, "live-s", c->sn, cn, l->self, (long long)l->lease, want);
   }
+  memcpy(c->cn, cn, NONCE_BYTES);
   char hello[HELLO_MAX];
   int n = snprintf(hello, sizeof(hello), HELLO_WORD " %s %lld %s\n", l->self, (long long)l->lease,
                    want);
@@ -541,7 +591,7 @@ int bagua__liveness_handle(bagua__liveness_t *l, const struct pollfd *pfd, size_
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Following the snapshot                                                                    */
+/* Following the peers to watch                                                             */
 /* ---------------------------------------------------------------------------------------- */
 
 static void start_connect(peer_t *p, int64_t now) {
@@ -582,23 +632,24 @@ static peer_t *find_peer(bagua__liveness_t *l, const char *id) {
 }
 
 /* Points the entry at a (new) registration, dropping any connection to an older one. */
-static void peer_reset(peer_t *p, const bagua__rdzv_node_t *n) {
+static void peer_reset(peer_t *p, const bagua__live_peer_t *n) {
   peer_close(p);
   snprintf(p->id, sizeof(p->id), "%s", n->id);
   snprintf(p->addr, sizeof(p->addr), "%s", n->addr);
-  p->port = n->live_port;
+  p->port = n->port;
   p->lease = n->lease;
   p->resolved = 0;
   p->next_try_ms = 0;
   p->backoff_ms = BACKOFF_MIN_MS;
 }
 
-void bagua__liveness_update(bagua__liveness_t *l, const bagua__agent_snap_t *s, int64_t now_ms) {
+void bagua__liveness_update(bagua__liveness_t *l, const bagua__live_peer_t *peers, size_t npeers,
+                            int64_t now_ms) {
   expire_incoming(l, now_ms);
   for (size_t i = 0; i < l->npeers; i++) l->peers[i].seen = 0;
-  for (size_t i = 0; i < s->nnodes; i++) {
-    const bagua__rdzv_node_t *n = &s->nodes[i];
-    if (n->live_port <= 0 || strcmp(n->id, l->self) == 0) continue;
+  for (size_t i = 0; i < npeers; i++) {
+    const bagua__live_peer_t *n = &peers[i];
+    if (n->port <= 0 || strcmp(n->id, l->self) == 0) continue;
     peer_t *p = find_peer(l, n->id);
     if (!p) {
       if (grow((void **)&l->peers, &l->peers_cap, l->npeers, sizeof(*l->peers)) != 0) continue;
@@ -606,7 +657,7 @@ void bagua__liveness_update(bagua__liveness_t *l, const bagua__agent_snap_t *s, 
       memset(p, 0, sizeof(*p));
       p->fd = -1;
       peer_reset(p, n);
-    } else if (p->lease != n->lease || p->port != n->live_port || strcmp(p->addr, n->addr) != 0) {
+    } else if (p->lease != n->lease || p->port != n->port || strcmp(p->addr, n->addr) != 0) {
       peer_reset(p, n);
     }
     p->seen = 1;

@@ -341,7 +341,8 @@ char *bagua__agent_metrics_render(const bagua__agent_t *a, size_t *len) {
   /* Ids are of [A-Za-z0-9._-]: nothing in a label value needs escaping. */
   char lab[300];
   snprintf(lab, sizeof(lab), "job=\"%s\",node=\"%s\"", cfg->job_id, cfg->node_id);
-  const bagua__rdzv_round_t *r = &a->seen;
+  /* The round as this node knows it: its own place (a follower reads no member list). */
+  const bagua__rdzv_assign_t *r = &a->place;
   int have_round = r->round > 0;
   family(&t, "bagua_agent_info", "gauge", "Always 1; the labels name the job and node.");
   put(&t, "bagua_agent_info{%s,version=\"%s\"} 1\n", lab, BAGUA_VERSION_STRING);

@@ -176,7 +176,9 @@ static void *thread_main(void *arg) {
       continue;
     }
     pfd[0] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
-    int rc = poll(pfd, n + 1, 1000);
+    /* No timeout: new streams and the stop are announced on the eventfd, and a retag is applied
+     * before the stream's next bytes are read, so an idle agent's output thread sleeps. */
+    int rc = poll(pfd, n + 1, -1);
     if (rc < 0 && errno != EINTR) break;
     if (rc <= 0) continue;
     if (pfd[0].revents) {

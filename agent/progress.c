@@ -12,6 +12,9 @@
 #include "common/log.h"
 #include "common/time.h"
 
+/* Workers without a progress file are looked for at most this many intervals apart. */
+#define IDLE_FACTOR 16
+
 int bagua__agent_progress_path(const char *dir, int lr, char *buf, size_t len) {
   int n = snprintf(buf, len, "%s/progress.%d", dir, lr);
   return n < 0 || (size_t)n >= len ? -1 : 0;
@@ -73,7 +76,7 @@ static int ensure_slots(bagua__agent_progress_t *p, int n) {
 static void note_round(bagua__agent_t *a, bagua__agent_progress_t *p) {
   p->round = a->ws.round;
   p->from_ms =
-      a->seen.round == a->ws.round && a->seen.time_ms > 0 ? a->seen.time_ms : bagua__wall_ms();
+      a->place.round == a->ws.round && a->place.time_ms > 0 ? a->place.time_ms : bagua__wall_ms();
   p->pending = 1;
   for (int i = 0; i < p->n; i++) {
     const bagua__worker_t *w = i < a->ws.n ? &a->ws.w[i] : NULL;
@@ -81,7 +84,9 @@ static void note_round(bagua__agent_t *a, bagua__agent_progress_t *p) {
   }
 }
 
-static void sample(bagua__agent_t *a, bagua__agent_progress_t *p, int64_t wall) {
+/* Returns how many workers' progress files were read. */
+static int sample(bagua__agent_t *a, bagua__agent_progress_t *p, int64_t wall) {
+  int found = 0;
   for (int i = 0; i < p->n && i < a->ws.n; i++) {
     const bagua__worker_t *w = &a->ws.w[i];
     bagua__agent_wprog_t *s = &p->w[i];
@@ -92,6 +97,7 @@ static void sample(bagua__agent_t *a, bagua__agent_progress_t *p, int64_t wall) 
         bagua__agent_progress_path(a->mark_dir, w->local_rank, path, sizeof(path)) != 0 ||
         read_file(path, &f) != 0 || f.pid != w->pid)
       continue;
+    found++;
     if (!s->have) {
       s->prev_step = f.step;
       s->prev_update_ms = f.update_ms;
@@ -113,6 +119,7 @@ static void sample(bagua__agent_t *a, bagua__agent_progress_t *p, int64_t wall) 
       p->pending = 0;
     }
   }
+  return found;
 }
 
 static void publish(bagua__agent_t *a, bagua__agent_progress_t *p, int64_t wall) {
@@ -120,7 +127,7 @@ static void publish(bagua__agent_t *a, bagua__agent_progress_t *p, int64_t wall)
   bagua__rdzv_progress_t rec;
   memset(&rec, 0, sizeof(rec));
   rec.round = a->ws.round;
-  rec.restart_count = a->seen.round == a->ws.round ? a->seen.restart_count : 0;
+  rec.restart_count = a->place.round == a->ws.round ? a->place.restart_count : 0;
   rec.w = ws;
   for (int i = 0; i < p->n && i < a->ws.n; i++) {
     const bagua__agent_wprog_t *s = &p->w[i];
@@ -164,12 +171,28 @@ int bagua__agent_progress_tick(bagua__agent_t *a, int64_t now_ms) {
   bagua__agent_progress_t *p = &a->prog;
   const int interval = a->cfg->progress_interval_ms;
   if (interval <= 0 || !a->mark_dir[0]) return -1;
+  /* New workers may create their files soon: look at the full rate again. */
+  if (a->ws.n > 0 && a->ws.round != p->round) {
+    p->idle_ms = 0;
+    p->next_ms = now_ms;
+  }
   if (now_ms < p->next_ms) return (int)(p->next_ms - now_ms);
-  p->next_ms = now_ms + interval;
   if (ensure_slots(p, a->cfg->nproc) != 0) return interval;
   if (a->ws.n > 0 && a->ws.round != p->round) note_round(a, p);
   int64_t wall = bagua__wall_ms();
-  sample(a, p, wall);
+  int found = sample(a, p, wall);
   if (a->member && a->lease) publish(a, p, wall);
-  return interval;
+  /* Workers that keep no progress file (not libbagua programs, or not started yet) are looked
+   * for ever more rarely (1, 4, 16 intervals apart), up to IDLE_FACTOR intervals: an agent at
+   * rest then wakes about once in that many seconds, not every second, and a file that appears
+   * late is still found. */
+  if (found)
+    p->idle_ms = 0;
+  else
+    p->idle_ms = p->idle_ms ? (p->idle_ms * 4 > IDLE_FACTOR * interval ? IDLE_FACTOR * interval
+                                                                       : p->idle_ms * 4)
+                            : interval;
+  int wait = found ? interval : (int)p->idle_ms;
+  p->next_ms = now_ms + wait;
+  return wait;
 }

@@ -5,7 +5,10 @@
  * BAGUA_PROGRESS_INTERVAL_MS the agent's loop reads those files (one open and two 128-byte
  * preads per worker), derives each worker's step rate, notes how long this node took to
  * resume training after the last round change, and publishes progress/<node> on its lease
- * when something changed.
+ * when something changed. While no worker of the node keeps a file (a program that is not a
+ * libbagua one), the reads come ever more rarely, 4 times further apart each time up to 16
+ * intervals, and again at the full rate when new workers start: an idle agent wakes about once
+ * in 16 s.
  *
  * Threading: the agent's main thread only. Bad file contents (a foreign or torn record) are
  * skipped with an INFO line; an etcd write that fails is retried at the next interval.
@@ -32,6 +35,7 @@ typedef struct {
   bagua__agent_wprog_t *w; /* one per local rank (cfg->nproc) */
   int n;
   int64_t next_ms;     /* monotonic: the next read */
+  int64_t idle_ms;     /* the current gap between reads while no file is found (0: none) */
   char *sent;          /* the last record published, without its time (NULL: none) */
   int64_t round;       /* the round the recovery below belongs to */
   int64_t from_ms;     /* wall clock the round was published */

@@ -165,30 +165,12 @@ void bagua__agent_refresh_record(bagua__agent_t *a) {
 void bagua__agent_deregister(bagua__agent_t *a) {
   bagua__etcd_keeper_stop(a->keeper);
   a->keeper = NULL;
-  if (a->lease) bagua__etcd_lease_revoke(a->etcd, a->lease);
+  /* Once the registration is gone, the watchers are told this node leaves on purpose when
+   * its liveness connections close (a goodbye line), so they revoke nothing. */
+  if (a->lease && bagua__etcd_lease_revoke(a->etcd, a->lease) == BAGUA_OK)
+    bagua__liveness_leaving(a->live);
   a->lease = 0;
   a->is_leader = 0;
-  if (a->live) bagua__liveness_set_lease(a->live, 0);
-}
-
-void bagua__agent_revoke_dead(bagua__agent_t *a, const bagua__agent_snap_t *s) {
-  size_t n = 0;
-  const bagua__liveness_death_t *d = bagua__liveness_deaths(a->live, &n);
-  for (size_t i = 0; i < n; i++) {
-    const bagua__rdzv_node_t *x = bagua__agent_snap_node(s, d[i].id);
-    /* Gone already (it left normally, or another agent was quicker), or registered again
-     * under a new lease by a live agent: nothing to do. */
-    if (!x || x->lease != d[i].lease || strcmp(d[i].id, a->cfg->node_id) == 0) continue;
-    bagua__agent_say(
-        "node %s's agent closed its liveness connection: revoking its lease %lld (it died)",
-        d[i].id, (long long)d[i].lease);
-    /* Several agents may revoke the same lease; etcd's "not found" counts as done. */
-    bagua_status_t st = bagua__etcd_lease_revoke(a->etcd, d[i].lease);
-    if (st != BAGUA_OK)
-      BAGUA_WARN("agent: cannot revoke node %s's lease %lld: %s (it expires by itself)", d[i].id,
-                 (long long)d[i].lease, bagua_strerror(st));
-  }
-  bagua__liveness_clear_deaths(a->live);
 }
 
 int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t *s) {
@@ -267,19 +249,51 @@ int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t
  * node's own lease. Anything else (a value someone wrote by hand, a key on no lease) names no
  * agent that will ever form a round, and left alone it would hold the key for ever.
  */
-static int leader_genuine(const bagua__agent_snap_t *s, char *why, size_t len) {
+/*
+ * The registration the leader key names: from the snapshot when it holds every node record
+ * (the leader's), else read once per value of the key (a follower follows no other node's
+ * record). Returns 1 when the node is registered (its lease in *lease), 0 when not, -1 when
+ * etcd did not answer (then nothing is judged this pass).
+ */
+static int leader_node(bagua__agent_t *a, const bagua__agent_snap_t *s, int64_t *lease) {
+  if (s->full) {
+    const bagua__rdzv_node_t *n = bagua__agent_snap_node(s, s->leader);
+    *lease = n ? n->lease : 0;
+    return n != NULL;
+  }
+  bagua__agent_leader_check_t *lc = &a->leader_check;
+  if (lc->leader_mod_rev != s->leader_mod_rev) {
+    char key[BAGUA_RDZV_KEY_MAX];
+    bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_NODE, 0, s->leader);
+    bagua__etcd_kv_t kv;
+    int found = 0;
+    if (bagua__etcd_get(a->etcd, key, &kv, &found, NULL) != BAGUA_OK) return -1;
+    bagua__rdzv_node_t n;
+    memset(&n, 0, sizeof(n));
+    lc->present = found && kv.lease != 0 && bagua__rdzv_node_decode(kv.value, &n, NULL, 0) == 0;
+    lc->lease = lc->present ? kv.lease : 0;
+    lc->leader_mod_rev = s->leader_mod_rev;
+    bagua__etcd_kv_clear(&kv);
+  }
+  *lease = lc->lease;
+  return lc->present;
+}
+
+static int leader_genuine(bagua__agent_t *a, const bagua__agent_snap_t *s, char *why, size_t len) {
   if (!s->leader_valid) {
     snprintf(why, len, "it holds no valid node id");
     return 0;
   }
-  const bagua__rdzv_node_t *n = bagua__agent_snap_node(s, s->leader);
-  if (!n) {
+  int64_t lease = 0;
+  int present = leader_node(a, s, &lease);
+  if (present < 0) return 1; /* not known this pass: judged on a later one */
+  if (!present) {
     snprintf(why, len, "it names \"%s\", which is not a registered node", s->leader);
     return 0;
   }
-  if (s->leader_lease == 0 || s->leader_lease != n->lease) {
+  if (s->leader_lease == 0 || s->leader_lease != lease) {
     snprintf(why, len, "it is not on node %s's lease (lease %lld, the node's %lld)", s->leader,
-             (long long)s->leader_lease, (long long)n->lease);
+             (long long)s->leader_lease, (long long)lease);
     return 0;
   }
   return 1;
@@ -291,7 +305,8 @@ void bagua__agent_check_leadership(bagua__agent_t *a, const bagua__agent_snap_t 
                  strcmp(s->leader, a->cfg->node_id) == 0 && s->leader_lease == a->lease;
   int vacant = !s->has_leader;
   char why[256];
-  if (s->has_leader && a->lease != 0 && !leader_genuine(s, why, sizeof(why))) {
+  /* The leader itself needs no check: it wrote the key on its own lease. */
+  if (s->has_leader && a->lease != 0 && !a->is_leader && !leader_genuine(a, s, why, sizeof(why))) {
     /* Deleted only if unchanged since the snapshot: a genuine campaign that won meanwhile is
      * never removed. Every agent may try; one succeeds, and all then campaign. */
     char key[BAGUA_RDZV_KEY_MAX];

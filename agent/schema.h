@@ -1,6 +1,6 @@
 /*
  * The agent's view of the rendezvous schema (common/rdzv/rdzv.h): how a failure reads, and the
- * snapshot of a job's whole key space that the agent's loop decides from.
+ * snapshot of a job's keys at one revision that the agent's loop decides from.
  *
  * Every key lives under /bagua/<job_id>/ (docs/agent.md, "etcd schema"). The snapshot takes
  * only what the schema accepts: a refused value is reported (key and field) and left out, and
@@ -24,7 +24,7 @@ void bagua__agent_failure_describe(const bagua__rdzv_failure_t *f, char *out, si
 int bagua__agent_failure_exit_code(const bagua__rdzv_failure_t *f);
 
 /* ---------------------------------------------------------------------------------------- */
-/* Snapshot of /bagua/<job>/ read at one revision                                            */
+/* Snapshot of the keys of /bagua/<job>/ that an agent follows                               */
 /* ---------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -41,8 +41,25 @@ typedef struct {
   int64_t lease;
 } bagua__agent_ack_t;
 
+/* assign/<node> as the leader's snapshot holds it: enough to tell a stale one. */
+typedef struct {
+  char node[BAGUA_AGENT_ID_MAX];
+  int64_t round;
+  int index;
+  int64_t rev, time_ms;
+  int64_t lease; /* the lease the record is on */
+} bagua__agent_assigned_t;
+
 typedef struct {
   int64_t revision;
+  /* 1: built from the job's whole key space (the leader's view); 0: from the keys a follower
+   * follows (mirror.h): then `nodes`, `acks` and `done` hold at most this node's own records,
+   * and the round is known only as this node's place in it. */
+  int full;
+  /* This node's place in the current round: computed from the round in a full snapshot, read
+   * from its assign/<node> record in a follower's. */
+  int has_place;
+  bagua__rdzv_assign_t place;
   bagua__rdzv_node_t *nodes; /* live registrations, oldest (lowest create_rev) first */
   size_t nnodes;
 
@@ -79,6 +96,11 @@ typedef struct {
   int nrebuild;
   bagua__rdzv_rebuild_t rebuild;
 
+  /* failure: the first failure some member reported in a round (the round is in
+   * failure.f.round); every member follows this one key instead of every done record. */
+  int has_failure;
+  bagua__rdzv_done_t failure;
+
   /* rounds/<round.round>/done/<node> records of the current round. */
   bagua__agent_done_entry_t *done;
   size_t ndone;
@@ -90,14 +112,37 @@ typedef struct {
   /* Distinct round numbers that still have keys under rounds/ (for clean-up). */
   int64_t *old_rounds;
   size_t nold_rounds;
+
+  /* Full snapshots: the assign/<node> records that the schema accepts. */
+  bagua__agent_assigned_t *assigned;
+  size_t nassigned;
 } bagua__agent_snap_t;
 
 /*
- * Reads every key under `prefix` ("/bagua/<job>/") in one range request and parses it.
- * Values that do not parse are skipped with a warning. Free with bagua__agent_snap_clear.
+ * What the schema made of one key, kept with the key in the agent's copy of etcd (mirror.h)
+ * so that a record is decoded once per revision, not once per decision: at a thousand nodes
+ * the leader's decision then copies records instead of parsing a thousand JSON objects.
  */
-bagua_status_t bagua__agent_snap_read(bagua__etcd_t *c, const char *prefix, bagua__agent_snap_t *s);
-/* Parses an already-read key list (used by bagua__agent_snap_read and by unit tests). */
+typedef struct bagua__agent_rec bagua__agent_rec_t;
+/* One key of the copy and its decoded form (NULL until first decoded; owned). */
+typedef struct {
+  bagua__etcd_kv_t kv;
+  bagua__agent_rec_t *rec;
+} bagua__agent_entry_t;
+void bagua__agent_rec_free(bagua__agent_rec_t *rec);
+
+/*
+ * Builds the snapshot of the `n` entries of keys under `prefix` ("/bagua/<job>/"), decoding
+ * (and caching in the entries) what was not decoded at its current revision. A value that does
+ * not parse is reported once and left out. `rounds` lists rounds that hold keys the entries
+ * leave out (endpoint records); `full` says whether the entries are the whole prefix; `self` is
+ * this node's id (its place in the round, its assignment). Returns 0,
+ * or -1 when out of memory (the snapshot is then cleared). Free with bagua__agent_snap_clear.
+ */
+int bagua__agent_snap_build(const char *prefix, const char *self, bagua__agent_entry_t *e, size_t n,
+                            const int64_t *rounds, size_t nrounds, int full,
+                            bagua__agent_snap_t *s);
+/* Builds a full snapshot of an already-read key list (`self` may be NULL: no place). */
 int bagua__agent_snap_parse(const char *prefix, const bagua__etcd_kv_t *kvs, size_t n,
                             bagua__agent_snap_t *s);
 void bagua__agent_snap_clear(bagua__agent_snap_t *s);

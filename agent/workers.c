@@ -1,10 +1,11 @@
 /*
  * Starting and stopping worker processes.
  *
- * The agent has other threads (etcd keeper and watch, output), so a child may only call
- * async-signal-safe functions between fork() and exec(): the environment, argument vector,
- * log file and messages are all prepared before fork(), and the child only rearranges
- * descriptors, sets its process group, parent-death signal and signal mask, and execs.
+ * The agent has other threads (etcd keeper and watch, output), and the child shares the
+ * agent's memory until it execs (vfork), so a child may only make system calls between vfork()
+ * and exec(): the environment, argument vector, log file and messages are all prepared before,
+ * and the child only rearranges descriptors, sets its process group, parent-death signal and
+ * signal mask, and execs.
  */
 #include "workers.h"
 
@@ -223,7 +224,7 @@ static void child(const bagua__agent_config_t *cfg, char **envp, int out_w, int 
    * only the agent, which then decides what the workers get. */
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  /* The agent may have died between fork() and prctl(): then nobody would kill us. */
+  /* The agent may have died between vfork() and prctl(): then nobody would kill us. */
   if (getppid() != parent) _exit(127);
   sigset_t none;
   sigemptyset(&none);
@@ -289,15 +290,20 @@ static bagua_status_t start_one(bagua__workers_t *ws, const bagua__agent_config_
   }
   int log_fd = open_log(cfg, a, lr, rank);
   pid_t parent = getpid();
-  pid_t pid = fork();
+  /* vfork, not fork: the child only makes system calls on its own stack frames and then
+   * execs or exits, so it needs no copy of the agent's address space, whose page tables a
+   * fork would copy (most of the CPU a node spends on a new round at a thousand nodes). The
+   * agent has no signal handlers (a signalfd takes its signals), so none can run on the
+   * child's side meanwhile, and only this thread waits for the exec. */
+  pid_t pid = vfork();
   if (pid < 0) {
-    BAGUA_WARN("agent: fork for rank %d failed: %s", rank, strerror(errno));
+    BAGUA_WARN("agent: vfork for rank %d failed: %s", rank, strerror(errno));
     if (log_fd >= 0) close(log_fd);
     st = BAGUA_ERR_SYSTEM;
     goto fail;
   }
   if (pid == 0) child(cfg, env.v, pout[1], perr[1], prep[1], parent);
-  /* Also set the group here, so a signal sent right after fork() cannot miss it. */
+  /* Also set the group here, so a signal sent right after vfork() cannot miss it. */
   setpgid(pid, pid);
   close(pout[1]);
   close(perr[1]);

@@ -13,94 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fields.h"
 #include "rdzv.h"
-
-/* ---------------------------------------------------------------------------------------- */
-/* Strict field readers                                                                      */
-/* ---------------------------------------------------------------------------------------- */
-
-typedef struct {
-  char *buf;
-  size_t len;
-} why_t;
-
-static int fail(why_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(why_t *w, const char *fmt, ...) {
-  if (w->buf && w->len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->buf, w->len, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
-
-/* An integer field within [lo, hi]. Absent: 0 when optional (the bounds allow it or not). */
-static int get_i64(const cJSON *o, const char *name, int required, int64_t lo, int64_t hi,
-                   int64_t *out, why_t *w) {
-  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
-  *out = 0;
-  if (!f) return required ? fail(w, "field \"%s\" is missing", name) : 0;
-  if (!cJSON_IsNumber(f)) return fail(w, "field \"%s\" is not a number", name);
-  double d = f->valuedouble;
-  /* Converting an out-of-range double is undefined behaviour: compare as doubles first. */
-  if (!(d >= (double)lo && d <= (double)hi))
-    return fail(w, "field \"%s\": %.17g is not in %lld..%lld", name, d, (long long)lo,
-                (long long)hi);
-  int64_t v = (int64_t)d;
-  if ((double)v != d) return fail(w, "field \"%s\": %.17g is not an integer", name, d);
-  *out = v;
-  return 0;
-}
-
-static int get_int(const cJSON *o, const char *name, int required, int lo, int hi, int *out,
-                   why_t *w) {
-  int64_t v = 0;
-  int rc = get_i64(o, name, required, lo, hi, &v, w);
-  *out = (int)v;
-  return rc;
-}
-
-/* A string field that fits dst (with its NUL); `nonempty` refuses "". Absent optional: "". */
-static int get_str(const cJSON *o, const char *name, int required, int nonempty, char *dst,
-                   size_t size, why_t *w) {
-  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
-  dst[0] = '\0';
-  if (!f) return required ? fail(w, "field \"%s\" is missing", name) : 0;
-  if (!cJSON_IsString(f)) return fail(w, "field \"%s\" is not a string", name);
-  size_t n = strlen(f->valuestring);
-  if (n >= size) return fail(w, "field \"%s\" is longer than %zu bytes", name, size - 1);
-  if (nonempty && n == 0) return fail(w, "field \"%s\" is empty", name);
-  memcpy(dst, f->valuestring, n + 1);
-  return 0;
-}
-
-/* A node id field: a valid id (an absent optional one is ""). */
-static int get_id(const cJSON *o, const char *name, int required, char *dst, size_t size,
-                  why_t *w) {
-  if (get_str(o, name, required, 0, dst, size, w) != 0) return -1;
-  if ((dst[0] || required) && !bagua__rdzv_id_valid(dst))
-    return fail(w, "field \"%s\": \"%.64s\" is not a valid node id", name, dst);
-  return 0;
-}
-
-static cJSON *parse_object(const char *json, why_t *w) {
-  cJSON *o = json ? cJSON_Parse(json) : NULL;
-  if (cJSON_IsObject(o)) return o;
-  cJSON_Delete(o);
-  fail(w, "not a JSON object");
-  return NULL;
-}
-
-static char *finish(cJSON *o, int ok) {
-  char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
-  cJSON_Delete(o);
-  return s;
-}
-
-#define PORT_MAX 65535
-#define I53 ((int64_t)1 << 53)
-#define INT_MAX_ 2147483647
 
 /* ---------------------------------------------------------------------------------------- */
 /* nodes/<id>                                                                                */
@@ -199,16 +113,33 @@ char *bagua__rdzv_round_encode(const bagua__rdzv_round_t *r) {
   return finish(o, ok);
 }
 
-/* One array element as an integer in [lo, hi]. */
-static int array_i64(const cJSON *a, const char *name, int i, int64_t lo, int64_t hi, int64_t *out,
+/* Element i of an array (f) as an integer in [lo, hi]. */
+static int array_i64(const cJSON *f, const char *name, int i, int64_t lo, int64_t hi, int64_t *out,
                      why_t *w) {
-  const cJSON *f = cJSON_GetArrayItem(a, i);
   double d = cJSON_IsNumber(f) ? f->valuedouble : (double)lo - 1.0;
   if (!(d >= (double)lo && d <= (double)hi) || (double)(int64_t)d != d)
     return fail(w, "field \"%s\"[%d] is not an integer in %lld..%lld", name, i, (long long)lo,
                 (long long)hi);
   *out = (int64_t)d;
   return 0;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Whether a round names a node twice (sorted: O(n log n), not a comparison of every pair). */
+static int duplicate_member(const bagua__rdzv_round_t *r, why_t *w) {
+  const char **ids = malloc((size_t)r->nmembers * sizeof(*ids));
+  if (!ids) return fail(w, "out of memory");
+  for (int i = 0; i < r->nmembers; i++) ids[i] = r->members[i].id;
+  qsort(ids, (size_t)r->nmembers, sizeof(*ids), cmp_str_ptr);
+  int rc = 0;
+  for (int i = 1; i < r->nmembers && !rc; i++)
+    if (strcmp(ids[i - 1], ids[i]) == 0)
+      rc = fail(w, "field \"members\" names node \"%s\" twice", ids[i]);
+  free(ids);
+  return rc;
 }
 
 int bagua__rdzv_round_decode(const char *json, bagua__rdzv_round_t *r, char *why, size_t len) {
@@ -238,26 +169,24 @@ int bagua__rdzv_round_decode(const char *json, bagua__rdzv_round_t *r, char *why
     goto fail;
   }
   r->nmembers = n;
-  /* Summed in 64 bits: n * NPROC_MAX cannot overflow it, and the bound is checked below. */
+  /* Summed in 64 bits: n * NPROC_MAX cannot overflow it, and the bound is checked below. The
+   * three arrays are walked together (cJSON_GetArrayItem walks from the head each time: a
+   * thousand members would cost a million steps). */
   int64_t world = 0;
-  for (int i = 0; i < n; i++) {
-    const cJSON *id = cJSON_GetArrayItem(members, i);
+  const cJSON *id = members->child, *np = nprocs->child, *rv = revs ? revs->child : NULL;
+  for (int i = 0; i < n; i++, id = id->next, np = np->next, rv = rv ? rv->next : NULL) {
     if (!cJSON_IsString(id) || !bagua__rdzv_id_valid(id->valuestring)) {
       fail(&w, "field \"members\"[%d] is not a valid node id", i);
       goto fail;
     }
     snprintf(r->members[i].id, sizeof(r->members[i].id), "%s", id->valuestring);
-    for (int j = 0; j < i; j++)
-      if (strcmp(r->members[j].id, r->members[i].id) == 0) {
-        fail(&w, "field \"members\" names node \"%s\" twice", r->members[i].id);
-        goto fail;
-      }
     int64_t v = 0;
-    if (array_i64(nprocs, "nprocs", i, 1, BAGUA_RDZV_NPROC_MAX, &v, &w) != 0) goto fail;
+    if (array_i64(np, "nprocs", i, 1, BAGUA_RDZV_NPROC_MAX, &v, &w) != 0) goto fail;
     r->members[i].nproc = (int)v;
     world += v;
-    if (revs && array_i64(revs, "member_revs", i, 0, I53, &r->members[i].rev, &w) != 0) goto fail;
+    if (revs && array_i64(rv, "member_revs", i, 0, I53, &r->members[i].rev, &w) != 0) goto fail;
   }
+  if (duplicate_member(r, &w)) goto fail;
   if (get_i64(o, "round", 1, 1, I53, &r->round, &w) ||
       get_int(o, "world_size", 1, 1, BAGUA_RDZV_WORLD_MAX, &r->world_size, &w) ||
       get_str(o, "master_addr", 1, 1, r->master_addr, sizeof(r->master_addr), &w) ||
@@ -283,16 +212,6 @@ fail:
 /* ---------------------------------------------------------------------------------------- */
 /* Failures, done records, status                                                            */
 /* ---------------------------------------------------------------------------------------- */
-
-/* An optional boolean: absent is 0; anything but true/false is refused. */
-static int get_bool(const cJSON *o, const char *name, int *dst, why_t *w) {
-  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
-  *dst = 0;
-  if (!f) return 0;
-  if (!cJSON_IsBool(f)) return fail(w, "field \"%s\" is not a boolean", name);
-  *dst = cJSON_IsTrue(f);
-  return 0;
-}
 
 static int add_failure(cJSON *o, const bagua__rdzv_failure_t *f) {
   int ok = cJSON_AddStringToObject(o, "node", f->node) &&

@@ -56,6 +56,18 @@ int bagua__rdzv_key(char *buf, size_t len, const char *job, bagua__rdzv_key_kind
     case BAGUA__RDZV_KEY_PROGRESS:
       n = snprintf(buf, len, "/bagua/%s/progress/%s", job, name);
       break;
+    case BAGUA__RDZV_KEY_FAILURE:
+      n = snprintf(buf, len, "/bagua/%s/failure", job);
+      break;
+    case BAGUA__RDZV_KEY_ASSIGN:
+      n = snprintf(buf, len, "/bagua/%s/assign/%s", job, name);
+      break;
+    case BAGUA__RDZV_KEY_NODES_DIR:
+      n = snprintf(buf, len, "/bagua/%s/nodes/", job);
+      break;
+    case BAGUA__RDZV_KEY_ROUNDS_DIR:
+      n = snprintf(buf, len, "/bagua/%s/rounds/", job);
+      break;
     case BAGUA__RDZV_KEY_OTHER:
       break;
   }
@@ -63,6 +75,18 @@ int bagua__rdzv_key(char *buf, size_t len, const char *job, bagua__rdzv_key_kind
     if (len) buf[0] = '\0';
     return -1;
   }
+  return 0;
+}
+
+int bagua__rdzv_key_end(char *buf, size_t len, const char *dir) {
+  size_t n = strlen(dir);
+  /* Every key this module builds ends in an ASCII character below 0x7f. */
+  if (n == 0 || n >= len || (unsigned char)dir[n - 1] >= 0x7f) {
+    if (len) buf[0] = '\0';
+    return -1;
+  }
+  memcpy(buf, dir, n + 1);
+  buf[n - 1] = (char)(dir[n - 1] + 1);
   return 0;
 }
 
@@ -91,11 +115,9 @@ int bagua__rdzv_key_parse(const char *prefix, const char *key, bagua__rdzv_key_i
   static const struct {
     const char *leaf;
     bagua__rdzv_key_kind_t kind;
-  } leaves[] = {{"leader", BAGUA__RDZV_KEY_LEADER},
-                {"round", BAGUA__RDZV_KEY_ROUND},
-                {"status", BAGUA__RDZV_KEY_STATUS},
-                {"config", BAGUA__RDZV_KEY_CONFIG},
-                {"secret", BAGUA__RDZV_KEY_SECRET}};
+  } leaves[] = {{"leader", BAGUA__RDZV_KEY_LEADER}, {"round", BAGUA__RDZV_KEY_ROUND},
+                {"status", BAGUA__RDZV_KEY_STATUS}, {"config", BAGUA__RDZV_KEY_CONFIG},
+                {"secret", BAGUA__RDZV_KEY_SECRET}, {"failure", BAGUA__RDZV_KEY_FAILURE}};
   for (size_t i = 0; i < sizeof(leaves) / sizeof(leaves[0]); i++)
     if (strcmp(k, leaves[i].leaf) == 0) {
       out->kind = leaves[i].kind;
@@ -105,6 +127,13 @@ int bagua__rdzv_key_parse(const char *prefix, const char *key, bagua__rdzv_key_i
     if (segment(k + 6)) {
       out->kind = BAGUA__RDZV_KEY_NODE;
       out->name = k + 6;
+    }
+    return 0;
+  }
+  if (strncmp(k, "assign/", 7) == 0) {
+    if (segment(k + 7)) {
+      out->kind = BAGUA__RDZV_KEY_ASSIGN;
+      out->name = k + 7;
     }
     return 0;
   }

@@ -57,6 +57,10 @@ typedef enum {
   BAGUA__RDZV_KEY_BOOTSTRAP,     /* rounds/<round>/bootstrap/<rank> (rank in `index`) */
   BAGUA__RDZV_KEY_REBUILD,       /* rounds/<round>/rebuild/<rank> (rank in `index`) */
   BAGUA__RDZV_KEY_PROGRESS,      /* progress/<name>: a node's workers' progress */
+  BAGUA__RDZV_KEY_FAILURE,       /* failure: the latest worker failure a member reported */
+  BAGUA__RDZV_KEY_ASSIGN,        /* assign/<name>: the node's place in the current round */
+  BAGUA__RDZV_KEY_NODES_DIR,     /* nodes/ (a prefix, and a range bound) */
+  BAGUA__RDZV_KEY_ROUNDS_DIR,    /* rounds/ */
   BAGUA__RDZV_KEY_OTHER          /* under the prefix, but none of the above */
 } bagua__rdzv_key_kind_t;
 
@@ -66,6 +70,11 @@ typedef enum {
  */
 int bagua__rdzv_key(char *buf, size_t len, const char *job, bagua__rdzv_key_kind_t kind,
                     int64_t round, const char *name, int64_t index);
+
+/* The first key after every key that starts with `dir` (a key this module built): `dir` with
+ * its last byte incremented, e.g. "/bagua/j/rounds/" -> "/bagua/j/rounds0", the end of a
+ * range that holds none of them. Returns 0, or -1 when it does not fit. */
+int bagua__rdzv_key_end(char *buf, size_t len, const char *dir);
 
 /* A key read back from etcd, classified. `name` points into the key (not copied). */
 typedef struct {
@@ -126,6 +135,53 @@ typedef struct {
   char leader[BAGUA_RDZV_ID_MAX];
   int64_t time_ms;
 } bagua__rdzv_round_t;
+
+/* The most members one node watches on the liveness ring (an assignment's watch list). */
+#define BAGUA_RDZV_WATCH_MAX 8
+
+/* One registration of a node: its id and the create revision of its node key. */
+typedef struct {
+  char id[BAGUA_RDZV_ID_MAX];
+  int64_t rev;
+} bagua__rdzv_ref_t;
+
+/*
+ * assign/<node>: what one node needs of the current round, written by the leader on that node's
+ * lease for every registered node after each round. The round record lists every member, so
+ * each node that read it would read O(N) bytes per round, O(N^2) in all; an assignment holds the
+ * node's own place, and every node but the leader follows only its own.
+ */
+typedef struct {
+  char node[BAGUA_RDZV_ID_MAX]; /* from the key, not the value */
+  int64_t round;                /* the round's number, restart count, reason, leader, time */
+  int restart_count;
+  char reason[16];
+  char leader[BAGUA_RDZV_ID_MAX];
+  int64_t time_ms;
+  int world_size; /* the round's world and membership */
+  int nmembers;
+  char master_addr[256];
+  int master_port;
+  int index;     /* the node's place among the members (its GROUP_RANK); -1: not a member */
+  int rank_base; /* members only: its first rank (the rank rule), workers and registration */
+  int nproc;
+  int64_t rev;
+  /* Members only: the members it watches on the liveness ring (the next ones after it), nearest
+   * first. */
+  int nwatch;
+  bagua__rdzv_ref_t watch[BAGUA_RDZV_WATCH_MAX];
+} bagua__rdzv_assign_t;
+
+/*
+ * The assignment of member `idx` of round r (-1: of a node that is not a member), watching the
+ * next `k` members (at most BAGUA_RDZV_WATCH_MAX). bagua__rdzv_assign_all fills one per member
+ * in O(nmembers), summing the ranks once. Neither fills `node` for a non-member.
+ */
+void bagua__rdzv_assign_of(const bagua__rdzv_round_t *r, int idx, int k, bagua__rdzv_assign_t *a);
+void bagua__rdzv_assign_all(const bagua__rdzv_round_t *r, int k, bagua__rdzv_assign_t *out);
+char *bagua__rdzv_assign_encode(const bagua__rdzv_assign_t *a);
+/* Keeps a->node (it comes from the key). */
+int bagua__rdzv_assign_decode(const char *json, bagua__rdzv_assign_t *a, char *why, size_t len);
 
 /* The state one member reports for its workers in rounds/<N>/done/<node>. */
 typedef enum {
@@ -316,7 +372,7 @@ int bagua__rdzv_place(const bagua__rdzv_round_t *r, const char *node, int local_
 int bagua__rdzv_rank_base(const bagua__rdzv_round_t *r, int idx);
 
 /* ---------------------------------------------------------------------------------------- */
-/* Rejections and leases                                                                     */
+/* Rejections                                                                                */
 /* ---------------------------------------------------------------------------------------- */
 
 /*
@@ -326,13 +382,5 @@ int bagua__rdzv_rank_base(const bagua__rdzv_round_t *r, int idx);
  * that nobody may remove does not flood the log.
  */
 void bagua__rdzv_reject(const char *key, int64_t mod_rev, const char *what, const char *why);
-
-struct bagua__etcd;
-/*
- * Asks etcd whether lease `id` is alive (TimeToLive). *alive is 1 when etcd knows it with a
- * TTL left, 0 when it is unknown or expired. Errors (etcd unreachable) return its status and
- * leave *alive untouched.
- */
-bagua_status_t bagua__rdzv_lease_alive(struct bagua__etcd *c, int64_t id, int *alive);
 
 #endif

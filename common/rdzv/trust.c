@@ -1,8 +1,7 @@
 /*
  * What the schema needs beyond parsing: reporting refused records without flooding the log,
- * asking etcd whether a record's lease is alive, and generating the per-job secret.
+ * and generating the per-job secret.
  */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -11,7 +10,6 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "common/etcd/etcd_internal.h"
 #include "common/log.h"
 #include "rdzv.h"
 
@@ -47,33 +45,6 @@ void bagua__rdzv_reject(const char *key, int64_t mod_rev, const char *what, cons
   else
     BAGUA_INFO(BAGUA_SUBSYS_ETCD, "rdzv: still rejecting %s (revision %lld): %s", key,
                (long long)mod_rev, why);
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* Leases                                                                                    */
-/* ---------------------------------------------------------------------------------------- */
-
-bagua_status_t bagua__rdzv_lease_alive(struct bagua__etcd *c, int64_t id, int *alive) {
-  cJSON *req = cJSON_CreateObject(), *reply = NULL;
-  if (!req || bagua__etcd_json_add_i64(req, "ID", id) != 0) {
-    cJSON_Delete(req);
-    return BAGUA_ERR_NO_MEMORY;
-  }
-  bagua_status_t st =
-      bagua__etcd_call(c, "/v3/lease/timetolive", req, &reply, ETCD_CALL_QUIET_NOT_FOUND, NULL);
-  cJSON_Delete(req);
-  if (st == BAGUA_OK) {
-    /* etcd answers an unknown or expired lease with TTL -1 (and older versions with an
-     * error, which the call reports as a failure: treated as unknown below). */
-    int64_t ttl = -1;
-    if (bagua__etcd_json_i64(reply, "TTL", &ttl) < 0) ttl = -1;
-    *alive = ttl > 0;
-  } else if (st == BAGUA_ERR_ETCD) {
-    *alive = 0;
-    st = BAGUA_OK;
-  }
-  cJSON_Delete(reply);
-  return st;
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -457,12 +457,15 @@ static void test_unreachable(void) {
 
 /* etcd frozen (SIGSTOP) mid-job, longer than --rdzv-timeout 6: the agent gives up 6 s after
  * its first failed request began (each request during the outage fits in what is left), not
- * one or more request timeouts later (it took about 19 s before the fix). */
+ * one or more request timeouts later (it took about 19 s before the fix). An agent at rest
+ * sends only its lease renewals, so it notices within one renewal period (a third of
+ * --lease-ttl 3: 1 s). */
 static void test_etcd_frozen(void) {
   harness_t h;
   h_init(&h, "etcd_frozen", 1);
   setenv("BAGUA_ETCD_TIMEOUT_MS", "3000", 1);
-  const char *a[] = {"--nnodes", "1", "--nproc-per-node", "1", "--rdzv-timeout", "6", NULL};
+  const char *a[] = {"--nnodes", "1", "--nproc-per-node", "1", "--rdzv-timeout", "6", "--lease-ttl",
+                     "3",        NULL};
   const char *cmd[] = {"/bin/sleep", "60", NULL};
   agent_proc_t ap;
   h_spawn_cmd(&h, &ap, "n1", NULL, a, cmd);
@@ -477,7 +480,8 @@ static void test_etcd_frozen(void) {
          took);
   ASSERT_EQ(code, 3);
   h_expect_stderr(&ap, "unreachable for");
-  /* The outage is noticed at the next loop pass (within 1 s); then 6 s. */
+  /* The outage is noticed by the next renewal (within 1 s), whose timeout is the period; then
+   * 6 s from that renewal's start. */
   ASSERT_GE(took, 5900);
   ASSERT_LT(took, 9000);
   h_fini(&h);

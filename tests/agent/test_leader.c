@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "index.h"
 #include "leader.h"
 #include "test.h"
 
@@ -753,7 +754,132 @@ static void test_ack_parse(void) {
   bagua__agent_snap_clear(&s);
 }
 
+/* A snapshot of `n` nodes n00000.. registered in that order (revisions 100 + i), each with a
+ * done record and an acknowledgement of `round` (when given), built directly: add_node sorts
+ * by insertion, which thousands of nodes would make slow. */
+static void big_snapshot(bagua__agent_snap_t *s, int first, int n, int64_t round) {
+  s->nodes = realloc(s->nodes, (s->nnodes + (size_t)n) * sizeof(*s->nodes));
+  s->acks = realloc(s->acks, (s->nacks + (size_t)n) * sizeof(*s->acks));
+  for (int i = first; i < first + n; i++) {
+    bagua__rdzv_node_t *x = &s->nodes[s->nnodes++];
+    memset(x, 0, sizeof(*x));
+    snprintf(x->id, sizeof(x->id), "n%05d", i);
+    snprintf(x->addr, sizeof(x->addr), "10.0.%d.%d", i / 250, i % 250);
+    x->nproc = 1;
+    x->create_rev = 100 + i;
+    x->lease = 7000 + i;
+    if (round) {
+      bagua__agent_ack_t *k = &s->acks[s->nacks++];
+      snprintf(k->node, sizeof(k->node), "n%05d", i);
+      k->round = round;
+      k->lease = x->lease;
+    }
+  }
+}
+
+/* The index answers what the linear lookups answer, for every id and for ids it lacks. */
+static void test_index(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  big_snapshot(&s, 0, 500, 3);
+  set_round(&s, 3, "n00007,n00003,n00499", 0);
+  add_done(&s, "n00003", BAGUA__DONE_SUCCEEDED, 1, 0);
+  add_done(&s, "n00250", BAGUA__DONE_FAILED, 1, 0);
+  bagua__agent_index_t x;
+  ASSERT_EQ(bagua__agent_index_build(&x, &s), 0);
+  char id[16];
+  for (int i = 0; i < 510; i++) {
+    snprintf(id, sizeof(id), "n%05d", i);
+    ASSERT_TRUE(bagua__agent_index_node(&x, id) == bagua__agent_snap_node(&s, id));
+    ASSERT_TRUE(bagua__agent_index_ack(&x, id) == bagua__agent_snap_ack(&s, id));
+    ASSERT_TRUE(bagua__agent_index_done(&x, id) == bagua__agent_snap_done(&s, id));
+    ASSERT_EQ(bagua__agent_index_member(&x, id), bagua__rdzv_round_find(&s.round, id));
+  }
+  ASSERT_TRUE(bagua__agent_index_node(&x, "") == NULL);
+  bagua__agent_index_clear(&x);
+  bagua__agent_snap_clear(&s);
+}
+
+/* Three thousand nodes: the first round takes them in registration order; 150 die and the
+ * survivors keep their order; 150 join after them; one member that never acknowledges is
+ * dropped at the act deadline and nobody else is. (A decision is O(N log N): this test made
+ * some 9 million string comparisons per decision before the index.) */
+static void test_at_scale(void) {
+  enum { N = 3000, K = 150 };
+  bagua__leader_params_t p = P;
+  p.nnodes_min = N - K;
+  p.nnodes_max = N + K;
+  p.ack_timeout_ms = 60000;
+  p.self = "n00000";
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  big_snapshot(&s, 0, N, 0);
+  bagua__lead_decision_t d;
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 1000, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE); /* the last call */
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 2000, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_EQ(d.round.nmembers, N);
+  for (int i = 0; i < N; i++) ASSERT_EQ(d.round.members[i].rev, 100 + i);
+  s.has_round = 1;
+  s.round = d.round;
+  d.round.members = NULL;
+  bagua__lead_decision_clear(&d);
+  /* Every member acknowledges round 1 but n01234; every 20th dies. */
+  for (int i = 0; i < N; i++) {
+    if (i == 1234) continue;
+    add_ack(&s, s.nodes[i].id, 1, 0);
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < s.nnodes; i++)
+    if (i % 20 != 7) s.nodes[k++] = s.nodes[i];
+  s.nnodes = k;
+  ASSERT_EQ((int)k, N - K);
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 3000, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE); /* the settle window */
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 3600, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_EQ(d.round.nmembers, N - K);
+  for (int i = 0; i < N - K; i++) ASSERT_STREQ(d.round.members[i].id, s.nodes[i].id);
+  bagua__rdzv_round_clear(&s.round);
+  s.round = d.round;
+  d.round.members = NULL;
+  bagua__lead_decision_clear(&d);
+  /* K join; everyone acknowledges round 2 but n01234 (silent since round 1). */
+  big_snapshot(&s, N, K, 0);
+  for (size_t i = 0; i < s.nnodes; i++)
+    if (strcmp(s.nodes[i].id, "n01234") != 0) add_ack(&s, s.nodes[i].id, 2, 0);
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 4000, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 4600, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  ASSERT_EQ(d.round.nmembers, N);
+  ASSERT_STREQ(d.round.members[N - K].id, "n03000"); /* joiners after the survivors */
+  ASSERT_STREQ(d.round.members[N - 1].id, "n03149");
+  ASSERT_EQ(d.ndrops, 0);
+  bagua__lead_decision_clear(&d);
+  /* Decisions at the loop's pace up to the act deadline: only n01234 is dropped. */
+  int64_t now = 4600;
+  int dropped = 0;
+  while (now < 4600 + 70000 && !dropped) {
+    now += 1000;
+    ASSERT_EQ(bagua__leader_decide(&p, &st, &s, now, 1, &d), 0);
+    if (d.ndrops) {
+      ASSERT_EQ(d.ndrops, 1);
+      ASSERT_STREQ(d.drops[0].id, "n01234");
+      dropped = 1;
+    }
+    bagua__lead_decision_clear(&d);
+  }
+  ASSERT_TRUE(dropped);
+  bagua__leader_state_clear(&st);
+  bagua__agent_snap_clear(&s);
+}
+
 int main(void) {
+  test_index();
+  test_at_scale();
   test_stall();
   test_world_bound();
   test_initial();

@@ -34,9 +34,9 @@
 #define SECRET_A "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 #define SECRET_B "ff0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 
-/* One pass of the agent's loop (agent.c: bagua__agent_wait then the snapshot's update);
- * returns the number of deaths found. */
-static int pass(bagua__liveness_t *l, const bagua__agent_snap_t *snap, int timeout_ms) {
+/* One pass of the agent's loop (wait.c's poll, then the ring's update of the peers to
+ * watch); returns the number of deaths found. */
+static int pass(bagua__liveness_t *l, const bagua__live_peer_t *peer, int timeout_ms) {
   size_t n = bagua__liveness_nfds(l);
   struct pollfd *pfd = calloc(n, sizeof(*pfd));
   ASSERT_TRUE(pfd != NULL);
@@ -44,39 +44,33 @@ static int pass(bagua__liveness_t *l, const bagua__agent_snap_t *snap, int timeo
   int rc = poll(pfd, n, timeout_ms);
   int deaths = rc > 0 ? bagua__liveness_handle(l, pfd, n) : 0;
   free(pfd);
-  /* The agent reads a snapshot after every wait and hands it on, even an empty one. */
-  bagua__agent_snap_t none;
-  memset(&none, 0, sizeof(none));
-  bagua__liveness_update(l, snap ? snap : &none, bagua__now_ms());
+  /* The agent hands on its watched peers after every wait, even none. */
+  bagua__liveness_update(l, peer, peer ? 1 : 0, bagua__now_ms());
   return deaths;
 }
 
 /* Drives both objects for ms milliseconds; returns the deaths `a` found. */
-static int drive(bagua__liveness_t *a, const bagua__agent_snap_t *sa, bagua__liveness_t *b,
-                 int ms) {
+static int drive(bagua__liveness_t *a, const bagua__live_peer_t *pa, bagua__liveness_t *b, int ms) {
   int deaths = 0;
   int64_t end = bagua__now_ms() + ms;
   while (bagua__now_ms() < end) {
-    deaths += pass(a, sa, 10);
+    deaths += pass(a, pa, 10);
     if (b) pass(b, NULL, 10);
   }
   return deaths;
 }
 
-static void snap_of(bagua__agent_snap_t *s, bagua__rdzv_node_t *n, const char *id, int port,
-                    int64_t lease) {
-  memset(s, 0, sizeof(*s));
-  memset(n, 0, sizeof(*n));
-  snprintf(n->id, sizeof(n->id), "%s", id);
-  snprintf(n->addr, sizeof(n->addr), "127.0.0.1");
-  n->live_port = port;
-  n->lease = lease;
-  s->nodes = n;
-  s->nnodes = 1;
+static void peer_of(bagua__live_peer_t *p, const char *id, int port, int64_t lease) {
+  memset(p, 0, sizeof(*p));
+  snprintf(p->id, sizeof(p->id), "%s", id);
+  snprintf(p->addr, sizeof(p->addr), "127.0.0.1");
+  p->port = port;
+  p->lease = lease;
 }
 
-/* A then watches B; returns whether A reported B's death after B went away. */
-static int watched_death(const char *secret_a, const char *secret_b) {
+/* A then watches B; returns whether A reported B's death after B went away (B leaves on
+ * purpose, saying goodbye, when `leaves`). */
+static int watched_end(const char *secret_a, const char *secret_b, int leaves) {
   int match = (!secret_a && !secret_b) || (secret_a && secret_b && !strcmp(secret_a, secret_b));
   bagua__liveness_t *a = bagua__liveness_create_on("node-a", "127.0.0.1");
   bagua__liveness_t *b = bagua__liveness_create_on("node-b", "127.0.0.1");
@@ -84,22 +78,32 @@ static int watched_death(const char *secret_a, const char *secret_b) {
   ASSERT_EQ(bagua__liveness_set_secret(a, secret_a), 0);
   ASSERT_EQ(bagua__liveness_set_secret(b, secret_b), 0);
   bagua__liveness_set_lease(b, 77);
-  bagua__agent_snap_t s;
-  bagua__rdzv_node_t n;
-  snap_of(&s, &n, "node-b", bagua__liveness_port(b), 77);
+  bagua__live_peer_t peer;
+  peer_of(&peer, "node-b", bagua__liveness_port(b), 77);
   /* Wait for the hello to be confirmed (bounded); mismatched secrets never get there. */
   int64_t end = bagua__now_ms() + (match ? 10000 : 1000);
-  while (bagua__now_ms() < end && bagua__liveness_confirmed(a) == 0) drive(a, &s, b, 20);
+  while (bagua__now_ms() < end && bagua__liveness_confirmed(a) == 0) drive(a, &peer, b, 20);
   ASSERT_EQ(bagua__liveness_confirmed(a), match);
+  /* B's side of the connection is up once it answered the proof. */
+  end = bagua__now_ms() + 2000;
+  while (match && bagua__now_ms() < end && bagua__liveness_incoming(b, NULL) == 0)
+    drive(a, &peer, b, 20);
+  if (leaves) bagua__liveness_leaving(b);
   bagua__liveness_destroy(b);
   int deaths = 0;
-  end = bagua__now_ms() + (match ? 10000 : 1000);
-  while (bagua__now_ms() < end && deaths == 0) deaths += drive(a, &s, NULL, 20);
+  end = bagua__now_ms() + (match && !leaves ? 10000 : 1000);
+  while (bagua__now_ms() < end && deaths == 0) deaths += drive(a, &peer, NULL, 20);
   size_t nd = 0;
   const bagua__liveness_death_t *d = bagua__liveness_deaths(a, &nd);
   if (deaths) ASSERT_TRUE(nd == 1 && strcmp(d[0].id, "node-b") == 0 && d[0].lease == 77);
+  /* After a goodbye the connection is closed, not reported. */
+  if (leaves && match) ASSERT_EQ(bagua__liveness_confirmed(a), 0);
   bagua__liveness_destroy(a);
   return deaths > 0;
+}
+
+static int watched_death(const char *secret_a, const char *secret_b) {
+  return watched_end(secret_a, secret_b, 0);
 }
 
 static int auth_test(void) {
@@ -108,6 +112,9 @@ static int auth_test(void) {
   ASSERT_TRUE(!watched_death(SECRET_A, SECRET_B));
   ASSERT_TRUE(!watched_death(SECRET_A, NULL));
   ASSERT_TRUE(!watched_death(NULL, SECRET_A));
+  /* A node that leaves on purpose says goodbye (proved with the secret): no death. */
+  ASSERT_TRUE(!watched_end(SECRET_A, SECRET_A, 1));
+  ASSERT_TRUE(!watched_end(NULL, NULL, 1));
   bagua__liveness_t *a = bagua__liveness_create_on("node-a", "127.0.0.1");
   ASSERT_EQ(bagua__liveness_set_secret(a, "xyz"), -1);
   bagua__liveness_destroy(a);

@@ -45,6 +45,25 @@ static void test_keys(void) {
   ASSERT_EQ(ki.index, 9);
   ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/rounds/4/bootstrap/9x", &ki), 0);
   ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_ROUND_DIR);
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/assign/n4", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_ASSIGN);
+  ASSERT_STREQ(ki.name, "n4");
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/failure", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_FAILURE);
+  ASSERT_EQ(bagua__rdzv_key(k, sizeof(k), "j", BAGUA__RDZV_KEY_ASSIGN, 0, "n4", 0), 0);
+  ASSERT_STREQ(k, "/bagua/j/assign/n4");
+  ASSERT_EQ(bagua__rdzv_key(k, sizeof(k), "j", BAGUA__RDZV_KEY_NODES_DIR, 0, NULL, 0), 0);
+  ASSERT_STREQ(k, "/bagua/j/nodes/");
+  ASSERT_EQ(bagua__rdzv_key(k, sizeof(k), "j", BAGUA__RDZV_KEY_ROUNDS_DIR, 0, NULL, 0), 0);
+  ASSERT_STREQ(k, "/bagua/j/rounds/");
+  /* The end of a directory's range: past every key in it, before any key after it. */
+  ASSERT_EQ(bagua__rdzv_key_end(k, sizeof(k), "/bagua/j/rounds/"), 0);
+  ASSERT_STREQ(k, "/bagua/j/rounds0");
+  ASSERT_TRUE(strcmp("/bagua/j/rounds/99/x", k) < 0 && strcmp(k, "/bagua/j/secret") < 0);
+  ASSERT_EQ(bagua__rdzv_key_end(k, sizeof(k), "/bagua/j/"), 0);
+  ASSERT_STREQ(k, "/bagua/j0");
+  ASSERT_EQ(bagua__rdzv_key_end(k, 4, "/bagua/j/"), -1);
+  ASSERT_EQ(bagua__rdzv_key_end(k, sizeof(k), ""), -1);
   /* A round number too long for 2^53 is no round. */
   ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/rounds/99999999999999999999/x", &ki), 0);
   ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_OTHER);
@@ -503,8 +522,186 @@ static void test_progress(void) {
   ASSERT_EQ(bagua__progress_file_decode(&f, sizeof(f), &out, why, sizeof(why)), -1);
 }
 
+/* assign/<node>: derived from a round by the rank rule and the ring rule, strict, round trip. */
+static void expect_assign_refused(const char *json, const char *field) {
+  bagua__rdzv_assign_t a;
+  char why[200] = "";
+  memset(&a, 0, sizeof(a));
+  if (bagua__rdzv_assign_decode(json, &a, why, sizeof(why)) != -1)
+    TEST_FAIL("assignment accepted: %s", json);
+  if (!strstr(why, field)) TEST_FAIL("reason \"%s\" does not name %s", why, field);
+}
+
+static void test_assign(void) {
+  bagua__rdzv_member_t m[4] = {{"n1", 2, 17}, {"n2", 1, 19}, {"n3", 3, 23}, {"n4", 1, 29}};
+  bagua__rdzv_round_t r = {.round = 5,
+                           .members = m,
+                           .nmembers = 4,
+                           .world_size = 7,
+                           .master_port = 9,
+                           .restart_count = 1};
+  snprintf(r.master_addr, sizeof(r.master_addr), "10.0.0.1");
+  snprintf(r.reason, sizeof(r.reason), "membership");
+  snprintf(r.leader, sizeof(r.leader), "n1");
+  r.time_ms = 1234;
+  bagua__rdzv_assign_t all[4], one;
+  bagua__rdzv_assign_all(&r, 2, all);
+  for (int i = 0; i < 4; i++) {
+    int rank = -1, group = -1;
+    ASSERT_EQ(bagua__rdzv_place(&r, m[i].id, 0, &rank, &group), 0);
+    ASSERT_STREQ(all[i].node, m[i].id);
+    ASSERT_EQ(all[i].index, group);
+    ASSERT_EQ(all[i].rank_base, rank); /* the rank rule's */
+    ASSERT_EQ(all[i].nproc, m[i].nproc);
+    ASSERT_EQ(all[i].rev, m[i].rev);
+    ASSERT_EQ(all[i].world_size, 7);
+    /* The ring: the next two members, wrapping. */
+    ASSERT_EQ(all[i].nwatch, 2);
+    ASSERT_STREQ(all[i].watch[0].id, m[(i + 1) % 4].id);
+    ASSERT_STREQ(all[i].watch[1].id, m[(i + 2) % 4].id);
+    ASSERT_EQ(all[i].watch[1].rev, m[(i + 2) % 4].rev);
+    bagua__rdzv_assign_of(&r, i, 2, &one);
+    ASSERT_EQ(memcmp(&one, &all[i], sizeof(one)), 0);
+    /* A round trip gives back what was encoded. */
+    char *v = bagua__rdzv_assign_encode(&all[i]);
+    ASSERT_TRUE(v != NULL);
+    bagua__rdzv_assign_t back;
+    memset(&back, 0, sizeof(back));
+    memcpy(back.node, all[i].node, sizeof(back.node));
+    ASSERT_EQ(bagua__rdzv_assign_decode(v, &back, NULL, 0), 0);
+    ASSERT_EQ(memcmp(&back, &all[i], sizeof(back)), 0);
+    free(v);
+  }
+  /* A round of two: one watched member; of one: none. */
+  r.nmembers = 2;
+  r.world_size = 3;
+  bagua__rdzv_assign_of(&r, 1, 3, &one);
+  ASSERT_EQ(one.nwatch, 1);
+  ASSERT_STREQ(one.watch[0].id, "n1");
+  /* A spare: index -1, no place, no watch list; it round-trips too. */
+  bagua__rdzv_assign_of(&r, -1, 3, &one);
+  ASSERT_EQ(one.index, -1);
+  ASSERT_EQ(one.nwatch, 0);
+  char *v = bagua__rdzv_assign_encode(&one);
+  bagua__rdzv_assign_t back;
+  memset(&back, 0, sizeof(back));
+  ASSERT_EQ(bagua__rdzv_assign_decode(v, &back, NULL, 0), 0);
+  ASSERT_EQ(back.index, -1);
+  ASSERT_EQ(back.round, 5);
+  free(v);
+  const char *base =
+      "\"round\":5,\"world_size\":4,\"nmembers\":2,\"master_addr\":\"a\",\"master_port\":9";
+  char j[512];
+  snprintf(j, sizeof(j), "{%s,\"index\":2}", base);
+  expect_assign_refused(j, "\"index\"");
+  snprintf(j, sizeof(j), "{%s,\"index\":1,\"rank_base\":3,\"nproc\":2}", base);
+  expect_assign_refused(j, "\"rank_base\"");
+  snprintf(j, sizeof(j),
+           "{%s,\"index\":1,\"rank_base\":0,\"nproc\":1,\"watch\":[\"a/b\"],"
+           "\"watch_revs\":[1]}",
+           base);
+  expect_assign_refused(j, "\"watch\"[0]");
+  snprintf(j, sizeof(j), "{%s,\"index\":1,\"rank_base\":0,\"nproc\":1,\"watch\":[\"a\"]}", base);
+  expect_assign_refused(j, "\"watch_revs\"");
+  snprintf(j, sizeof(j),
+           "{%s,\"index\":1,\"rank_base\":0,\"nproc\":1,\"watch\":[\"a\",\"b\","
+           "\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"watch_revs\":[1,1,1,1,1,1,1,1,1]}",
+           base);
+  expect_assign_refused(j, "\"watch\"");
+  expect_assign_refused("{\"round\":0}", "\"round\"");
+  expect_assign_refused("[1]", "JSON object");
+}
+
+/* The failure key (what every member follows instead of every done record) and the leader's
+ * view of assignments in a full snapshot; a follower's snapshot takes only its own. */
+static void test_snapshot_assign_failure(void) {
+  const char *assign_a =
+      "{\"round\":3,\"world_size\":2,\"nmembers\":2,\"master_addr\":\"a\",\"master_port\":5,"
+      "\"index\":0,\"rank_base\":0,\"nproc\":1,\"rev\":4,\"watch\":[\"b\"],\"watch_revs\":[6],"
+      "\"time_ms\":99}";
+  const char *failure =
+      "{\"state\":\"failed\",\"node\":\"b\",\"round\":3,\"rank\":1,\"exit_code\":7}";
+  bagua__etcd_kv_t kvs[] = {
+      kv("/bagua/j/assign/a", assign_a, 8, 55),
+      kv("/bagua/j/assign/b", "{\"garbage\":", 9, 56),
+      kv("/bagua/j/failure", failure, 10, 0),
+  };
+  bagua__agent_snap_t s;
+  ASSERT_EQ(bagua__agent_snap_parse("/bagua/j/", kvs, 3, &s), 0);
+  ASSERT_EQ(s.nassigned, 1); /* the refused one is left out: the leader writes it again */
+  ASSERT_STREQ(s.assigned[0].node, "a");
+  ASSERT_EQ(s.assigned[0].round, 3);
+  ASSERT_EQ(s.assigned[0].rev, 4);
+  ASSERT_EQ(s.assigned[0].time_ms, 99);
+  ASSERT_EQ(s.assigned[0].lease, 55);
+  ASSERT_EQ(s.has_failure, 1);
+  ASSERT_EQ(s.failure.f.round, 3);
+  ASSERT_STREQ(s.failure.f.node, "b");
+  ASSERT_EQ(s.failure.f.exit_code, 7);
+  bagua__agent_snap_clear(&s);
+  /* A follower's snapshot: its own assignment is its place. */
+  bagua__agent_entry_t e[3];
+  memset(e, 0, sizeof(e));
+  for (int i = 0; i < 3; i++) e[i].kv = kvs[i];
+  ASSERT_EQ(bagua__agent_snap_build("/bagua/j/", "a", e, 3, NULL, 0, 0, &s), 0);
+  ASSERT_EQ(s.has_place, 1);
+  ASSERT_EQ(s.place.index, 0);
+  ASSERT_EQ(s.place.nwatch, 1);
+  ASSERT_STREQ(s.place.watch[0].id, "b");
+  ASSERT_EQ(s.nassigned, 0);
+  bagua__agent_snap_clear(&s);
+  /* The decoded records are kept with the entries, and not decoded again at the same revision. */
+  bagua__agent_rec_t *kept = e[0].rec;
+  ASSERT_TRUE(kept != NULL);
+  ASSERT_EQ(bagua__agent_snap_build("/bagua/j/", "b", e, 3, NULL, 0, 0, &s), 0);
+  ASSERT_TRUE(e[0].rec == kept);
+  ASSERT_EQ(s.has_place, 0); /* b's assignment was refused */
+  bagua__agent_snap_clear(&s);
+  for (int i = 0; i < 3; i++) bagua__agent_rec_free(e[i].rec);
+  /* A failure key that reports no failure is refused. */
+  bagua__etcd_kv_t ok = kv("/bagua/j/failure", "{\"state\":\"succeeded\",\"node\":\"b\"}", 11, 0);
+  ASSERT_EQ(bagua__agent_snap_parse("/bagua/j/", &ok, 1, &s), 0);
+  ASSERT_EQ(s.has_failure, 0);
+  bagua__agent_snap_clear(&s);
+}
+
+/* A round decodes in time linear in its members (a thousand of them once took a million string
+ * comparisons): 20,000 members decode, and one named twice is still refused. */
+static void test_round_large(void) {
+  enum { N = 20000 };
+  bagua__rdzv_member_t *m = calloc(N, sizeof(*m));
+  ASSERT_TRUE(m != NULL);
+  for (int i = 0; i < N; i++) {
+    snprintf(m[i].id, sizeof(m[i].id), "node-%05d", i);
+    m[i].nproc = 1;
+    m[i].rev = i + 1;
+  }
+  bagua__rdzv_round_t r = {
+      .round = 1, .members = m, .nmembers = N, .world_size = N, .master_port = 1};
+  snprintf(r.master_addr, sizeof(r.master_addr), "a");
+  char *v = bagua__rdzv_round_encode(&r);
+  ASSERT_TRUE(v != NULL);
+  bagua__rdzv_round_t back;
+  ASSERT_EQ(bagua__rdzv_round_decode(v, &back, NULL, 0), 0);
+  ASSERT_EQ(back.nmembers, N);
+  ASSERT_STREQ(back.members[N - 1].id, "node-19999");
+  ASSERT_EQ(back.members[N - 1].rev, N);
+  bagua__rdzv_round_clear(&back);
+  free(v);
+  snprintf(m[N - 1].id, sizeof(m[N - 1].id), "node-00007");
+  v = bagua__rdzv_round_encode(&r);
+  char why[200] = "";
+  ASSERT_EQ(bagua__rdzv_round_decode(v, &back, why, sizeof(why)), -1);
+  ASSERT_TRUE(strstr(why, "names node \"node-00007\" twice") != NULL);
+  free(v);
+  free(m);
+}
+
 int main(void) {
   test_progress();
+  test_assign();
+  test_snapshot_assign_failure();
+  test_round_large();
   test_keys();
   test_node();
   test_round();

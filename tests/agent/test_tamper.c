@@ -184,21 +184,33 @@ static void test_phantom(void) {
   finish_ok(&j);
 }
 
-/* The lease check the agents make before admitting a node: etcd's TimeToLive. */
+/* Whether etcd still knows a lease: a renewal answers TTL 0 for one it does not. */
+static int lease_alive(bagua__etcd_t *c, int64_t lease) {
+  int64_t ttl = -1;
+  ASSERT_OK(bagua__etcd_lease_keepalive_once(c, lease, &ttl));
+  return ttl > 0;
+}
+
+/* What the agents rely on instead of asking etcd about every node's lease: etcd refuses a
+ * record on a lease it does not know, and deletes a lease's records with it. */
 static void test_lease_api(void) {
   harness_t h;
   h_init(&h, "tamper_lease", 1);
   int64_t lease = 0;
-  int alive = -1;
   ASSERT_OK(bagua__etcd_lease_grant(h.c, 30, &lease, NULL));
-  ASSERT_OK(bagua__rdzv_lease_alive(h.c, lease, &alive));
-  ASSERT_EQ(alive, 1);
+  ASSERT_TRUE(lease_alive(h.c, lease));
+  ASSERT_OK(bagua__etcd_put(h.c, "/bagua/tamper_lease/nodes/x", "{}", 2, lease, NULL, NULL));
   ASSERT_OK(bagua__etcd_lease_revoke(h.c, lease));
-  ASSERT_OK(bagua__rdzv_lease_alive(h.c, lease, &alive));
-  ASSERT_EQ(alive, 0);
-  alive = -1;
-  ASSERT_OK(bagua__rdzv_lease_alive(h.c, 0x7badbeef, &alive));
-  ASSERT_EQ(alive, 0);
+  ASSERT_TRUE(!lease_alive(h.c, lease));
+  bagua__etcd_kv_t kv;
+  int found = 1;
+  ASSERT_OK(bagua__etcd_get(h.c, "/bagua/tamper_lease/nodes/x", &kv, &found, NULL));
+  ASSERT_EQ(found, 0);
+  /* A made-up lease: the write is refused, so no record can claim a lease that is not. */
+  ASSERT_EQ(bagua__etcd_put(h.c, "/bagua/tamper_lease/nodes/y", "{}", 2, 0x7badbeef, NULL, NULL),
+            BAGUA_ERR_ETCD);
+  ASSERT_OK(bagua__etcd_get(h.c, "/bagua/tamper_lease/nodes/y", &kv, &found, NULL));
+  ASSERT_EQ(found, 0);
   h_fini(&h);
 }
 
@@ -396,9 +408,7 @@ static void test_forged_member(void) {
   wait_either(&j, "dropped node forged from round 2: it has not acted in the round", 2000);
   wait_either(&j, "revoked its lease", 100);
   print_line(&j, "dropped node forged");
-  int alive = 1;
-  ASSERT_OK(bagua__rdzv_lease_alive(j.h.c, f.lease, &alive));
-  ASSERT_EQ(alive, 0);
+  ASSERT_TRUE(!lease_alive(j.h.c, f.lease));
   bagua__etcd_keeper_stop(f.keeper);
   finish_in(&j, 3);
 }
