@@ -75,7 +75,7 @@ static bagua__lead_silent_t *silent_find(bagua__leader_state_t *st, const char *
 }
 
 static void silent_sort(bagua__leader_state_t *st) {
-  qsort(st->silent, st->nsilent, sizeof(*st->silent), silent_cmp);
+  if (st->nsilent > 1) qsort(st->silent, st->nsilent, sizeof(*st->silent), silent_cmp);
   st->nsorted = st->nsilent;
 }
 

@@ -145,6 +145,9 @@ int bagua__agent_register(bagua__agent_t *a) {
     a->lease = 0;
     return 3;
   }
+  /* The loop waits for events, not periods: the keeper wakes it when etcd stops answering
+   * renewals (an outage), answers again, or says the lease is gone. */
+  bagua__etcd_keeper_set_notify_fd(a->keeper, a->wake_fd);
   BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: registered %s (lease %lld, ttl %lld s, addr %s)", key,
              (long long)a->lease, (long long)granted, cfg->node_addr);
   return 0;

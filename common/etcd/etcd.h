@@ -247,6 +247,10 @@ bagua_status_t bagua__etcd_keeper_start(bagua__etcd_t *c, int64_t id, int64_t tt
  * etcd had reported it gone). Thread-safe; cheap enough to poll.
  */
 int bagua__etcd_keeper_lost(const bagua__etcd_keeper_t *k);
+/* Makes the keeper write a 1 (8 bytes, as to an eventfd) to `fd` whenever its renewals begin
+ * or stop failing, and when etcd says the lease is gone; -1 stops it. The descriptor must
+ * outlive the keeper (or be set to -1 first). Any thread. */
+void bagua__etcd_keeper_set_notify_fd(bagua__etcd_keeper_t *k, int fd);
 /* When renewals began to fail: the monotonic time (bagua__now_ms) at which the first renewal
  * since the last successful one was sent, or 0 while they succeed. A holder that sends
  * nothing else to etcd learns of an outage from this within one renewal period. */

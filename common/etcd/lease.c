@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/log.h"
@@ -130,7 +131,19 @@ struct bagua__etcd_keeper {
   /* atomic: monotonic ms at which the first renewal since the last good one began to fail;
    * 0 while renewals succeed. */
   int64_t failing_since;
+  int notify_fd; /* atomic: written when that changes or the lease is gone; -1: none */
 };
+
+/* Tells the holder that renewals began or stopped failing, or that the lease is gone: a holder
+ * that waits for events learns of an outage without looking every period. */
+static void notify(bagua__etcd_keeper_t *k) {
+  int fd = __atomic_load_n(&k->notify_fd, __ATOMIC_ACQUIRE);
+  uint64_t one = 1;
+  if (fd >= 0) {
+    ssize_t w = write(fd, &one, sizeof(one));
+    (void)w;
+  }
+}
 
 /* Sleeps up to `ms` unless stop is requested. Returns 1 when stopping. */
 static int keeper_sleep(bagua__etcd_keeper_t *k, int64_t ms) {
@@ -155,17 +168,20 @@ static void *keeper_main(void *arg) {
       if (failures > 0)
         BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd lease %lld renewed again after %d failed attempt(s)",
                    (long long)k->id, failures);
-      failures = 0;
       __atomic_store_n(&k->last_ok_ms, bagua__now_ms(), __ATOMIC_RELEASE);
       __atomic_store_n(&k->failing_since, 0, __ATOMIC_RELEASE);
+      if (failures) notify(k);
+      failures = 0;
     } else if (st == BAGUA_OK) {
       /* Definitive: the lease and its keys are gone, and renewing cannot bring them back. */
       __atomic_store_n(&k->gone, 1, __ATOMIC_RELEASE);
+      notify(k);
       break;
     } else {
       int64_t zero = 0;
       __atomic_compare_exchange_n(&k->failing_since, &zero, began, 0, __ATOMIC_RELEASE,
                                   __ATOMIC_RELAXED);
+      if (failures == 0) notify(k);
       if (failures++ == 0)
         BAGUA_WARN("etcd lease %lld: keep-alive to %s failed (%s); retrying", (long long)k->id,
                    bagua__etcd_endpoint(k->c), bagua_err_name(st));
@@ -192,6 +208,7 @@ bagua_status_t bagua__etcd_keeper_start(bagua__etcd_t *c, int64_t id, int64_t tt
   k->ttl_ms = ttl_s * 1000;
   k->interval_ms = k->ttl_ms / 3 < 200 ? 200 : k->ttl_ms / 3;
   k->last_ok_ms = bagua__now_ms();
+  k->notify_fd = -1;
   pthread_mutex_init(&k->mu, NULL);
   bagua__cond_init(&k->cv);
   BAGUA_CHECK_GOTO(bagua__etcd_clone(c, &k->c), st, fail);
@@ -218,6 +235,10 @@ fail:
 int bagua__etcd_keeper_lost(const bagua__etcd_keeper_t *k) {
   if (__atomic_load_n(&k->gone, __ATOMIC_ACQUIRE)) return 1;
   return bagua__etcd_keeper_since_ok_ms(k) > k->ttl_ms;
+}
+
+void bagua__etcd_keeper_set_notify_fd(bagua__etcd_keeper_t *k, int fd) {
+  __atomic_store_n(&k->notify_fd, fd, __ATOMIC_RELEASE);
 }
 
 int64_t bagua__etcd_keeper_failing_since(const bagua__etcd_keeper_t *k) {

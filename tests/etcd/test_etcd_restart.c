@@ -5,7 +5,10 @@
  * afterwards; a lease keeper rides out the outage.
  */
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "bagua/error.h"
@@ -28,6 +31,9 @@ int main(void) {
   ASSERT_OK(bagua__etcd_lease_grant(c, 5, &lease, NULL));
   bagua__etcd_keeper_t *k = NULL;
   ASSERT_OK(bagua__etcd_keeper_start(c, lease, 5, &k));
+  int note = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_TRUE(note >= 0);
+  bagua__etcd_keeper_set_notify_fd(k, note);
   ASSERT_OK(bagua__etcd_put(c, "/rs/member", "me", 2, lease, NULL, NULL));
 
   recorder_t rec;
@@ -56,6 +62,11 @@ int main(void) {
   int64_t failing = bagua__etcd_keeper_failing_since(k);
   ASSERT_GT(failing, 0);
   ASSERT_GE(failing + 50, t0);
+  /* ... and wakes a holder that waits on the descriptor it was given. */
+  struct pollfd pn = {.fd = note, .events = POLLIN};
+  ASSERT_EQ(poll(&pn, 1, 1000), 1);
+  uint64_t v = 0;
+  ASSERT_EQ(read(note, &v, sizeof(v)), (ssize_t)sizeof(v));
 
   /* Up again; write at once, before the watch has had time to reconnect. */
   ASSERT_EQ(etcd_fixture_up(&fx), 0);
@@ -89,6 +100,9 @@ int main(void) {
   }
   ASSERT_EQ(bagua__etcd_keeper_lost(k), 0);
   ASSERT_EQ(bagua__etcd_keeper_failing_since(k), 0); /* renewals succeed again */
+  ASSERT_EQ(poll(&pn, 1, 1000), 1);                  /* and the holder is told */
+  bagua__etcd_keeper_set_notify_fd(k, -1);
+  close(note);
   ASSERT_OK(bagua__etcd_get(c, "/rs/member", &kv, &found, NULL));
   ASSERT_EQ(found, 1);
   ASSERT_EQ(kv.lease, lease);
