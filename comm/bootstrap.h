@@ -35,8 +35,13 @@ typedef struct {
 
 bagua_status_t bagua__bootstrap_tcp(void *arg, const bagua__boot_ctx_t *ctx,
                                     bagua__endpoint_t *mine, bagua__endpoint_t *all);
+/* Rank 0's side on a listener the caller made (closed here, whatever the outcome); mine->addr
+ * must be set. */
+bagua_status_t bagua__bootstrap_tcp_root(int lfd, const bagua__boot_ctx_t *ctx,
+                                         bagua__endpoint_t *mine, bagua__endpoint_t *all);
 
-/* etcd bootstrap (bagua-agent rounds): records under /bagua/<job>/rounds/<round>/bootstrap/. */
+/* etcd bootstrap (bagua-agent rounds): rank 0 publishes its TCP bootstrap listener under
+ * /bagua/<job>/rounds/<round>/bootstrap/0; the others read it and register there. */
 typedef struct {
   const char *endpoint; /* etcd endpoint(s), "HOST:PORT[,HOST:PORT]" */
   const char *job_id;
@@ -65,10 +70,18 @@ bagua_status_t bagua__bootstrap_etcd(void *arg, const bagua__boot_ctx_t *ctx,
  * The server side (bagua__hs_serve) serves every pending connection at once with poll(), each
  * under its own deadline (BAGUA_HS_CONN_MS), so silent or slow clients delay nobody. It runs on
  * the caller's thread and returns once `expected` connections were admitted, or at the
- * deadline, or when the abort flag is set.
+ * deadline, or when the abort flag is set; or, with `expected` < 0 and a `wake_fd`, it serves
+ * until that descriptor becomes readable (a thread that accepts for a communicator's whole
+ * life, comm/tcp/links.c), sleeping in poll while nothing is pending.
+ *
+ * Pending connections are capped (`max_pending`, at least BAGUA_HS_MIN_PENDING): beyond it the
+ * oldest one that has not been challenged yet gives way (a flood of silent clients then costs
+ * real ones at most a retry, which every client makes), and a client that is dropped reconnects
+ * until its deadline.
  */
 #define BAGUA_HS_CONN_MS 5000
 #define BAGUA_HS_PAYLOAD_MAX 64
+#define BAGUA_HS_MIN_PENDING 128
 
 /* An admitted connection, handed to the server's admit callback. */
 typedef struct {
@@ -83,9 +96,11 @@ typedef struct {
   uint32_t nack_type; /* the refusal message sent back (BOOT_NACK, REFUSE) */
   uint64_t job_hash, comm_id;
   int size;
-  size_t payload_len; /* <= BAGUA_HS_PAYLOAD_MAX */
-  int expected;       /* admitted connections to wait for */
-  int64_t deadline_ms;
+  size_t payload_len;  /* <= BAGUA_HS_PAYLOAD_MAX */
+  int expected;        /* admitted connections to wait for; < 0: serve until wake_fd */
+  int max_pending;     /* connections served at once (below BAGUA_HS_MIN_PENDING: that) */
+  int wake_fd;         /* readable: stop (BAGUA_ERR_ABORTED); -1 (or 0 with expected >= 0): none */
+  int64_t deadline_ms; /* ignored with expected < 0 */
   const volatile int *abort_flag;
   const char *what; /* for log lines: "bootstrap", "peer connection" */
   /* Extra rule after bagua__wire_check (slot free, stream index in range): 0 admits, else a

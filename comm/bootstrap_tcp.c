@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -111,9 +112,6 @@ static bagua__wire_hdr_t bare_hdr(uint32_t type, uint32_t arg) {
 /* Server                                                                                    */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Pending connections served at once; a flood beyond this evicts the oldest pending one. */
-#define HS_MAX_PENDING 128
-
 typedef struct {
   int fd;
   int challenged; /* the challenge was sent; reading the proof and payload */
@@ -127,8 +125,9 @@ typedef struct {
   const bagua__hs_server_t *srv;
   int have_key;
   uint8_t key[BAGUA_AUTH_KEY_BYTES];
-  hs_conn_t conns[HS_MAX_PENDING];
-  int n;
+  hs_conn_t *conns;   /* cap of them */
+  struct pollfd *pfd; /* cap + 2 */
+  int n, cap;
   int dropped; /* silent or malformed connections dropped, for one summary line */
   int refused; /* refusals sent */
   int junk;    /* connections that did not speak the protocol */
@@ -254,9 +253,10 @@ static bagua_status_t conn_step(hs_state_t *S, int i, int *admitted) {
 }
 
 /*
- * Accepts what the backlog holds, making room by evicting the oldest pending connection: a
- * flood of silent clients then costs the real ones at most a retry, never the deadline.
- * Returns -1 when accept failed for lack of descriptors or memory (the caller backs off).
+ * Accepts what the backlog holds, making room by evicting the oldest pending connection that
+ * has not been challenged yet (else the oldest): a flood of silent clients then costs the real
+ * ones at most a retry, never the deadline. Returns -1 when accept failed for lack of
+ * descriptors or memory (the caller backs off).
  */
 static int accept_ready(hs_state_t *S, int lfd, int64_t now) {
   for (int k = 0; k < 64; k++) {
@@ -267,10 +267,13 @@ static int accept_ready(hs_state_t *S, int lfd, int64_t now) {
       BAGUA_INFO(BAGUA_SUBSYS_INIT, "%s: accept failed: %s", S->srv->what, strerror(errno));
       return -1;
     }
-    if (S->n == HS_MAX_PENDING) {
-      int oldest = 0;
-      for (int i = 1; i < S->n; i++)
-        if (S->conns[i].deadline_ms < S->conns[oldest].deadline_ms) oldest = i;
+    if (S->n == S->cap) {
+      int oldest = -1;
+      for (int pass = 0; pass < 2 && oldest < 0; pass++)
+        for (int i = 0; i < S->n; i++)
+          if ((pass || !S->conns[i].challenged) &&
+              (oldest < 0 || S->conns[i].deadline_ms < S->conns[oldest].deadline_ms))
+            oldest = i;
       S->dropped++;
       conn_drop(S, oldest);
     }
@@ -278,7 +281,8 @@ static int accept_ready(hs_state_t *S, int lfd, int64_t now) {
     memset(c, 0, sizeof(*c));
     c->fd = fd;
     c->deadline_ms = now + BAGUA_HS_CONN_MS;
-    if (c->deadline_ms > S->srv->deadline_ms) c->deadline_ms = S->srv->deadline_ms;
+    if (S->srv->expected >= 0 && c->deadline_ms > S->srv->deadline_ms)
+      c->deadline_ms = S->srv->deadline_ms;
     if (bagua__auth_random(c->sn, sizeof(c->sn)) != BAGUA_OK) {
       close(fd);
       return -1;
@@ -289,22 +293,45 @@ static int accept_ready(hs_state_t *S, int lfd, int64_t now) {
   return 0;
 }
 
+/* How long the serve loop may sleep in poll: until the earliest pending deadline, and in
+ * slices of at most 50 ms when it must watch an abort flag or its own deadline (a server that
+ * serves for a communicator's life sleeps until something happens). */
+static int poll_wait_ms(const hs_state_t *S, int64_t now) {
+  const bagua__hs_server_t *srv = S->srv;
+  int64_t until = srv->expected >= 0 ? srv->deadline_ms : INT64_MAX;
+  for (int i = 0; i < S->n; i++)
+    if (S->conns[i].deadline_ms < until) until = S->conns[i].deadline_ms;
+  if (srv->expected >= 0 || srv->abort_flag) {
+    if (until > now + 50) until = now + 50;
+  }
+  if (until == INT64_MAX) return -1;
+  return until <= now ? 0 : (int)(until - now);
+}
+
 bagua_status_t bagua__hs_serve(int lfd, const bagua__hs_server_t *srv) {
   bagua_status_t st = BAGUA_OK;
+  int forever = srv->expected < 0;
   hs_state_t *S = calloc(1, sizeof(*S));
   if (!S) return BAGUA_ERR_NO_MEMORY;
   S->srv = srv;
+  S->cap = srv->max_pending > BAGUA_HS_MIN_PENDING ? srv->max_pending : BAGUA_HS_MIN_PENDING;
+  S->conns = calloc((size_t)S->cap, sizeof(*S->conns));
+  S->pfd = calloc((size_t)S->cap + 2, sizeof(*S->pfd));
+  if (!S->conns || !S->pfd) {
+    st = BAGUA_ERR_NO_MEMORY;
+    goto done;
+  }
   BAGUA_CHECK_GOTO(bagua__auth_job_key(S->key, &S->have_key), st, done);
   int have = 0;
   int64_t accept_pause_until = 0;
-  struct pollfd pfd[HS_MAX_PENDING + 1];
-  while (have < srv->expected) {
+  struct pollfd *pfd = S->pfd;
+  while (forever || have < srv->expected) {
     if (bagua__flag_get(srv->abort_flag)) {
       st = BAGUA_ERR_ABORTED;
       goto done;
     }
     int64_t now = bagua__now_ms();
-    if (now >= srv->deadline_ms) {
+    if (!forever && now >= srv->deadline_ms) {
       BAGUA_WARN(
           "%s: only %d of %d expected connections completed their handshake before the "
           "connect timeout (BAGUA_CONNECT_TIMEOUT_MS)",
@@ -322,22 +349,28 @@ bagua_status_t bagua__hs_serve(int lfd, const bagua__hs_server_t *srv) {
     }
     /* The listener is left out while accept is backing off (descriptors exhausted): it would
      * stay readable and turn this loop into a spin. */
-    int np = 0, listening = now >= accept_pause_until;
+    int np = 0, listening = now >= accept_pause_until, waking = forever && srv->wake_fd >= 0;
     if (listening) pfd[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    int first_conn = np;
     for (int i = 0; i < S->n; i++)
       pfd[np++] = (struct pollfd){.fd = S->conns[i].fd, .events = POLLIN};
-    /* Slices of at most 50 ms keep the abort flag and the deadlines honoured; the last one
-     * ends at the deadline, not up to 50 ms after it. */
-    int64_t left = srv->deadline_ms - now;
-    int rc = poll(pfd, (nfds_t)np, left < 50 ? (int)left : 50);
+    if (waking) pfd[np++] = (struct pollfd){.fd = srv->wake_fd, .events = POLLIN};
+    int wait = poll_wait_ms(S, now);
+    if (!listening && (wait < 0 || wait > 100)) wait = 100; /* accept's back-off ends */
+    int rc = poll(pfd, (nfds_t)np, wait);
     if (rc < 0 && errno != EINTR) {
       BAGUA_WARN("%s: poll failed: %s", srv->what, strerror(errno));
       st = BAGUA_ERR_SYSTEM;
       goto done;
     }
     if (rc <= 0) continue;
+    if (waking && pfd[np - 1].revents) {
+      st = BAGUA_ERR_ABORTED; /* asked to stop */
+      goto done;
+    }
     /* Serve the pending connections by descriptor (the array shifts as they are dropped). */
-    for (int k = listening; k < np && have < srv->expected; k++) {
+    int nconn = np - first_conn - waking;
+    for (int k = first_conn; k < first_conn + nconn && (forever || have < srv->expected); k++) {
       if (!pfd[k].revents) continue;
       for (int i = 0; i < S->n; i++) {
         if (S->conns[i].fd != pfd[k].fd) continue;
@@ -347,7 +380,7 @@ bagua_status_t bagua__hs_serve(int lfd, const bagua__hs_server_t *srv) {
         break;
       }
     }
-    if (listening && (pfd[0].revents & POLLIN) && have < srv->expected &&
+    if (listening && (pfd[0].revents & POLLIN) && (forever || have < srv->expected) &&
         accept_ready(S, lfd, bagua__now_ms()) != 0)
       accept_pause_until = bagua__now_ms() + 100;
   }
@@ -358,6 +391,8 @@ done:
                S->dropped);
   while (S->n > 0) conn_drop(S, S->n - 1);
   memset(S->key, 0, sizeof(S->key));
+  free(S->conns);
+  free(S->pfd);
   free(S);
   return st;
 }
@@ -508,13 +543,10 @@ static bagua_status_t root_admit(void *arg, const bagua__hs_peer_t *peer) {
   return BAGUA_OK;
 }
 
-static bagua_status_t root_run(const bagua__boot_tcp_t *cfg, const bagua__boot_ctx_t *ctx,
-                               bagua__endpoint_t *mine, bagua__endpoint_t *all) {
+bagua_status_t bagua__bootstrap_tcp_root(int lfd, const bagua__boot_ctx_t *ctx,
+                                         bagua__endpoint_t *mine, bagua__endpoint_t *all) {
   bagua_status_t st = BAGUA_OK;
-  int lfd = -1;
   root_t R = {ctx, all, NULL};
-  if (mine->addr == 0) mine->addr = cfg->master_addr;
-  BAGUA_CHECK(bagua__listen(cfg->master_addr, cfg->master_port, &lfd, NULL));
   R.peers = calloc((size_t)ctx->size, sizeof(*R.peers));
   if (!R.peers) {
     st = BAGUA_ERR_NO_MEMORY;
@@ -529,6 +561,8 @@ static bagua_status_t root_run(const bagua__boot_tcp_t *cfg, const bagua__boot_c
                             .size = ctx->size,
                             .payload_len = sizeof(bagua__endpoint_t),
                             .expected = ctx->size - 1,
+                            /* Every rank may connect at once: none of them is evicted. */
+                            .max_pending = ctx->size,
                             .deadline_ms = ctx->deadline_ms,
                             .abort_flag = ctx->abort_flag,
                             .what = "bootstrap",
@@ -547,7 +581,35 @@ done:
     for (int i = 0; i < ctx->size; i++)
       if (R.peers[i].fd >= 0) close(R.peers[i].fd);
   free(R.peers);
-  if (lfd >= 0) close(lfd);
+  close(lfd);
+  return st;
+}
+
+static bagua_status_t root_run(const bagua__boot_tcp_t *cfg, const bagua__boot_ctx_t *ctx,
+                               bagua__endpoint_t *mine, bagua__endpoint_t *all) {
+  int lfd = -1;
+  if (mine->addr == 0) mine->addr = cfg->master_addr;
+  BAGUA_CHECK(bagua__listen(cfg->master_addr, cfg->master_port, &lfd, NULL));
+  return bagua__bootstrap_tcp_root(lfd, ctx, mine, all);
+}
+
+/* One attempt of a rank's registration with the root: connect, hello, the table back. */
+static bagua_status_t client_once(const bagua__boot_tcp_t *cfg, const bagua__boot_ctx_t *ctx,
+                                  bagua__endpoint_t *mine, bagua__endpoint_t *all,
+                                  bagua__wire_hdr_t *reply, uint32_t *refused) {
+  int fd = -1;
+  BAGUA_CHECK(
+      bagua__connect(cfg->master_addr, cfg->master_port, ctx->deadline_ms, ctx->abort_flag, &fd));
+  if (mine->addr == 0) mine->addr = bagua__sock_local_addr(fd);
+  bagua__wire_hdr_t h = make_hdr(ctx, BAGUA_MSG_BOOT_HELLO, 0);
+  bagua__hs_client_t cs;
+  bagua_status_t st =
+      bagua__hs_hello(fd, &h, mine, sizeof(*mine), ctx->deadline_ms, ctx->abort_flag, &cs, refused);
+  if (st == BAGUA_OK)
+    st = bagua__hs_finish(fd, &cs, BAGUA_MSG_BOOT_TABLE, reply, all,
+                          sizeof(*all) * (size_t)ctx->size, ctx->deadline_ms, ctx->abort_flag,
+                          refused);
+  close(fd);
   return st;
 }
 
@@ -560,31 +622,35 @@ bagua_status_t bagua__bootstrap_tcp(void *arg, const bagua__boot_ctx_t *ctx,
     return BAGUA_OK;
   }
   if (ctx->rank == 0) return root_run(cfg, ctx, mine, all);
-  int fd = -1;
   char ip[32];
   bagua__ipv4_str(cfg->master_addr, ip, sizeof(ip));
-  BAGUA_CHECK(
-      bagua__connect(cfg->master_addr, cfg->master_port, ctx->deadline_ms, ctx->abort_flag, &fd));
-  if (mine->addr == 0) mine->addr = bagua__sock_local_addr(fd);
-  bagua__wire_hdr_t h = make_hdr(ctx, BAGUA_MSG_BOOT_HELLO, 0), reply;
-  bagua__hs_client_t cs;
+  bagua__wire_hdr_t reply;
   uint32_t refused = 0;
-  st = bagua__hs_hello(fd, &h, mine, sizeof(*mine), ctx->deadline_ms, ctx->abort_flag, &cs,
-                       &refused);
-  if (st == BAGUA_OK)
-    st = bagua__hs_finish(fd, &cs, BAGUA_MSG_BOOT_TABLE, &reply, all,
-                          sizeof(*all) * (size_t)ctx->size, ctx->deadline_ms, ctx->abort_flag,
-                          &refused);
+  /* A connection the root dropped before the handshake (its pending connections were full, or
+   * this one was slower than BAGUA_HS_CONN_MS) is only a retry: the root drops no rank that
+   * keeps trying, and stops at its own deadline. */
+  int delay_ms = 10, tries = 0;
+  for (;;) {
+    st = client_once(cfg, ctx, mine, all, &reply, &refused);
+    tries++;
+    if (st != BAGUA_ERR_REMOTE || refused || bagua__flag_get(ctx->abort_flag) ||
+        bagua__now_ms() + delay_ms >= ctx->deadline_ms)
+      break;
+    BAGUA_INFO(BAGUA_SUBSYS_INIT, "bootstrap: rank 0 at %s:%u closed the connection; retrying", ip,
+               (unsigned)cfg->master_port);
+    struct timespec ts = {0, (long)delay_ms * 1000000L};
+    nanosleep(&ts, NULL);
+    if (delay_ms < 200) delay_ms *= 2;
+  }
   if (refused) {
     BAGUA_WARN("bootstrap: rank 0 at %s:%u refused rank %d: %s", ip, (unsigned)cfg->master_port,
                ctx->rank, bagua__refuse_text(refused));
   } else if (st == BAGUA_ERR_TIMEOUT || st == BAGUA_ERR_REMOTE) {
-    BAGUA_WARN("bootstrap: no answer from rank 0 at %s:%u (%s)", ip, (unsigned)cfg->master_port,
-               bagua_strerror(st));
+    BAGUA_WARN("bootstrap: no answer from rank 0 at %s:%u (%s, %d attempt(s))", ip,
+               (unsigned)cfg->master_port, bagua_strerror(st), tries);
   } else if (st == BAGUA_OK && reply.size != ctx->size) {
     BAGUA_WARN("bootstrap: rank 0 answered with world size %d, expected %d", reply.size, ctx->size);
     st = BAGUA_ERR_PROTOCOL;
   }
-  close(fd);
   return st;
 }

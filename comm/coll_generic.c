@@ -63,6 +63,19 @@ static bagua_status_t ring_allgather(bagua_comm_t *c, char *buf, size_t count, s
   return BAGUA_OK;
 }
 
+int bagua__rd_partners(int n, int r, int *out) {
+  int pof2 = 1, k = 0;
+  while (pof2 * 2 <= n) pof2 *= 2;
+  int rem = n - pof2, newrank = r < 2 * rem ? (r % 2 ? r / 2 : -1) : r - rem;
+  /* The same pairs rd_allreduce exchanges with: the fold partner, then one per round. */
+  if (r < 2 * rem) out[k++] = r % 2 ? r - 1 : r + 1;
+  for (int mask = 1; newrank >= 0 && mask < pof2; mask <<= 1) {
+    int pn = newrank ^ mask;
+    out[k++] = pn < rem ? pn * 2 + 1 : pn + rem;
+  }
+  return k;
+}
+
 /* Recursive doubling with the usual fold of the ranks beyond the largest power of two. */
 static bagua_status_t rd_allreduce(bagua_comm_t *c, char *buf, size_t count, bagua_dtype_t dt,
                                    bagua_op_t op) {

@@ -53,15 +53,6 @@ static void close_peers(bagua_comm_t *c) {
   }
 }
 
-static void shutdown_peers(bagua_comm_t *c) {
-  for (int r = 0; r < c->size; r++) {
-    bagua__peer_t *p = &c->peers[r];
-    if (!p->fds) continue;
-    for (int s = 0; s < p->nstreams; s++)
-      if (p->fds[s] >= 0) shutdown(p->fds[s], SHUT_RDWR);
-  }
-}
-
 bagua_status_t bagua__comm_poison(bagua_comm_t *c, bagua_status_t st) {
   if (st == BAGUA_OK || st == BAGUA_ERR_INVALID_ARG) return st;
   int expected = BAGUA_OK;
@@ -69,7 +60,7 @@ bagua_status_t bagua__comm_poison(bagua_comm_t *c, bagua_status_t st) {
     BAGUA_INFO(BAGUA_SUBSYS_COMM, "communicator failed (%s); closing its connections",
                bagua_err_name(st));
     if (c->shm) bagua__shm_abort(c->shm);
-    shutdown_peers(c);
+    bagua__links_shutdown(c);
     if (c->intra) bagua__comm_poison(c->intra, st);
     if (c->inter) bagua__comm_poison(c->inter, st);
   }
@@ -91,9 +82,12 @@ void bagua_comm_destroy(bagua_comm_t *c) {
   bagua_comm_destroy(c->intra);
   bagua_comm_destroy(c->inter);
   if (c->shm) bagua__shm_destroy(c->shm);
+  bagua__links_stop(c);
   close_peers(c);
   free(c->peers);
   free(c->eps);
+  free(c->node_of);
+  free(c->local_of);
   free(c->scratch);
   free(c->partials);
   free(c);

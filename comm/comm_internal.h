@@ -14,13 +14,18 @@
 
 typedef struct bagua__shm bagua__shm_t;
 
-/* Connection to one peer: `nstreams` TCP sockets; stream 0 also serves as control channel. */
+/* Connection to one peer: `nstreams` TCP sockets; stream 0 also serves as control channel.
+ * They are opened when first needed (comm/tcp/links.c): `up` says they all are. */
 typedef struct {
-  int nstreams; /* 1 for peers on the same node, the communicator's count across nodes */
-  int *fds;
+  int nstreams;       /* 1 for peers on the same node, the communicator's count across nodes */
+  int *fds;           /* -1 until opened */
   uint32_t *send_seq; /* per stream */
   uint32_t *recv_seq; /* per stream */
+  int up;             /* atomic (release/acquire): every stream is open and handshaken */
+  int accepted;       /* streams the acceptor installed (links.c, under its lock) */
 } bagua__peer_t;
+
+typedef struct bagua__links bagua__links_t;
 
 /*
  * A transport implements the collectives it can do better than the generic algorithms over
@@ -58,6 +63,9 @@ struct bagua_comm_s {
   uint64_t job_hash, comm_id;
   bagua__endpoint_t *eps; /* one per rank, from the bootstrap */
   bagua__peer_t *peers;   /* one per rank; peers[rank] unused */
+  bagua__links_t *links;  /* the listener and its acceptor thread (NULL for one rank) */
+  int *node_of;           /* per rank: its node's index (node order of first appearance) */
+  int *local_of;          /* per rank: its rank among the ranks of its node */
   const bagua__coll_ops_t *ops;
   const char *transport_name;
   bagua__shm_t *shm; /* shared-memory arena when the shm transport is in use */
@@ -104,6 +112,32 @@ static inline void bagua__block(size_t count, int n, int i, size_t es, size_t *o
 /* Marks the communicator failed with `st` and shuts its connections down so every peer fails
  * promptly instead of waiting for its own timeout. Returns `st` for convenience. */
 bagua_status_t bagua__comm_poison(bagua_comm_t *c, bagua_status_t st);
+
+/* ---- links: the TCP streams to the peers, opened on first use (comm/tcp/links.c) ---- */
+
+/* The name of the acceptor thread (at most 15 characters). */
+#define BAGUA_ACCEPTOR_THREAD_NAME "bagua-accept"
+/* Starts the thread that accepts the streams higher ranks open to this one, on `lfd` (owned
+ * from now on, also on failure). */
+bagua_status_t bagua__links_start(bagua_comm_t *c, int lfd);
+/* Makes sure the streams to every rank in want[0..n-1] (this rank and repeats allowed) are
+ * open: connects those to lower ranks, waits for higher ones to connect, before `deadline_ms`
+ * (BAGUA_ERR_TIMEOUT naming a rank that never came), or until the abort flag is set. O(1) when
+ * they are open already. */
+bagua_status_t bagua__links_ensure(bagua_comm_t *c, const int *want, int n, int64_t deadline_ms);
+/* bagua__links_ensure from a collective: the communicator's timeout bounds the wait, as any
+ * other wait of a collective for a peer. */
+bagua_status_t bagua__links_use(bagua_comm_t *c, const int *want, int n);
+/* Shuts every stream down (a poison: peers notice at once) and stops installing new ones; any
+ * thread. */
+void bagua__links_shutdown(bagua_comm_t *c);
+/* Stops the acceptor and closes the listener (before the streams are closed). */
+void bagua__links_stop(bagua_comm_t *c);
+/* Peers whose streams are open (for tests and diagnostics). */
+int bagua__links_count(const bagua_comm_t *c);
+/* The ranks recursive-doubling allreduce (comm/coll_generic.c) exchanges with, in out[] (at
+ * most 2 + log2(n) of them). Returns how many. */
+int bagua__rd_partners(int n, int r, int *out);
 
 /* ---- point-to-point exchange engine over the TCP streams (comm/tcp/exchange.c) ---- */
 typedef struct {
@@ -154,9 +188,10 @@ bagua_status_t bagua__hier_setup(bagua_comm_t *c);
 
 /* ---- TCP mesh set-up (comm/comm_mesh.c) ---- */
 
-/* Connects the full mesh of TCP streams given c->eps and the listening socket, then picks and
- * sets up the transport. Used by every way of creating a communicator. Takes ownership of
- * lfd. On failure the caller destroys the half-built communicator. */
+/* Opens the TCP streams a new communicator uses first (links.c: the others open on first use)
+ * given c->eps and the listening socket, then picks and sets up the transport. Used by every
+ * way of creating a communicator. Takes ownership of lfd. On failure the caller destroys the
+ * half-built communicator. */
 bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd);
 /* Fills this rank's endpoint record (listen port, node hash, pid, rank, BAGUA_NODE_ADDR when
  * set) the same way for every creation path, so all of them group ranks into nodes by one

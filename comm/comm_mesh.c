@@ -1,8 +1,9 @@
 /*
- * The TCP mesh of a new communicator: the node topology derived from the endpoint records,
- * this rank's own endpoint record, the streams to every peer (opened to lower ranks, accepted
- * from higher ones, each checked at the handshake) and the choice of transport over them.
+ * What a new communicator is made of: the node topology derived from the endpoint records,
+ * this rank's own endpoint record, the streams it opens first (tcp/links.c opens the others
+ * when a collective first needs them) and the choice of transport over them.
  */
+#include <arpa/inet.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,96 +17,120 @@
 #include "common/sock.h"
 #include "common/time.h"
 
-/* Derives node-local ranks and node counts from the endpoints' node hashes. */
-static void compute_topology(bagua_comm_t *c) {
-  cpu_set_t set;
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  uint64_t mine = c->eps[c->rank].node_hash;
-  c->local_rank = c->local_size = c->node_count = 0;
-  c->node_index = -1;
-  for (int r = 0; r < c->size; r++) {
-    int first = 1;
-    for (int q = 0; q < r; q++)
-      if (c->eps[q].node_hash == c->eps[r].node_hash) first = 0;
-    if (first) {
-      if (c->eps[r].node_hash == mine) c->node_index = c->node_count;
-      c->node_count++;
-    }
-    if (c->eps[r].node_hash == mine) {
-      if (r < c->rank) c->local_rank++;
-      c->local_size++;
-    }
-  }
-  /* Busy-polling before sleeping helps only while every rank of this node has a CPU. */
-  c->net_spin = (int)bagua__param_int(BAGUA_P_NET_SPIN);
-  if (!bagua__param_is_set(BAGUA_P_NET_SPIN) && c->local_size > cpus) c->net_spin = 0;
-}
-
-static bagua__wire_hdr_t stream_hdr(const bagua_comm_t *c, uint32_t type, uint32_t arg) {
-  bagua__wire_hdr_t h = {BAGUA_WIRE_MAGIC, BAGUA_WIRE_VERSION, type,    arg,
-                         c->job_hash,      c->comm_id,         c->rank, c->size};
-  return h;
-}
-
+/* Derives every rank's node index and local rank, this rank's node-local rank and size and the
+ * node count from the endpoints' node hashes: O(N log N), by sorting (rank, hash) pairs, not a
+ * comparison of every pair of ranks. Nodes are numbered in the order of their first rank. */
 typedef struct {
-  bagua_comm_t *c;
-  int64_t deadline;
-} accept_arg_t;
+  uint64_t hash;
+  int rank;
+} node_key_t;
 
-static uint32_t stream_check(void *arg, const bagua__wire_hdr_t *h, char *why, size_t whylen) {
-  bagua_comm_t *c = ((accept_arg_t *)arg)->c;
-  if (h->rank <= c->rank || h->arg >= (uint32_t)c->peers[h->rank].nstreams ||
-      c->peers[h->rank].fds[h->arg] >= 0) {
-    snprintf(why, whylen, "unexpected stream %u from rank %d", h->arg, h->rank);
-    return BAGUA_REFUSE_RANK;
-  }
-  return 0;
+static int cmp_node_key(const void *a, const void *b) {
+  const node_key_t *x = a, *y = b;
+  if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+  return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-static bagua_status_t stream_admit(void *arg, const bagua__hs_peer_t *peer) {
-  accept_arg_t *A = arg;
-  bagua_comm_t *c = A->c;
-  bagua__wire_hdr_t ok = stream_hdr(c, BAGUA_MSG_ACCEPT, peer->hdr.arg);
-  if (bagua__hs_reply(peer, &ok, NULL, 0, A->deadline, &c->abort_flag) != BAGUA_OK) {
-    close(peer->fd);
-    return BAGUA_ERR_REMOTE;
-  }
-  c->peers[peer->hdr.rank].fds[peer->hdr.arg] = peer->fd;
-  return BAGUA_OK;
+/* Whether two endpoint addresses (network order) are on one host as far as can be told: the
+ * same address, or both loopback (a host's emulated nodes, 127.x.y.z). */
+static int same_host(uint32_t a, uint32_t b) {
+  return a == b || ((ntohl(a) >> 24) == 127 && (ntohl(b) >> 24) == 127);
 }
 
 /*
- * Accepts the streams that higher ranks open to us, all handshakes at once (bootstrap.h),
- * refusing anything malformed or unauthenticated.
+ * Whether this rank's CPUs are shared with more ranks than there are CPUs: the CPUs this
+ * process may run on, against the ranks of this communicator on this host. Those are the
+ * ranks of its node, or, when every rank is declared a node of its own on one host (the scale
+ * tests, and jobs of emulated nodes), every rank whose address is this host's. A rank that
+ * spins then takes the CPU the peer it waits for needs: at 64 such ranks on 2 CPUs an 8-byte
+ * allreduce took 153 ms with spinning and 9 ms without.
  */
-static bagua_status_t accept_streams(bagua_comm_t *c, int lfd, int64_t deadline) {
-  int expected = 0;
-  for (int r = c->rank + 1; r < c->size; r++) expected += c->peers[r].nstreams;
-  if (expected == 0) return BAGUA_OK;
-  accept_arg_t A = {c, deadline};
-  bagua__hs_server_t srv = {.type = BAGUA_MSG_CONNECT,
-                            .nack_type = BAGUA_MSG_REFUSE,
-                            .job_hash = c->job_hash,
-                            .comm_id = c->comm_id,
-                            .size = c->size,
-                            .payload_len = 0,
-                            .expected = expected,
-                            .deadline_ms = deadline,
-                            .abort_flag = &c->abort_flag,
-                            .what = "peer connection",
-                            .check = stream_check,
-                            .admit = stream_admit,
-                            .arg = &A};
-  return bagua__hs_serve(lfd, &srv);
+static int oversubscribed(const bagua_comm_t *c) {
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (c->local_size > cpus) return 1;
+  int here = 0;
+  uint32_t mine = c->eps[c->rank].addr;
+  for (int r = 0; r < c->size && here <= cpus; r++) here += same_host(c->eps[r].addr, mine);
+  return here > cpus;
+}
+
+static int cmp_int(const void *a, const void *b) {
+  return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static bagua_status_t compute_topology(bagua_comm_t *c) {
+  int n = c->size;
+  node_key_t *k = malloc((size_t)n * sizeof(*k));
+  int *firsts = malloc((size_t)n * sizeof(*firsts));
+  c->node_of = malloc((size_t)n * sizeof(*c->node_of));
+  c->local_of = malloc((size_t)n * sizeof(*c->local_of));
+  if (!k || !firsts || !c->node_of || !c->local_of) {
+    free(k);
+    free(firsts);
+    return BAGUA_ERR_NO_MEMORY;
+  }
+  for (int r = 0; r < n; r++) k[r] = (node_key_t){c->eps[r].node_hash, r};
+  qsort(k, (size_t)n, sizeof(*k), cmp_node_key);
+  /* Within a node the ranks come in order: the local rank is the position in its group, and
+   * the group's first rank orders the nodes. */
+  int nfirst = 0;
+  for (int i = 0, local = 0; i < n; i++) {
+    local = i > 0 && k[i].hash == k[i - 1].hash ? local + 1 : 0;
+    c->local_of[k[i].rank] = local;
+    if (local == 0) firsts[nfirst++] = k[i].rank;
+  }
+  qsort(firsts, (size_t)nfirst, sizeof(*firsts), cmp_int);
+  for (int i = 0, j = 0; i < n; i++) {
+    /* k[i]'s group starts at the nearest earlier entry with local rank 0. */
+    j = c->local_of[k[i].rank] == 0 ? i : j;
+    int first = k[j].rank;
+    int *at = bsearch(&first, firsts, (size_t)nfirst, sizeof(*firsts), cmp_int);
+    c->node_of[k[i].rank] = (int)(at - firsts);
+  }
+  c->node_count = nfirst;
+  c->node_index = c->node_of[c->rank];
+  c->local_rank = c->local_of[c->rank];
+  c->local_size = 0;
+  for (int r = 0; r < n; r++) c->local_size += c->node_of[r] == c->node_index;
+  free(k);
+  free(firsts);
+  /* Busy-polling before sleeping helps only while this process has a CPU to itself. */
+  c->net_spin = (int)bagua__param_int(BAGUA_P_NET_SPIN);
+  if (!bagua__param_is_set(BAGUA_P_NET_SPIN) && oversubscribed(c)) c->net_spin = 0;
+  return BAGUA_OK;
+}
+
+/* The peers a new communicator connects to before it returns, as the collectives it runs
+ * first use them: the ranks at distances 1, 2, 4, ... either way (the ring and chain
+ * collectives, every collective's signature, the barrier), its recursive-doubling partners (small
+ * allreduces, the calibration) and, on a node with several ranks, every rank of the node (the
+ * shared-memory transport watches each one's control stream). Every rank computes its side of the
+ * same pairs, so the sets agree. Others open on first use. Returns how many, in out[] (room for
+ * size + 97 entries). */
+static int first_peers(const bagua_comm_t *c, int shm_only, int *out) {
+  int n = 0, size = c->size, r = c->rank;
+  /* Forced TCP uses no shared memory, so the node's ranks are peers like any other. */
+  int node_peers = c->local_size > 1 && c->requested_transport != BAGUA_TRANSPORT_TCP;
+  if (shm_only || node_peers)
+    for (int q = 0; q < size; q++)
+      if (q != r && (shm_only || c->node_of[q] == c->node_index)) out[n++] = q;
+  if (shm_only) return n;
+  /* Distances 1, 2, 4, ... both ways: the ring's neighbours and the partners of the
+   * dissemination rounds every TCP collective starts with (its signature, comm/sig.c) and of
+   * the barrier. */
+  for (int d = 1; d < size; d <<= 1) {
+    out[n++] = (r + d) % size;
+    out[n++] = (r + size - d % size) % size;
+  }
+  n += bagua__rd_partners(size, r, out + n);
+  return n;
 }
 
 bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
   bagua_status_t st = BAGUA_OK;
-  bagua__hs_client_t *hs = NULL; /* per outgoing stream, between hello and reply */
-  uint32_t refused = 0;
-  int peer = -1; /* the lower rank whose handshake is under way */
-  int64_t deadline = bagua__now_ms() + c->connect_timeout_ms;
-  compute_topology(c);
+  int *first = NULL;
+  BAGUA_CHECK_GOTO(compute_topology(c), st, done);
   if (c->requested_transport == BAGUA_TRANSPORT_SHM && c->node_count > 1) {
     BAGUA_WARN(
         "BAGUA_TRANSPORT=shm needs every rank on one node, but the ranks span %d nodes; "
@@ -123,7 +148,7 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
     /* Several streams spread a message over flows (and NIC queues) between hosts; on one host
      * the traffic never leaves the kernel, and extra streams only cost system calls. Both
      * ends derive the same count from the shared node hashes. */
-    p->nstreams = c->eps[r].node_hash == c->eps[c->rank].node_hash ? 1 : c->nstreams;
+    p->nstreams = c->node_of[r] == c->node_index ? 1 : c->nstreams;
     p->fds = malloc(sizeof(int) * (size_t)p->nstreams);
     p->send_seq = calloc((size_t)p->nstreams, sizeof(uint32_t));
     p->recv_seq = calloc((size_t)p->nstreams, sizeof(uint32_t));
@@ -133,36 +158,19 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
     }
     for (int s = 0; s < p->nstreams; s++) p->fds[s] = -1;
   }
-  /* Ordering that cannot deadlock: open streams to lower ranks and answer their challenges
-   * (a lower rank reaches its accept loop without waiting for us), accept from higher ranks,
-   * serving all their handshakes at once, then read the lower ranks' replies. */
-  hs = calloc((size_t)c->rank + 1, sizeof(*hs) * (size_t)(c->nstreams > 0 ? c->nstreams : 1));
-  if (!hs) {
-    st = BAGUA_ERR_NO_MEMORY;
-    goto done;
-  }
-  for (int r = 0; r < c->rank; r++) {
-    for (int s = 0; s < c->peers[r].nstreams; s++) {
-      int fd = -1;
-      peer = r;
-      BAGUA_CHECK_GOTO(
-          bagua__connect(c->eps[r].addr, c->eps[r].port, deadline, &c->abort_flag, &fd), st, done);
-      c->peers[r].fds[s] = fd;
-      bagua__wire_hdr_t h = stream_hdr(c, BAGUA_MSG_CONNECT, (uint32_t)s);
-      st = bagua__hs_hello(fd, &h, NULL, 0, deadline, &c->abort_flag,
-                           &hs[(size_t)r * (size_t)c->nstreams + (size_t)s], &refused);
-      if (st != BAGUA_OK) goto refused;
+  if (c->size > 1) {
+    st = bagua__links_start(c, lfd); /* owns lfd from here on */
+    lfd = -1;
+    if (st != BAGUA_OK) goto done;
+    /* The node's ranks, two per power of two below size, one per doubling round and a fold. */
+    first = malloc(((size_t)c->size + 2 * 32 + 33) * sizeof(*first));
+    if (!first) {
+      st = BAGUA_ERR_NO_MEMORY;
+      goto done;
     }
-  }
-  BAGUA_CHECK_GOTO(accept_streams(c, lfd, deadline), st, done);
-  for (int r = 0; r < c->rank; r++) {
-    for (int s = 0; s < c->peers[r].nstreams; s++) {
-      bagua__wire_hdr_t h;
-      peer = r;
-      st = bagua__hs_finish(c->peers[r].fds[s], &hs[(size_t)r * (size_t)c->nstreams + (size_t)s],
-                            BAGUA_MSG_ACCEPT, &h, NULL, 0, deadline, &c->abort_flag, &refused);
-      if (st != BAGUA_OK) goto refused;
-    }
+    int n = first_peers(c, shm_only, first);
+    BAGUA_CHECK_GOTO(bagua__links_ensure(c, first, n, bagua__now_ms() + c->connect_timeout_ms), st,
+                     done);
   }
   if (c->size == 1) {
     c->ops = &bagua__generic_ops;
@@ -181,17 +189,12 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
     c->ops = &bagua__hier_ops;
     c->transport_name = "hier(shm+tcp)";
   }
-  BAGUA_INFO(BAGUA_SUBSYS_INIT, "communicator rank %d/%d ready: transport %s, %d streams, %d nodes",
-             c->rank, c->size, c->transport_name, c->nstreams, c->node_count);
-  goto done;
-refused:
-  if (refused)
-    BAGUA_WARN(
-        "rank %d refused our connection: %s (all ranks need the same BAGUA_JOB_ID, "
-        "BAGUA_JOB_SECRET and Bagua-C build)",
-        peer, bagua__refuse_text(refused));
+  BAGUA_INFO(BAGUA_SUBSYS_INIT,
+             "communicator rank %d/%d ready: transport %s, %d streams, %d nodes, %d peers linked",
+             c->rank, c->size, c->transport_name, c->nstreams, c->node_count,
+             bagua__links_count(c));
 done:
-  free(hs);
+  free(first);
   if (lfd >= 0) close(lfd);
   return st;
 }

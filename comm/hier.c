@@ -1,7 +1,8 @@
 /*
  * Hierarchical collectives for communicators that span several nodes with several ranks on
  * some of them: shared memory within each node, TCP among one leader per node. Collectives
- * without a hierarchical version use the generic algorithms over the full TCP mesh.
+ * without a hierarchical version use the generic algorithms over the TCP streams of the
+ * whole communicator (opened on first use).
  */
 #include <string.h>
 
@@ -30,25 +31,10 @@ static bagua_status_t h_allreduce(bagua_comm_t *c, const void *s, void *r, size_
   return bagua_broadcast(c->intra, r, r, count, dt, 0);
 }
 
-/* Node index (order of first appearance, as in compute_topology) and local rank of `rank`. */
-static int is_first(const bagua_comm_t *c, int r) {
-  for (int q = 0; q < r; q++)
-    if (c->eps[q].node_hash == c->eps[r].node_hash) return 0;
-  return 1;
-}
-
-static void locate(const bagua_comm_t *c, int rank, int *node, int *local) {
-  int first = 0;
-  while (c->eps[first].node_hash != c->eps[rank].node_hash) first++;
-  *node = *local = 0;
-  for (int r = 0; r < first; r++) *node += is_first(c, r);
-  for (int r = 0; r < rank; r++) *local += c->eps[r].node_hash == c->eps[rank].node_hash;
-}
-
 static bagua_status_t h_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
                                   bagua_dtype_t dt, int root) {
-  int rnode, rlocal;
-  locate(c, root, &rnode, &rlocal);
+  /* Where the root sits, from the topology computed once per communicator (comm_mesh.c). */
+  int rnode = c->node_of[root], rlocal = c->local_of[root];
   if (c->rank == root && s != r) memcpy(r, s, count * bagua_dtype_size(dt));
   if (c->node_index == rnode) BAGUA_CHECK(bagua_broadcast(c->intra, r, r, count, dt, rlocal));
   if (c->inter) BAGUA_CHECK(bagua_broadcast(c->inter, r, r, count, dt, rnode));

@@ -180,8 +180,27 @@ static int part_done(const part_t *p) {
   return p->hdr_done == sizeof(p->hdr) && p->left == 0;
 }
 
+/* Opens the streams to the peers of an exchange that are not open yet (links.c). */
+static bagua_status_t link_peers(bagua_comm_t *c, const bagua__send_t *sends, int nsends,
+                                 const bagua__recv_t *recvs, int nrecvs) {
+  int stack[32], *want = stack, n = 0, missing = 0;
+  for (int i = 0; i < nsends && !missing; i++)
+    missing = !__atomic_load_n(&c->peers[sends[i].peer].up, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < nrecvs && !missing; i++)
+    missing = !__atomic_load_n(&c->peers[recvs[i].peer].up, __ATOMIC_ACQUIRE);
+  if (!missing) return BAGUA_OK;
+  if (nsends + nrecvs > 32 && !(want = malloc(sizeof(int) * (size_t)(nsends + nrecvs))))
+    return BAGUA_ERR_NO_MEMORY;
+  for (int i = 0; i < nsends; i++) want[n++] = sends[i].peer;
+  for (int i = 0; i < nrecvs; i++) want[n++] = recvs[i].peer;
+  bagua_status_t st = bagua__links_use(c, want, n);
+  if (want != stack) free(want);
+  return st;
+}
+
 bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int nsends,
                                const bagua__recv_t *recvs, int nrecvs) {
+  BAGUA_CHECK(link_peers(c, sends, nsends, recvs, nrecvs));
   int maxparts = (nsends + nrecvs) * c->nstreams; /* no peer has more streams than this */
   part_t stack_parts[32];
   struct pollfd stack_pfd[32];

@@ -294,6 +294,8 @@ static int min_sent(const lane_t *lanes, int ns) {
 static bagua_status_t run(ring_t *g) {
   bagua_comm_t *c = g->c;
   bagua_status_t st = BAGUA_OK;
+  int neighbours[2] = {g->prev, g->next};
+  BAGUA_CHECK(bagua__links_use(c, neighbours, 2));
   lane_t lanes[16];
   struct pollfd pfd[32];
   int ns = g->lanes;

@@ -61,7 +61,11 @@ void mp_config(const mp_opts_t *o, int port, int rank, bagua_comm_config_t *cfg)
 
 int mp_run(const mp_opts_t *o, mp_body_fn body, void *arg) {
   int port = mp_free_port();
-  pid_t pids[64];
+  pid_t *pids = calloc((size_t)o->nranks, sizeof(pid_t));
+  if (!pids) {
+    fprintf(stderr, "mp_run: no memory for %d ranks\n", o->nranks);
+    return 1;
+  }
   fflush(stdout);
   fflush(stderr);
   for (int r = 0; r < o->nranks; r++) {
@@ -102,10 +106,12 @@ int mp_run(const mp_opts_t *o, mp_body_fn body, void *arg) {
       for (int r = 0; r < o->nranks; r++) kill(pids[r], SIGKILL);
       while (waitpid(-1, &status, 0) > 0) {
       }
+      free(pids);
       return 1;
     }
     usleep(2000);
   }
+  free(pids);
   return failed;
 }
 

@@ -25,6 +25,7 @@
 
 #include "../comm/mp.h"
 #include "../test.h"
+#include "comm/comm_internal.h"
 #include "problem.h"
 
 #define NT 4
@@ -114,6 +115,18 @@ static int list_threads(pid_t *out, int max) {
   return n;
 }
 
+/* Whether thread `tid` is a communicator's acceptor (comm/tcp/links.c), by its name. */
+static int is_acceptor(pid_t tid) {
+  char path[64], name[32] = "";
+  snprintf(path, sizeof(path), "/proc/self/task/%d/comm", (int)tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  if (!fgets(name, sizeof(name), f)) name[0] = '\0';
+  fclose(f);
+  name[strcspn(name, "\n")] = '\0';
+  return strcmp(name, BAGUA_ACCEPTOR_THREAD_NAME) == 0;
+}
+
 /* Whether thread `tid` is idle: asleep (state 'S' in its stat; a woken thread is 'R' even
  * before it runs, so a wake-up in flight is never mistaken) in futex(2), where the
  * communication thread waits for work on a condition variable, or in a timed sleep, where
@@ -154,7 +167,8 @@ static int body_overlap(bagua_comm_t *c, void *arg) {
   for (int i = 0; i < nafter; i++) {
     int old = 0;
     for (int j = 0; j < nbefore; j++) old |= after[i] == before[j];
-    if (!old) comm_threads[ncomm++] = after[i];
+    /* A new communicator's acceptor sleeps in poll for its whole life: not an exchange. */
+    if (!old && !is_acceptor(after[i])) comm_threads[ncomm++] = after[i];
   }
   ASSERT_TRUE(ncomm >= 1);
   bagua_ddp_stats_t st = {.struct_size = sizeof(st)};
