@@ -15,7 +15,7 @@
  * several ranges is each range at a revision of its own, which may trail another's by the
  * microseconds between two messages of the same revision.
  *
- * Workers' endpoint records (rounds/<N>/bootstrap/) are not kept, only the numbers of the
+ * Workers' bootstrap and rebuild keys (rounds/<N>/bootstrap/, rebuild/) are not kept, only the numbers of the
  * rounds that have keys (for the leader's clean-up): a world of them concerns no decision.
  *
  * Ownership: the mirror owns its entries, their decoded records (snapshot.c fills and frees

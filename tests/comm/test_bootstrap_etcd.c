@@ -1,7 +1,9 @@
 /*
  * libbagua's etcd bootstrap against a real etcd: the ranks of round 1 (3 ranks) and then of
  * round 2 (2 ranks, a shrunk world) form communicators through /bagua/<job>/rounds/<N>/,
- * with round 1's keys still present; a missing round and an unreachable etcd fail cleanly.
+ * with round 1's keys still present; round 3 forms 32 ranks and leaves one key in etcd (rank
+ * 0's address: the others register with rank 0, so etcd's work does not grow with N^2); a
+ * missing round and an unreachable etcd fail cleanly.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #include "../test.h"
 #include "bagua/bagua.h"
+#include "common/etcd/etcd.h"
 #include "common/params.h"
 #include "etcd_fixture.h"
 
@@ -39,7 +42,8 @@ static int rank_main(const char *endpoint, int round, int rank, int size) {
 }
 
 static int run_round(const char *endpoint, int round, int size) {
-  pid_t pids[8];
+  pid_t pids[64];
+  ASSERT_LE(size, 64);
   for (int r = 0; r < size; r++) {
     pids[r] = fork();
     if (pids[r] == 0) _exit(rank_main(endpoint, round, r, size));
@@ -58,6 +62,18 @@ int main(void) {
   etcd_fixture_start(&fx);
   ASSERT_EQ(run_round(fx.host_port, 1, 3), 0);
   ASSERT_EQ(run_round(fx.host_port, 2, 2), 0);
+  ASSERT_EQ(run_round(fx.host_port, 3, 32), 0);
+  {
+    bagua__etcd_t *ec = NULL;
+    ASSERT_OK(bagua__etcd_create(fx.host_port, 2000, &ec));
+    bagua__etcd_kv_t *kvs = NULL;
+    size_t n = 0;
+    ASSERT_OK(bagua__etcd_range_prefix(ec, "/bagua/etcd-boot-test/rounds/3/", &kvs, &n, NULL));
+    ASSERT_EQ(n, 1);
+    ASSERT_STREQ(kvs[0].key, "/bagua/etcd-boot-test/rounds/3/bootstrap/0");
+    bagua__etcd_kvs_free(kvs, n);
+    bagua__etcd_destroy(ec);
+  }
   /* etcd:// without a round is refused with a message naming what is needed. */
   char buf[128];
   snprintf(buf, sizeof(buf), "etcd://%s", fx.host_port);
