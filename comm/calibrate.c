@@ -20,8 +20,9 @@
  * links more streams help or cost nothing. A count the user chose (BAGUA_NET_NSTREAMS or a
  * config's nstreams) is kept; the ranks agree on the largest count any of them chose.
  *
- * Cost: twelve allreduces at creation, the largest of PROBE_LARGE bytes; about 0.2 s on a
- * 100 Mbit/s link, a few ms on a fast one.
+ * Cost: up to 16 ranks, twelve allreduces at creation, the largest of PROBE_LARGE bytes;
+ * about 0.2 s on a 100 Mbit/s link, a few ms on a fast one. Beyond, six ring steps and the
+ * agreement, whatever n (MEASURED_MAX_RANKS).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -37,6 +38,11 @@
 #define PROBE_LARGE (256u << 10)
 #define PROBE_CAP (2 * PROBE_LARGE)
 #define PROBE_REPS 3
+/* Up to this many ranks the probes are the two algorithms themselves. Beyond it they would
+ * cost 2(n-1) steps per ring probe (at 1024 ranks emulated on 2 CPUs, 35 of a communicator's
+ * 43 s of creation), so one ring step is timed at both sizes instead and the algorithms' times
+ * are predicted from it (bagua__calibrate_model): a constant cost at any n. */
+#define MEASURED_MAX_RANKS 16
 /* The stream rule's bounds (bagua__calibrate_streams): a link slower than this, in bit/s ... */
 #define SLOW_LINK_BPS 250e6
 /* ... whose 4 KiB ring (2(n-1) small steps) took less than this, in ns: a short round trip. */
@@ -61,6 +67,39 @@ static bagua_status_t time_allreduce(bagua_comm_t *c, float *buf, size_t bytes, 
   qsort(t, PROBE_REPS, sizeof(t[0]), cmp_i64);
   *ns = t[PROBE_REPS / 2];
   return BAGUA_OK;
+}
+
+/* Median time in ns of PROBE_REPS steps of a ring: each rank reduces `bytes` from rank - 1
+ * into its own while it sends as much to rank + 1. The step both algorithms are made of. */
+static bagua_status_t time_step(bagua_comm_t *c, float *buf, float *in, size_t bytes, int64_t *ns) {
+  int64_t t[PROBE_REPS];
+  int n = c->size, r = c->rank;
+  for (int i = 0; i < PROBE_REPS; i++) {
+    bagua__send_t snd = {(r + 1) % n, buf, bytes};
+    bagua__recv_t rcv = {(r + n - 1) % n, in, bytes, buf, BAGUA_F32, BAGUA_SUM};
+    int64_t t0 = bagua__now_ns();
+    BAGUA_CHECK(bagua__exchange(c, &snd, 1, &rcv, 1));
+    t[i] = bagua__now_ns() - t0;
+  }
+  qsort(t, PROBE_REPS, sizeof(t[0]), cmp_i64);
+  *ns = t[PROBE_REPS / 2];
+  return BAGUA_OK;
+}
+
+/* The probes' times predicted from one step's line T(s) = a + b*s (comm/tune.h). */
+void bagua__calibrate_model(int n, const int64_t step[2], int64_t rd[2], int64_t ring[2]) {
+  double b = (double)(step[1] - step[0]) / (double)(PROBE_LARGE - PROBE_SMALL);
+  if (b < 0) b = 0;
+  double a = (double)step[0] - b * PROBE_SMALL;
+  if (a < 0) a = 0;
+  int rounds = 0, pof2 = 1;
+  while (pof2 * 2 <= n) pof2 *= 2, rounds++;
+  if (pof2 < n) rounds += 2;
+  const double size[2] = {PROBE_SMALL, PROBE_LARGE};
+  for (int i = 0; i < 2; i++) {
+    rd[i] = (int64_t)(rounds * (a + b * size[i]));
+    ring[i] = (int64_t)(2.0 * (n - 1) * (a + b * size[i] / n));
+  }
 }
 
 /* The crossover of the two fitted lines, in bytes, or 0 when the ring is never slower. */
@@ -102,7 +141,7 @@ int bagua__calibrate_streams(const int64_t ring[2], int size, int nstreams) {
  * stream count unless `keep_streams`. */
 static bagua_status_t calibrate_tcp(bagua_comm_t *t, int keep_streams) {
   bagua_status_t st = BAGUA_OK;
-  float *buf = calloc(PROBE_LARGE / sizeof(float), sizeof(float));
+  float *buf = calloc(2 * PROBE_LARGE / sizeof(float), sizeof(float));
   if (!buf) return BAGUA_ERR_NO_MEMORY;
   size_t old_min = t->ring_min_bytes;
   int old_sig = t->sig_by_parent;
@@ -110,10 +149,19 @@ static bagua_status_t calibrate_tcp(bagua_comm_t *t, int keep_streams) {
    * own round trip to the latency being measured. */
   t->sig_by_parent = 1;
   int64_t rd[2], ring[2];
-  BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_SMALL, SIZE_MAX, &rd[0]), st, out);
-  BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_SMALL, 0, &ring[0]), st, out);
-  BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_LARGE, SIZE_MAX, &rd[1]), st, out);
-  BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_LARGE, 0, &ring[1]), st, out);
+  if (t->size <= MEASURED_MAX_RANKS) {
+    BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_SMALL, SIZE_MAX, &rd[0]), st, out);
+    BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_SMALL, 0, &ring[0]), st, out);
+    BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_LARGE, SIZE_MAX, &rd[1]), st, out);
+    BAGUA_CHECK_GOTO(time_allreduce(t, buf, PROBE_LARGE, 0, &ring[1]), st, out);
+  } else {
+    int64_t step[2];
+    BAGUA_CHECK_GOTO(time_step(t, buf, buf + PROBE_LARGE / sizeof(float), PROBE_SMALL, &step[0]),
+                     st, out);
+    BAGUA_CHECK_GOTO(time_step(t, buf, buf + PROBE_LARGE / sizeof(float), PROBE_LARGE, &step[1]),
+                     st, out);
+    bagua__calibrate_model(t->size, step, rd, ring);
+  }
   int64_t lo = 0, hi = 0, want = bagua__calibrate_choose(rd, ring);
   bagua__param_bounds(BAGUA_P_NET_RING_MIN_BYTES, &lo, &hi);
   if (want > hi) want = hi;

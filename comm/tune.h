@@ -56,6 +56,13 @@ int64_t bagua__calibrate_choose(const int64_t rd[2], const int64_t ring[2]);
  * through one bottleneck queue lose more to each other than they gain; `nstreams` otherwise. */
 int bagua__calibrate_streams(const int64_t ring[2], int size, int nstreams);
 
+/* Beyond 16 ranks the probes are predicted, not run: from the median times in ns of one ring
+ * step (each rank sends to rank + 1 and reduces from rank - 1) at the two probe sizes, the
+ * times recursive doubling (ceil(log2 n) steps of the message, two more to fold a world that is
+ * not a power of two) and the ring (2(n-1) steps of 1/n of it) would take, for the two rules
+ * above. Creation then costs six steps at any n instead of rings of 2(n-1) steps. */
+void bagua__calibrate_model(int n, const int64_t step[2], int64_t rd[2], int64_t ring[2]);
+
 /* bagua_comm_split() whose new communicator opens `nstreams` streams to each peer on another
  * node (<= 0: the parent's count), for a caller that may later use more streams than the
  * parent has (BAGUA_NET_NSTREAMS bounds apply). */

@@ -5,7 +5,7 @@
  * communicator of three emulated nodes gives every rank its leader's value. The stream count:
  * equal on every rank, the registry's on loopback (a fast link), the user's when set. And the
  * choices themselves (bagua__calibrate_choose, bagua__calibrate_streams) on probe times of
- * known links.
+ * known links, and the probes predicted for worlds beyond 16 ranks (bagua__calibrate_model).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -103,16 +103,46 @@ static void test_streams(void) {
   ASSERT_EQ(bagua__calibrate_streams((int64_t[]){362000, 36757000}, 4, 0), 0);
 }
 
+/* The predicted probes of a large world, and the choices made on them. */
+static void test_model(void) {
+  /* A step of 50 us + 1 ns/byte (about 8 Gbit/s) at 64 ranks: recursive doubling is 6 steps of
+   * the message, the ring 126 steps of 1/64 of it. */
+  int64_t step[2] = {50000 + 4096, 50000 + 262144}, rd[2], ring[2];
+  bagua__calibrate_model(64, step, rd, ring);
+  ASSERT_EQ(rd[0], 6 * (50000 + 4096));
+  ASSERT_EQ(rd[1], 6 * (50000 + 262144));
+  ASSERT_EQ(ring[0], 126 * (50000 + 64));
+  ASSERT_EQ(ring[1], 126 * (50000 + 4096));
+  /* The lines cross where 6(a + bS) = 126(a + bS/64): S = 120a / (6 - 126/64) b, about 1.5 MB,
+   * beyond the sizes measured: capped at 512 KiB. */
+  ASSERT_EQ(bagua__calibrate_choose(rd, ring), 512 * 1024);
+  /* 100 Mbit/s (80 ns/byte) with a 100 us step at 64 ranks: the crossover is
+   * 120 * 100000 / (4.03 * 80), about 37 KB. */
+  int64_t slow[2] = {100000 + 80 * 4096, 100000 + 80 * 262144};
+  bagua__calibrate_model(64, slow, rd, ring);
+  int64_t x = bagua__calibrate_choose(rd, ring);
+  ASSERT_TRUE(x > 33000 && x < 41000);
+  /* 100 ranks fold: 6 rounds plus 2. */
+  bagua__calibrate_model(100, step, rd, ring);
+  ASSERT_EQ(rd[0], 8 * (50000 + 4096));
+  /* Noise that makes the large step faster than the small one: no negative slope. */
+  int64_t noisy[2] = {90000, 80000};
+  bagua__calibrate_model(64, noisy, rd, ring);
+  ASSERT_EQ(rd[0], rd[1]);
+}
+
 int main(void) {
   test_choose();
   test_streams();
+  test_model();
   int64_t def = bagua__param_int_default(BAGUA_P_NET_RING_MIN_BYTES);
   if (run(3, 1, "", -1) != 0) return 1;                                  /* measured */
   if (run(3, 1, "BAGUA_NET_NSTREAMS=3", -1) != 0) return 1;              /* the user's streams */
   if (run(4, 1, "BAGUA_NET_RING_MIN_BYTES=12345", 12345) != 0) return 1; /* the user's */
   if (run(3, 1, "BAGUA_NET_CALIBRATE=0", def) != 0) return 1;            /* off */
   if (run(2, 1, "", def) != 0) return 1;                                 /* two ranks */
-  if (run(6, 2, "", -1) != 0) return 1; /* hierarchical: 3 nodes of 2 */
+  if (run(6, 2, "", -1) != 0) return 1;  /* hierarchical: 3 nodes of 2 */
+  if (run(20, 1, "", -1) != 0) return 1; /* beyond 16 ranks: predicted from one step */
   printf("PASS comm_calibrate\n");
   return 0;
 }
