@@ -35,6 +35,10 @@ typedef struct {
   int exit_signal;   /* N when it was killed by signal N, else 0 (exit 255 is no signal) */
   int64_t exit_ms;   /* wall-clock time of the exit (ms since the epoch) */
   int64_t exit_mono; /* monotonic time of the exit, for ordering */
+  /* Counts against --fanout (fanout.h): started, and its node not yet seen in etcd, its
+   * process still running and its start timeout not yet passed. */
+  int starting;
+  int64_t start_ms; /* monotonic time of the start */
   /* What it was built with, so the supervisor can build more agents alike (discovery). */
   char *agent_path;
   char *endpoint;

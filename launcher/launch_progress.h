@@ -24,6 +24,10 @@
  * NULL: nothing) "\r", the line, and an erase to the end of the line, without a newline. */
 void bagua__launch_progress_poll(bagua__etcd_t *c, const char *job, int64_t now_ms, FILE *tty);
 
+/* While agents start (fanout.h): "starting agents: S/N started, R/N registered" on `tty` (NULL:
+ * nothing), in place of the job's line; drawn again only when it changes or was erased. */
+void bagua__launch_progress_starting(FILE *tty, int started, int registered, int total);
+
 /* Erases the line (when one is shown) so that other output starts at column 0; the next poll
  * draws it again. */
 void bagua__launch_progress_clear(FILE *tty);

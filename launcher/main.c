@@ -238,16 +238,9 @@ int main(int argc, char **argv) {
     bagua__say(LAUNCH_TOOL, "job %s: %d agent(s), nnodes %s, rendezvous at %s%s",
                cfg.v[LS_JOB_ID].s, nagents, cfg.v[LS_NNODES].s, endpoint,
                have_priv ? " (private etcd)" : "");
-  BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s: starting %d agent(s) against %s", cfg.v[LS_JOB_ID].s,
-             nagents, endpoint);
-  for (int i = 0; i < nagents; i++) {
-    if (bagua__launch_start_agent(&agents[i], err, sizeof(err)) != 0) {
-      bagua__say(LAUNCH_TOOL, "cannot start the agent for %s: %s", agents[i].host, err);
-      /* Stop the ones already started; the supervisor below waits for them. */
-      for (int k = 0; k < i; k++) kill(agents[k].pid, SIGTERM);
-      break;
-    }
-  }
+  BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s: starting %d agent(s) against %s, at most %s at once",
+             cfg.v[LS_JOB_ID].s, nagents, endpoint, cfg.v[LS_FANOUT].s);
+  /* The supervisor starts the agents (--fanout at a time) and watches them. */
   bagua__launch_run_t run = {.cfg = &cfg,
                              .agents = agents,
                              .nagents = nagents,
@@ -257,7 +250,6 @@ int main(int argc, char **argv) {
                              .progress = progress,
                              .stale_status_rev = stale_rev};
   rc = bagua__launch_supervise(&run);
-  if (!agents[nagents - 1].started && rc == 0) rc = 1;
 out:
   bagua__etcd_destroy(etcd);
   if (have_priv) bagua__launch_etcd_stop(&priv);

@@ -8,6 +8,7 @@
 static struct {
   int64_t last_ms; /* monotonic time of the last refresh */
   int shown;       /* a line is on the terminal */
+  char text[128];  /* the starting line shown, "" for none */
 } g_prog;
 
 int bagua__launch_progress_line(bagua__etcd_t *c, const char *job, char *out, size_t len) {
@@ -55,10 +56,26 @@ void bagua__launch_progress_poll(bagua__etcd_t *c, const char *job, int64_t now_
   /* "\r" back to column 0, the line, then erase what a longer earlier line left. */
   fprintf(tty, "\r%s\033[K", line);
   fflush(tty);
+  g_prog.text[0] = '\0';
+  g_prog.shown = 1;
+}
+
+void bagua__launch_progress_starting(FILE *tty, int started, int registered, int total) {
+  if (!tty) return;
+  char line[sizeof(g_prog.text)];
+  snprintf(line, sizeof(line), "starting agents: %d/%d started, %d/%d registered", started, total,
+           registered, total);
+  /* The supervisor calls this on every turn of its loop: the terminal gets a write only when
+   * the counts changed (or the line was erased). */
+  if (g_prog.shown && strcmp(line, g_prog.text) == 0) return;
+  fprintf(tty, "\r%s\033[K", line);
+  fflush(tty);
+  snprintf(g_prog.text, sizeof(g_prog.text), "%s", line);
   g_prog.shown = 1;
 }
 
 void bagua__launch_progress_clear(FILE *tty) {
+  g_prog.text[0] = '\0';
   if (!tty || !g_prog.shown) return;
   fputs("\r\033[K", tty);
   fflush(tty);

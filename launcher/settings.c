@@ -121,6 +121,16 @@ static bagua__launch_desc_t g_desc[LS__COUNT] = {
                        .metavar = "TEMPLATE",
                        .help =
                            "how an agent is started on another host ({host}, {cmd}, {cmdline})"},
+    /* How many agents start at once (docs/launcher.md, "Starting many hosts"); bounds and
+     * default are the registry's. */
+    [LS_FANOUT] = {.name = "fanout",
+                   .section = "job",
+                   .flag = "--fanout",
+                   .env = "BAGUA_LAUNCH_FANOUT",
+                   .type = LT_INT,
+                   .def = "",
+                   .metavar = "N",
+                   .help = "at most N agents starting at once (each until it registers)"},
     /* Host discovery (docs/launcher.md, "Host discovery"); no environment variable: the
      * registry declares none, and a script is a per-job choice. */
     [LS_DISCOVERY_SCRIPT] = {.name = "host_discovery_script",

@@ -26,6 +26,7 @@
 #include "common/sock.h"
 #include "common/time.h"
 #include "discovery.h"
+#include "fanout.h"
 #include "launch_progress.h"
 #include "status.h"
 
@@ -40,6 +41,12 @@ typedef struct {
   char end_state[16];
   int64_t last_poll;
   int poll_failures;
+  /* The agents' start (fanout.h), and the registrations it waits for. */
+  bagua__launch_fanout_t fan;
+  int spawn_failed; /* this machine could not start an agent (fork, pipe): the job stops */
+  int fan_shown;    /* the live line shows the start's counts */
+  int64_t last_reg_poll;
+  int reg_failures;
   bagua__launch_round_t round;
   /* An agent the host could not start made the job fail (not elastic, or below MIN). */
   const bagua__launch_agent_t *start_failure;
@@ -58,6 +65,14 @@ typedef struct {
 /* The launcher's own messages start at column 0: the live progress line (a terminal only) is
  * erased first and drawn again at the next poll. */
 #define say(...) (bagua__launch_progress_clear(stderr), bagua__say(LAUNCH_TOOL, __VA_ARGS__))
+
+/* Copies what a remote command printed (ssh's warnings, say) to the console, starting at
+ * column 0: the live line is erased first, as for the launcher's own messages. */
+static void pump(bagua__launch_agent_t *a) {
+  if (a->err_fd < 0) return;
+  bagua__launch_progress_clear(stderr);
+  bagua__launch_pump_stderr(a);
+}
 
 static int alive(const sup_t *s) {
   int n = 0;
@@ -99,23 +114,6 @@ static int r_nodes_known(const sup_t *s) {
   return s->r->etcd != NULL;
 }
 
-/* Marks the agents whose node key appeared in etcd (each is read until it has). */
-static void check_registered(sup_t *s) {
-  bagua__launch_run_t *r = s->r;
-  for (int i = 0; i < r->nagents; i++) {
-    bagua__launch_agent_t *a = &r->agents[i];
-    if (!a->started || a->exited || a->registered || !a->node_id) continue;
-    char key[BAGUA_RDZV_KEY_MAX];
-    bagua__etcd_kv_t kv = {0};
-    int found = 0;
-    if (bagua__rdzv_key(key, sizeof(key), r->cfg->v[LS_JOB_ID].s, BAGUA__RDZV_KEY_NODE, 0,
-                        a->node_id, 0) != 0)
-      continue;
-    if (bagua__etcd_get(r->etcd, key, &kv, &found, NULL) == BAGUA_OK && found) a->registered = 1;
-    bagua__etcd_kv_clear(&kv);
-  }
-}
-
 /* 1 when the job's status in etcd (this run's, not a stale one) is terminal. */
 static int job_ended(sup_t *s) {
   bagua__launch_status_t st;
@@ -145,10 +143,12 @@ static void on_start_failure(sup_t *s, bagua__launch_agent_t *a) {
   char what[64];
   describe_exit(a, what, sizeof(what));
   a->start_failed = 1;
+  /* Agents still waiting for their start (the fan-out) will run too. */
   int viable = 0;
-  for (int i = 0; i < r->nagents; i++)
-    viable += r->agents[i].started && !r->agents[i].start_failed &&
-              !(r->agents[i].exited && r->agents[i].code != 0);
+  for (int i = 0; i < r->nagents; i++) {
+    const bagua__launch_agent_t *b = &r->agents[i];
+    viable += (b->started || !b->exited) && !b->start_failed && !(b->exited && b->code != 0);
+  }
   /* MIN above this launcher's agents: other launchers bring nodes; the rendezvous decides. */
   int can_go_on = nn->i < nn->i2 && (viable >= nn->i || nn->i > r->nagents);
   if (can_go_on) {
@@ -179,7 +179,7 @@ static void on_exit_status(sup_t *s, bagua__launch_agent_t *a, int status) {
     bagua__launch_format_code(a->code, 0, what, sizeof(what));
   BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "agent on %s (node %s, pid %d) ended: %s", a->host,
              a->node_id ? a->node_id : "-", (int)a->pid, what);
-  bagua__launch_pump_stderr(a); /* what the remote command said last */
+  pump(a); /* what the remote command said last */
   /* A drained agent left because its host left: what the job asked of it, no failure. */
   if (a->draining) {
     say("discovery: the agent for host %s left the job (%s)", a->host, what);
@@ -224,9 +224,13 @@ static void on_signals(sup_t *s) {
     if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) continue;
     if (!s->stop_sig) {
       s->stop_sig = sig;
-      say("SIG%s received: stopping %d agent(s) (grace %lld ms; signal again "
+      bagua__launch_fanout_counts_t c;
+      bagua__launch_fanout_count(s->r->agents, s->r->nagents, &c);
+      char more[64] = "";
+      if (c.waiting > 0) snprintf(more, sizeof(more), ", %d more will not start", c.waiting);
+      say("SIG%s received: stopping %d agent(s)%s (grace %lld ms; signal again "
           "to kill at once)",
-          sigabbrev_np(sig), alive(s), (long long)s->r->cfg->v[LS_GRACE_MS].i);
+          sigabbrev_np(sig), alive(s), more, (long long)s->r->cfg->v[LS_GRACE_MS].i);
       /* The agents get the same signal: SIGINT means "interrupted" to them as to us. */
       signal_agents(s, sig);
     } else if (!s->killed) {
@@ -234,6 +238,112 @@ static void on_signals(sup_t *s) {
       signal_agents(s, SIGKILL);
     }
   }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The agents' start (fanout.h)                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Once the job stops or has ended, no agent starts any more. */
+static int starts_closed(const sup_t *s) {
+  return s->stop_sig || s->stopping || s->end_deadline || s->etcd_dead || s->start_failure ||
+         s->spawn_failed;
+}
+
+/* 1 while some agent waits for its start and will still get it. */
+static int starts_left(const sup_t *s) {
+  bagua__launch_fanout_counts_t c;
+  if (starts_closed(s)) return 0;
+  bagua__launch_fanout_count(s->r->agents, s->r->nagents, &c);
+  return c.waiting > 0;
+}
+
+/* 1 while the start of a job of several agents is under way: the terminal shows its counts
+ * (`c`) instead of the job's line. A single agent starts as it always did. */
+static int fanning(const sup_t *s, bagua__launch_fanout_counts_t *c) {
+  bagua__launch_fanout_count(s->r->agents, s->r->nagents, c);
+  return c->total > 1 && !starts_closed(s) && (c->waiting > 0 || c->starting > 0);
+}
+
+/*
+ * Starts one agent. When this machine cannot (fork or pipe failed, which would hit the next
+ * agent too), the job stops; a host found by discovery is reported and the job goes on.
+ */
+static void start_agent(sup_t *s, bagua__launch_agent_t *a) {
+  char err[LAUNCH_ERR_LEN];
+  if (bagua__launch_start_agent(a, err, sizeof(err)) != 0) {
+    a->exited = 1; /* waits no more */
+    if (a->discovered) {
+      say("discovery: cannot start the agent for host %s: %s", a->host, err);
+      /* Kept as an ended entry: the host is not retried until it leaves the list. */
+      a->started = 1;
+      a->start_failed = 1;
+      a->code = 1;
+      return;
+    }
+    say("cannot start the agent for %s: %s", a->host, err);
+    s->spawn_failed = 1;
+    signal_agents(s, SIGTERM);
+    return;
+  }
+  bagua__launch_fanout_began(&s->fan, a, bagua__now_ms());
+  BAGUA_INFO(BAGUA_SUBSYS_LAUNCH,
+             "agent %d/%d started for host %s (node %s, pid %d): %d starting, fanout %d",
+             s->fan.started, s->r->nagents, a->host, a->node_id ? a->node_id : "-", (int)a->pid,
+             s->fan.starting, s->fan.limit);
+}
+
+/* Ends the starts that are over, then starts waiting agents while fewer than --fanout are
+ * starting. */
+static void fanout_step(sup_t *s) {
+  bagua__launch_run_t *r = s->r;
+  const int64_t now = bagua__now_ms();
+  for (int i = 0; i < r->nagents; i++) {
+    bagua__launch_agent_t *a = &r->agents[i];
+    if (!a->starting || bagua__launch_fanout_settle(&s->fan, a, now) != LAUNCH_START_TIMED_OUT)
+      continue;
+    BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "agent for host %s: not registered after %lld ms", a->host,
+               (long long)s->fan.timeout_ms);
+    if (starts_left(s))
+      say("the agent for host %s has not registered within %lld s; the next agents start "
+          "without waiting for it",
+          a->host, (long long)(s->fan.timeout_ms / 1000));
+  }
+  bagua__launch_agent_t *a;
+  while (!starts_closed(s) && (a = bagua__launch_fanout_next(&s->fan, r->agents, r->nagents)))
+    start_agent(s, a);
+  bagua__launch_fanout_counts_t c;
+  const int on = fanning(s, &c);
+  /* The final counts (all started and registered) are shown too, until the job's line
+   * replaces them. */
+  if (r->progress && (on || (s->fan_shown && !starts_closed(s))))
+    bagua__launch_progress_starting(stderr, c.started, c.registered, c.total);
+  s->fan_shown = on;
+}
+
+/*
+ * Learns which agents registered, with one request however many wait: every
+ * LAUNCH_START_POLL_MS while agents are starting (each one seen frees a slot of the fan-out),
+ * every LAUNCH_POLL_MS while another running agent is not yet seen (one that ends unseen was
+ * not started by its host), and not at all once every agent was seen.
+ */
+static void poll_registrations(sup_t *s) {
+  bagua__launch_run_t *r = s->r;
+  if (!r->etcd || s->etcd_dead || !bagua__launch_any_unregistered(r->agents, r->nagents)) return;
+  bagua__launch_fanout_counts_t c;
+  bagua__launch_fanout_count(r->agents, r->nagents, &c);
+  int64_t period = c.starting > 0 ? LAUNCH_START_POLL_MS : LAUNCH_POLL_MS;
+  /* After failures, back off as the status poll does: each failure already logged a
+   * warning, and each may have waited the whole etcd timeout. */
+  if (s->reg_failures > 4) period = 10 * LAUNCH_POLL_MS;
+  const int64_t now = bagua__now_ms();
+  if (now - s->last_reg_poll < period) return;
+  s->last_reg_poll = now;
+  if (bagua__launch_read_registered(r->etcd, r->cfg->v[LS_JOB_ID].s, r->agents, r->nagents) ==
+      BAGUA_OK)
+    s->reg_failures = 0;
+  else
+    s->reg_failures++;
 }
 
 static void poll_etcd(sup_t *s) {
@@ -250,7 +360,6 @@ static void poll_etcd(sup_t *s) {
     return;
   }
   s->poll_failures = 0;
-  check_registered(s);
   if (st.found && st.mod_revision == r->stale_status_rev) st.found = 0; /* an earlier run's */
   if (st.found && strcmp(st.state, "running") != 0 && !s->end_deadline) {
     /* Agents leave by themselves once they see the end; give them their lease TTL and the
@@ -260,7 +369,8 @@ static void poll_etcd(sup_t *s) {
     BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s ended in etcd: %s", job, st.state);
   }
   if (!r->progress) return;
-  bagua__launch_progress_poll(r->etcd, job, now, stderr);
+  bagua__launch_fanout_counts_t c;
+  if (!fanning(s, &c)) bagua__launch_progress_poll(r->etcd, job, now, stderr);
   bagua__launch_round_t rd;
   if (bagua__launch_read_round(r->etcd, job, &rd) != BAGUA_OK || !rd.found) return;
   if (rd.round == s->round.round && rd.nmembers == s->round.nmembers) return;
@@ -282,6 +392,10 @@ static int outcome(sup_t *s) {
   if (s->stop_sig) {
     say("job %s stopped by SIG%s", job, sigabbrev_np(s->stop_sig));
     return 128 + s->stop_sig;
+  }
+  if (s->spawn_failed) {
+    say("job %s failed: an agent could not be started on this machine (the error is above)", job);
+    return 1;
   }
   if (s->start_failure) {
     const bagua__launch_agent_t *a = s->start_failure;
@@ -363,7 +477,7 @@ static int64_t drain_grace_ms(const sup_t *s) {
   return grace + LAUNCH_KILL_MARGIN_MS;
 }
 
-/* One more agent for a host the script reported; started at once. */
+/* One more agent for a host the script reported; the fan-out starts it. */
 static void start_discovered(sup_t *s, const bagua__discovery_host_t *h) {
   bagua__launch_run_t *r = s->r;
   char err[LAUNCH_ERR_LEN];
@@ -392,19 +506,17 @@ static void start_discovered(sup_t *s, const bagua__discovery_host_t *h) {
   a->discovered = 1;
   r->nagents++;
   say("discovery: host %s appeared: starting its agent (%d worker(s))", h->name, host.nproc);
-  if (bagua__launch_start_agent(a, err, sizeof(err)) != 0) {
-    say("discovery: cannot start the agent for host %s: %s", h->name, err);
-    /* Kept as an exited entry: the host is not retried until it leaves the list. */
-    a->exited = 1;
-    a->started = 1;
-    a->start_failed = 1;
-    a->code = 1;
-  }
 }
 
 /* Tells the agent of a host that vanished to leave the job (SIGTERM: graceful leave). */
 static void drain(sup_t *s, bagua__launch_agent_t *a) {
   a->draining = 1;
+  if (!a->started && !a->exited) {
+    /* Still waiting for its start: it never gets it (and the host may return for a new one). */
+    a->exited = 1;
+    say("discovery: host %s is gone before its agent started; it is not started", a->host);
+    return;
+  }
   if (a->exited) return; /* it had ended already: only forgotten, so a return restarts it */
   a->drain_kill_ms = bagua__now_ms() + drain_grace_ms(s);
   const bagua__launch_value_t *nn = &s->r->cfg->v[LS_NNODES];
@@ -563,7 +675,12 @@ int bagua__launch_supervise(bagua__launch_run_t *r) {
   memcpy(own, caller, sizeof(*own) * (size_t)ncaller);
   r->agents = own;
   if (s.discovering) s.disc_next_ms = bagua__now_ms() + r->cfg->v[LS_DISCOVERY_INTERVAL_MS].i;
-  while (alive(&s) > 0) {
+  bagua__launch_fanout_init(&s.fan, r->cfg);
+  BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "an agent counts against the fan-out for at most %lld ms",
+             (long long)s.fan.timeout_ms);
+  on_signals(&s); /* a signal that came before the first start: nothing starts */
+  fanout_step(&s);
+  while (alive(&s) > 0 || starts_left(&s)) {
     size_t need = (size_t)r->nagents + 3;
     if (need > pcap) {
       struct pollfd *np = realloc(p, sizeof(*np) * need * 2);
@@ -582,7 +699,7 @@ int bagua__launch_supervise(bagua__launch_run_t *r) {
       p[3 + i] = (struct pollfd){.fd = r->agents[i].err_fd, .events = POLLIN};
     poll(p, (nfds_t)r->nagents + 3, 100);
     for (int i = 0; i < r->nagents; i++)
-      if (p[3 + i].fd >= 0 && p[3 + i].revents) bagua__launch_pump_stderr(&r->agents[i]);
+      if (p[3 + i].fd >= 0 && p[3 + i].revents) pump(&r->agents[i]);
     on_signals(&s);
     reap(&s);
     discovery_step(&s);
@@ -594,6 +711,8 @@ int bagua__launch_supervise(bagua__launch_run_t *r) {
       if (!s.stopping) signal_agents(&s, SIGTERM);
     }
     poll_etcd(&s);
+    poll_registrations(&s);
+    fanout_step(&s);
     int64_t now = bagua__now_ms();
     if (s.end_deadline && now >= s.end_deadline && !s.stopping && alive(&s) > 0) {
       say("job is %s but %d agent(s) are still running; stopping them", s.end_state, alive(&s));
@@ -607,7 +726,7 @@ int bagua__launch_supervise(bagua__launch_run_t *r) {
   free(p);
   if (s.disc_running) bagua__discovery_run_free(&s.disc);
   /* What the remote commands printed last (their pipes may outlive them a little). */
-  for (int i = 0; i < r->nagents; i++) bagua__launch_pump_stderr(&r->agents[i]);
+  for (int i = 0; i < r->nagents; i++) pump(&r->agents[i]);
   bagua__launch_progress_clear(stderr);
   /* Local agents killed with SIGKILL (or stopped before they set up their handlers) could
    * not remove their private directories. They are swept before the verdict is printed, so

@@ -1,5 +1,5 @@
 /*
- * Supervision of the running agents: signal forwarding, reaping, progress and the job's
+ * Supervision of the agents: their start, signal forwarding, reaping, progress and the job's
  * final outcome.
  */
 #ifndef BAGUA_LAUNCHER_SUPERVISE_H
@@ -28,9 +28,11 @@ typedef struct {
 } bagua__launch_run_t;
 
 /*
- * Runs until every agent has exited and returns bagua-launch's exit status: 0 when the job
- * succeeded; the root cause's code (from etcd's status when recorded, else the first failing
- * agent's); 128+N when bagua-launch was stopped by signal N. Prints the first failure.
+ * Starts the agents, none of which may have been started yet, --fanout at a time (fanout.h),
+ * runs until every started agent has exited and returns bagua-launch's exit status: 0 when the
+ * job succeeded; the root cause's code (from etcd's status when recorded, else the first
+ * failing agent's); 128+N when bagua-launch was stopped by signal N; 1 when this machine
+ * could not start an agent. Prints the first failure.
  */
 int bagua__launch_supervise(bagua__launch_run_t *r);
 
