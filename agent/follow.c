@@ -48,10 +48,10 @@ int bagua__agent_workers_elastic(const bagua__agent_t *a, char *why, size_t len)
 static int adopt_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
                        const bagua__agent_snap_t *s) {
   const bagua__agent_config_t *cfg = a->cfg;
-  /* A "stall" round retries the same world after a worker's communication stalled: the
-   * workers asked for it themselves and move to it the same way. */
+  /* The reason's row says whether its workers move on by themselves (a membership change, or
+   * a stall round the workers asked for), common/rdzv/reason.c. */
   if (cfg->elastic_mode == BAGUA__ELASTIC_RESTART ||
-      (strcmp(P->reason, "membership") != 0 && strcmp(P->reason, "stall") != 0) || !a->member)
+      !bagua__round_reason_keeps_workers(P->reason) || !a->member)
     return 0;
   if (a->ws.n != cfg->nproc || a->ws.nrunning != a->ws.n || a->ws.stopping || a->have_report)
     return 0;
@@ -63,7 +63,8 @@ static int adopt_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
   if (!bagua__agent_workers_elastic(a, why, sizeof(why))) {
     /* Auto mode with a worker that does not follow rounds by itself: it would wait on a world
      * that no longer exists, so the whole node restarts into the new round. */
-    bagua__agent_say("round %lld (%s, restart: %s)", (long long)P->round, P->reason, why);
+    bagua__agent_say("round %lld (%s, restart: %s)", (long long)P->round,
+                     bagua__round_reason_word(P->reason), why);
     return 0;
   }
   char how[96] = "";
@@ -76,8 +77,8 @@ static int adopt_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
   bagua__agent_say(
       "round %lld (%s, in-process%s): node %d of %d, ranks %d..%d of %d; workers keep "
       "running and rebuild",
-      (long long)P->round, P->reason, how, P->index, P->nmembers, base, base + cfg->nproc - 1,
-      P->world_size);
+      (long long)P->round, bagua__round_reason_word(P->reason), how, P->index, P->nmembers, base,
+      base + cfg->nproc - 1, P->world_size);
   a->cur_round = P->round;
   a->have_report = 0;
   a->reported = 0;
@@ -137,9 +138,9 @@ static void start_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
    * started now. */
   bagua__marks_clear(a->mark_dir);
   bagua__agent_say("round %lld (%s, restart %d): node %d of %d, ranks %d..%d of %d, master %s:%d",
-                   (long long)P->round, P->reason[0] ? P->reason : "?", P->restart_count, idx,
-                   P->nmembers, base, base + cfg->nproc - 1, P->world_size, P->master_addr,
-                   P->master_port);
+                   (long long)P->round, P->reason ? bagua__round_reason_word(P->reason) : "?",
+                   P->restart_count, idx, P->nmembers, base, base + cfg->nproc - 1, P->world_size,
+                   P->master_addr, P->master_port);
   a->member = 1;
   /* From now on workers hold the job secret this agent exported (agent.c, check_secret). */
   a->secret_used = 1;

@@ -53,7 +53,8 @@ static void publish(bagua__agent_t *a, const bagua__agent_snap_t *s, const bagua
     off += (size_t)snprintf(members + off, sizeof(members) - off, "%s%s", i ? "," : "",
                             r->members[i].id);
   BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: published round %lld (%s, restart %d): [%s] world %d",
-             (long long)r->round, r->reason, r->restart_count, members, r->world_size);
+             (long long)r->round, bagua__round_reason_word(r->reason), r->restart_count, members,
+             r->world_size);
   if (!s->has_status) {
     bagua__rdzv_status_t st;
     memset(&st, 0, sizeof(st));

@@ -238,7 +238,7 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__leader_
 }
 
 static int build_round(const bagua__leader_params_t *p, const pick_t *pk, int64_t number,
-                       int restart_count, const char *reason, int64_t wall_ms,
+                       int restart_count, bagua__round_reason_t reason, int64_t wall_ms,
                        bagua__rdzv_round_t *r) {
   memset(r, 0, sizeof(*r));
   r->members = calloc((size_t)pk->n, sizeof(*r->members));
@@ -256,7 +256,7 @@ static int build_round(const bagua__leader_params_t *p, const pick_t *pk, int64_
   snprintf(r->master_addr, sizeof(r->master_addr), "%s", pk->v[0]->addr);
   r->master_port = pk->v[0]->master_port;
   r->restart_count = restart_count;
-  snprintf(r->reason, sizeof(r->reason), "%s", reason);
+  r->reason = reason;
   snprintf(r->leader, sizeof(r->leader), "%s", p->self);
   r->time_ms = wall_ms;
   return 0;
@@ -303,7 +303,7 @@ static int decide_initial(const bagua__leader_params_t *p, bagua__leader_state_t
     return 0;
   }
   int64_t number = s->has_round ? s->round.round + 1 : 1;
-  int rc = build_round(p, &pk, number, 0, "initial", wall, &d->round);
+  int rc = build_round(p, &pk, number, 0, BAGUA__ROUND_INITIAL, wall, &d->round);
   free(pk.v);
   if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
   return rc;
@@ -349,6 +349,116 @@ static int round_consistent(const bagua__rdzv_round_t *R, const bagua__agent_ind
   }
   return 1;
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* The rules of a round in progress                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* What the rules look at: decide() computes it once per decision. */
+typedef struct {
+  const bagua__leader_params_t *p;
+  bagua__leader_state_t *st;
+  const bagua__agent_index_t *x;
+  const bagua__rdzv_round_t *R;
+  const pick_t *pk; /* the members the next round would have */
+  int64_t now;
+  int departed;       /* members gone, re-registered or dropped */
+  int joiners;        /* registered nodes the next round would add */
+  int all_reported;   /* every active member reported its end */
+  int silent_pending; /* a member that has not acted is still within its act deadline */
+  int any_succeeded;
+  const bagua__rdzv_failure_t *root; /* the round's earliest failure, or NULL */
+  char why[256];
+} rules_in_t;
+
+/* A rule's verdict: it does not apply (the next one is asked); it applies and holds (the
+ * decision says what to wait for, or a terminal status); or a round with its reason goes out. */
+typedef enum { RULE_NO = 0, RULE_HOLD, RULE_GO } rule_verdict_t;
+
+/* Every new round needs MIN nodes; below, the rendezvous timer runs. */
+static rule_verdict_t enough(rules_in_t *in, bagua__lead_decision_t *d) {
+  if (in->pk->n >= in->p->nnodes_min) return RULE_GO;
+  below_min(in->p, in->st, in->pk->n, in->now, d);
+  return RULE_HOLD;
+}
+
+/* The settle window batches changes that arrive close together into one round. */
+static rule_verdict_t settled(rules_in_t *in, bagua__lead_decision_t *d) {
+  if (!in->st->settle_at) in->st->settle_at = in->now + in->p->settle_ms;
+  if (in->now >= in->st->settle_at) return RULE_GO;
+  d->wake_at = in->st->settle_at;
+  return RULE_HOLD;
+}
+
+/* A forged round is replaced at once, by the round the registered nodes make; no window
+ * applies, since no membership change needs batching. */
+static rule_verdict_t rule_invalid(rules_in_t *in, bagua__lead_decision_t *d) {
+  if (round_consistent(in->R, in->x, in->why, sizeof(in->why))) return RULE_NO;
+  BAGUA_WARN("agent: round %lld is inconsistent with the registered nodes (%s): replacing it",
+             (long long)in->R->round, in->why);
+  return enough(in, d);
+}
+
+/* A worker failed and no member left: every worker restarts, unless the restarts are spent
+ * or the failure is permanent. */
+static rule_verdict_t rule_failure(rules_in_t *in, bagua__lead_decision_t *d) {
+  if (!in->root || in->departed) return RULE_NO;
+  bagua__leader_state_t *st = in->st;
+  if (!st->failure_seen) st->failure_seen = in->now;
+  /* A member that neither reported nor left may be dead with its lease still running:
+   * waiting one TTL lets its lease expire, so its death is a membership change. */
+  int64_t deadline = st->failure_seen + (int64_t)in->p->lease_ttl_s * 1000 + 1000;
+  /* A member that never acted in the round is waited for until its act deadline instead:
+   * restarting the round with it would spend a restart and wait for it again. */
+  if (!in->all_reported && (in->now < deadline || in->silent_pending)) {
+    d->wake_at = in->now < deadline ? deadline : 0;
+    return RULE_HOLD;
+  }
+  /* A program that cannot be executed fails the same way in every round: restarting it
+   * would only spend the restarts and the user's time. */
+  if (in->R->restart_count >= in->p->max_restarts || in->root->permanent) {
+    d->action = BAGUA__LEAD_FAILED;
+    d->root = *in->root;
+    return RULE_HOLD;
+  }
+  return enough(in, d);
+}
+
+/*
+ * An elastic worker asked for a new round: its communication in this round stalled (a peer
+ * made no progress for BAGUA_COMM_TIMEOUT_MS) or broke, and no membership change explains
+ * it. The round is retried with the members still registered (a stalled node is not
+ * dropped: its lease is the judge of whether it lives), after the settle window that also
+ * collects the other workers' requests; each worker, the stalled one once it resumes, moves
+ * to it. A stall that never ends is bounded by the workers' own timeouts (the bootstrap of
+ * the new round fails, the worker exits, and that is a worker failure).
+ */
+static rule_verdict_t rule_stall(rules_in_t *in, bagua__lead_decision_t *d) {
+  if (in->x->s->nrebuild == 0 || in->departed || in->joiners || in->any_succeeded) return RULE_NO;
+  rule_verdict_t v = enough(in, d);
+  return v == RULE_GO ? settled(in, d) : v;
+}
+
+/* Nodes joined or left: a new round after the settle window. */
+static rule_verdict_t rule_membership(rules_in_t *in, bagua__lead_decision_t *d) {
+  if (!in->departed && !in->joiners) return RULE_NO;
+  rule_verdict_t v = enough(in, d);
+  if (v != RULE_GO) return v;
+  in->st->below_min_since = 0;
+  return settled(in, d);
+}
+
+/* In priority order: the first rule that applies decides. Whether a round of a reason keeps
+ * in-process workers or spends a restart is the reason's row (common/rdzv/reason.c). */
+static const struct {
+  bagua__round_reason_t reason;
+  rule_verdict_t (*judge)(rules_in_t *in, bagua__lead_decision_t *d);
+} RULES[] = {
+    {BAGUA__ROUND_INVALID, rule_invalid},
+    {BAGUA__ROUND_FAILURE, rule_failure},
+    {BAGUA__ROUND_STALL, rule_stall},
+    {BAGUA__ROUND_MEMBERSHIP, rule_membership},
+};
 
 static int decide(const bagua__leader_params_t *p, bagua__leader_state_t *st,
                   const bagua__agent_index_t *x, int64_t now, int64_t wall,
@@ -439,89 +549,32 @@ static int decide(const bagua__leader_params_t *p, bagua__leader_state_t *st,
   if (desired_members(p, st, x, R, !any_succeeded, &pk) != 0) return -1;
   int rc = 0;
 
-  /* A forged round is replaced at once, by the round the registered nodes make; no window
-   * applies, since no membership change needs batching. */
-  char why[256];
-  if (!round_consistent(R, x, why, sizeof(why))) {
-    BAGUA_WARN("agent: round %lld is inconsistent with the registered nodes (%s): replacing it",
-               (long long)number, why);
-    if (pk.n < p->nnodes_min) {
-      below_min(p, st, pk.n, now, d);
-      goto out;
-    }
-    rc = build_round(p, &pk, number + 1, R->restart_count, "invalid", wall, &d->round);
-    if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
-    goto out;
-  }
-  int joiners = 0;
+  rules_in_t in = {p,
+                   st,
+                   x,
+                   R,
+                   &pk,
+                   now,
+                   departed,
+                   0,
+                   all_reported,
+                   silent_pending,
+                   any_succeeded,
+                   root_cause(s),
+                   ""};
   for (int i = 0; i < pk.n; i++)
-    if (!in_round(x, R, pk.v[i]->id)) joiners++;
-
-  const bagua__rdzv_failure_t *root = root_cause(s);
-  if (root && !departed) {
-    if (!st->failure_seen) st->failure_seen = now;
-    /* A member that neither reported nor left may be dead with its lease still running:
-     * waiting one TTL lets its lease expire, so its death is a membership change. */
-    int64_t deadline = st->failure_seen + (int64_t)p->lease_ttl_s * 1000 + 1000;
-    /* A member that never acted in the round is waited for until its act deadline instead:
-     * restarting the round with it would spend a restart and wait for it again. */
-    if (!all_reported && (now < deadline || silent_pending)) {
-      d->wake_at = now < deadline ? deadline : 0;
-      goto out;
+    if (!in_round(x, R, pk.v[i]->id)) in.joiners++;
+  /* The first rule that applies decides; the table's order is the priority. */
+  for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]); k++) {
+    rule_verdict_t v = RULES[k].judge(&in, d);
+    if (v == RULE_NO) continue;
+    if (v == RULE_GO) {
+      bagua__round_reason_t why = RULES[k].reason;
+      rc = build_round(p, &pk, number + 1,
+                       R->restart_count + bagua__round_reason_counts_restart(why), why, wall,
+                       &d->round);
+      if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
     }
-    /* A program that cannot be executed fails the same way in every round: restarting it
-     * would only spend the restarts and the user's time. */
-    if (R->restart_count >= p->max_restarts || root->permanent) {
-      d->action = BAGUA__LEAD_FAILED;
-      d->root = *root;
-      goto out;
-    }
-    if (pk.n < p->nnodes_min) {
-      below_min(p, st, pk.n, now, d);
-      goto out;
-    }
-    rc = build_round(p, &pk, number + 1, R->restart_count + 1, "failure", wall, &d->round);
-    if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
-    goto out;
-  }
-
-  /*
-   * An elastic worker asked for a new round: its communication in this round stalled (a peer
-   * made no progress for BAGUA_COMM_TIMEOUT_MS) or broke, and no membership change explains
-   * it. The round is retried with the members still registered (a stalled node is not
-   * dropped: its lease is the judge of whether it lives), after the settle window that also
-   * collects the other workers' requests; each worker, the stalled one once it resumes, moves
-   * to it. A stall that never ends is bounded by the workers' own timeouts (the bootstrap of
-   * the new round fails, the worker exits, and that is a worker failure).
-   */
-  if (s->nrebuild > 0 && !departed && !joiners && !any_succeeded) {
-    if (pk.n < p->nnodes_min) {
-      below_min(p, st, pk.n, now, d);
-      goto out;
-    }
-    if (!st->settle_at) st->settle_at = now + p->settle_ms;
-    if (now < st->settle_at) {
-      d->wake_at = st->settle_at;
-      goto out;
-    }
-    rc = build_round(p, &pk, number + 1, R->restart_count, "stall", wall, &d->round);
-    if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
-    goto out;
-  }
-
-  if (departed || joiners) {
-    if (pk.n < p->nnodes_min) {
-      below_min(p, st, pk.n, now, d);
-      goto out;
-    }
-    st->below_min_since = 0;
-    if (!st->settle_at) st->settle_at = now + p->settle_ms;
-    if (now < st->settle_at) {
-      d->wake_at = st->settle_at;
-      goto out;
-    }
-    rc = build_round(p, &pk, number + 1, R->restart_count, "membership", wall, &d->round);
-    if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
     goto out;
   }
   st->settle_at = 0;

@@ -128,7 +128,7 @@ static void print_status_table(const bagua__launch_job_t *j, FILE *f) {
   fprintf(f, "job %s: %s", j->job, state);
   if (j->has_round)
     fprintf(f, ", round %lld (%s), %d node(s), world size %d", (long long)j->round.round,
-            j->round.reason, j->round.nmembers, j->round.world_size);
+            bagua__round_reason_word(j->round.reason), j->round.nmembers, j->round.world_size);
   if (j->has_round || j->has_cfg) {
     fprintf(f, ", restarts %d", j->has_round ? j->round.restart_count : 0);
     if (j->has_cfg) fprintf(f, "/%d", j->cfg.max_restarts);
@@ -191,7 +191,8 @@ static cJSON *job_json(const bagua__launch_job_t *j, int full) {
   cJSON_AddNumberToObject(o, "total_steps", (double)j->total_steps);
   cJSON_AddNumberToObject(o, "steps_per_second", j->rate);
   if (!full) return o;
-  cJSON_AddStringToObject(o, "reason", j->has_round ? j->round.reason : "");
+  cJSON_AddStringToObject(o, "reason",
+                          j->has_round ? bagua__round_reason_word(j->round.reason) : "");
   cJSON_AddStringToObject(o, "leader", j->leader);
   if (j->has_cfg) {
     cJSON_AddNumberToObject(o, "max_restarts", j->cfg.max_restarts);

@@ -12,7 +12,7 @@ static void common_part(const bagua__rdzv_round_t *r, bagua__rdzv_assign_t *a) {
   memset(a, 0, sizeof(*a));
   a->round = r->round;
   a->restart_count = r->restart_count;
-  snprintf(a->reason, sizeof(a->reason), "%s", r->reason);
+  a->reason = r->reason;
   snprintf(a->leader, sizeof(a->leader), "%s", r->leader);
   a->time_ms = r->time_ms;
   a->world_size = r->world_size;
@@ -58,7 +58,7 @@ char *bagua__rdzv_assign_encode(const bagua__rdzv_assign_t *a) {
   if (!o) return NULL;
   int ok = cJSON_AddNumberToObject(o, "round", (double)a->round) &&
            cJSON_AddNumberToObject(o, "restart_count", a->restart_count) &&
-           cJSON_AddStringToObject(o, "reason", a->reason) &&
+           cJSON_AddStringToObject(o, "reason", bagua__round_reason_word(a->reason)) &&
            cJSON_AddStringToObject(o, "leader", a->leader) &&
            cJSON_AddNumberToObject(o, "time_ms", (double)a->time_ms) &&
            cJSON_AddNumberToObject(o, "world_size", a->world_size) &&
@@ -118,7 +118,7 @@ int bagua__rdzv_assign_decode(const char *json, bagua__rdzv_assign_t *a, char *w
   if (!o) return -1;
   int rc = get_i64(o, "round", 1, 1, I53, &a->round, &w) ||
                    get_int(o, "restart_count", 0, 0, INT_MAX_, &a->restart_count, &w) ||
-                   get_str(o, "reason", 0, 0, a->reason, sizeof(a->reason), &w) ||
+                   get_reason(o, "reason", &a->reason, &w) ||
                    get_id(o, "leader", 0, a->leader, sizeof(a->leader), &w) ||
                    get_i64(o, "time_ms", 0, 0, I53, &a->time_ms, &w) ||
                    get_int(o, "world_size", 1, 1, BAGUA_RDZV_WORLD_MAX, &a->world_size, &w) ||

@@ -107,7 +107,7 @@ char *bagua__rdzv_round_encode(const bagua__rdzv_round_t *r) {
        cJSON_AddStringToObject(o, "master_addr", r->master_addr) &&
        cJSON_AddNumberToObject(o, "master_port", r->master_port) &&
        cJSON_AddNumberToObject(o, "restart_count", r->restart_count) &&
-       cJSON_AddStringToObject(o, "reason", r->reason) &&
+       cJSON_AddStringToObject(o, "reason", bagua__round_reason_word(r->reason)) &&
        cJSON_AddStringToObject(o, "leader", r->leader) &&
        cJSON_AddNumberToObject(o, "time_ms", (double)r->time_ms);
   return finish(o, ok);
@@ -192,7 +192,7 @@ int bagua__rdzv_round_decode(const char *json, bagua__rdzv_round_t *r, char *why
       get_str(o, "master_addr", 1, 1, r->master_addr, sizeof(r->master_addr), &w) ||
       get_int(o, "master_port", 1, 1, PORT_MAX, &r->master_port, &w) ||
       get_int(o, "restart_count", 0, 0, INT_MAX_, &r->restart_count, &w) ||
-      get_str(o, "reason", 0, 0, r->reason, sizeof(r->reason), &w) ||
+      get_reason(o, "reason", &r->reason, &w) ||
       get_id(o, "leader", 0, r->leader, sizeof(r->leader), &w) ||
       get_i64(o, "time_ms", 0, 0, I53, &r->time_ms, &w))
     goto fail;

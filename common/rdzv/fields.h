@@ -79,6 +79,20 @@ static inline int get_id(const cJSON *o, const char *name, int required, char *d
   return 0;
 }
 
+/* A round reason field: absent or "" is NONE; a word no reason has is refused. */
+static inline int get_reason(const cJSON *o, const char *name, bagua__round_reason_t *out,
+                             why_t *w) {
+  char word[32];
+  *out = BAGUA__ROUND_REASON_NONE;
+  if (get_str(o, name, 0, 0, word, sizeof(word), w) != 0) return -1;
+  if (bagua__round_reason_parse(word, out) != 0)
+    return fail(w,
+                "field \"%s\": \"%s\" is not a round reason (initial, invalid, failure, stall, "
+                "membership)",
+                name, word);
+  return 0;
+}
+
 static inline cJSON *parse_object(const char *json, why_t *w) {
   cJSON *o = json ? cJSON_Parse(json) : NULL;
   if (cJSON_IsObject(o)) return o;

@@ -122,6 +122,27 @@ typedef struct {
   int64_t rev; /* create_revision of the member's node key when the round was formed */
 } bagua__rdzv_member_t;
 
+/* Why the leader published a round (the round record's "reason" word, common/rdzv/reason.c).
+ * NONE is a round without the field. */
+typedef enum {
+  BAGUA__ROUND_REASON_NONE = 0,
+  BAGUA__ROUND_INITIAL,    /* the job's first round */
+  BAGUA__ROUND_INVALID,    /* replaces a round inconsistent with the registered nodes */
+  BAGUA__ROUND_FAILURE,    /* a worker failed: every worker restarts */
+  BAGUA__ROUND_STALL,      /* an elastic worker's communication stalled: the same world again */
+  BAGUA__ROUND_MEMBERSHIP, /* nodes joined or left */
+  BAGUA__ROUND_REASON_COUNT
+} bagua__round_reason_t;
+
+/* The word of a reason ("" for NONE and out-of-range values). */
+const char *bagua__round_reason_word(bagua__round_reason_t r);
+/* The reason of a word, or -1 when it names none ("" is NONE). */
+int bagua__round_reason_parse(const char *word, bagua__round_reason_t *out);
+/* Whether in-process elastic workers move to such a round without a restart. */
+int bagua__round_reason_keeps_workers(bagua__round_reason_t r);
+/* Whether such a round spends one of the job's restarts. */
+int bagua__round_reason_counts_restart(bagua__round_reason_t r);
+
 /* round: the current rendezvous round, written only by the leader. */
 typedef struct {
   int64_t round; /* 1, 2, ...; 0 means none */
@@ -131,7 +152,7 @@ typedef struct {
   char master_addr[256];
   int master_port;
   int restart_count;
-  char reason[16]; /* "initial", "membership" or "failure" */
+  bagua__round_reason_t reason;
   char leader[BAGUA_RDZV_ID_MAX];
   int64_t time_ms;
 } bagua__rdzv_round_t;
@@ -155,7 +176,7 @@ typedef struct {
   char node[BAGUA_RDZV_ID_MAX]; /* from the key, not the value */
   int64_t round;                /* the round's number, restart count, reason, leader, time */
   int restart_count;
-  char reason[16];
+  bagua__round_reason_t reason;
   char leader[BAGUA_RDZV_ID_MAX];
   int64_t time_ms;
   int world_size; /* the round's world and membership */

@@ -161,7 +161,7 @@ static void test_restarts(void) {
   ASSERT_EQ(h_round(&h, &r), 0);
   ASSERT_EQ(r.round, 3);
   ASSERT_EQ(r.restart_count, 2);
-  ASSERT_STREQ(r.reason, "failure");
+  ASSERT_EQ(r.reason, BAGUA__ROUND_FAILURE);
   bagua__rdzv_round_clear(&r);
   h_expect_env(&h, 3, "n2", 0, "BAGUA_RESTART_COUNT", "2");
   h_expect_env(&h, 3, "n1", 0, "TORCHELASTIC_RESTART_COUNT", "2");
@@ -242,7 +242,7 @@ static void sigkill_one(const char *job, int victim) {
     }
   bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&h, &r), 0);
-  ASSERT_STREQ(r.reason, "membership");
+  ASSERT_EQ(r.reason, BAGUA__ROUND_MEMBERSHIP);
   /* A survivor published it (after the leader's death, whichever won the election). */
   ASSERT_TRUE(strcmp(r.leader, nodes[victim]) != 0);
   bagua__rdzv_round_clear(&r);

@@ -347,7 +347,7 @@ static void graceful_leave(const char *job, int leader, const char *mode) {
   printf("graceful leave: final value %lld on both remaining workers\n", value[0]);
   bagua__rdzv_round_t r;
   ASSERT_EQ(h_round(&h, &r), 0);
-  ASSERT_STREQ(r.reason, "membership");
+  ASSERT_EQ(r.reason, BAGUA__ROUND_MEMBERSHIP);
   ASSERT_EQ(r.nmembers, 2);
   ASSERT_EQ(r.restart_count, 0);
   if (leader) ASSERT_TRUE(strcmp(r.leader, nodes[victim]) != 0);

@@ -144,7 +144,7 @@ static void test_initial(void) {
   ASSERT_STREQ(d.round.master_addr, "10.0.0.10");
   ASSERT_EQ(d.round.master_port, 1010);
   ASSERT_EQ(d.round.restart_count, 0);
-  ASSERT_STREQ(d.round.reason, "initial");
+  ASSERT_EQ(d.round.reason, BAGUA__ROUND_INITIAL);
   ASSERT_EQ(d.round.members[1].rev, 20);
   bagua__rdzv_round_clear(&d.round);
 
@@ -195,7 +195,7 @@ static void test_membership(void) {
   expect_members(&d.round, "c,b,e");
   ASSERT_EQ(d.round.round, 5);
   ASSERT_EQ(d.round.restart_count, 1);
-  ASSERT_STREQ(d.round.reason, "membership");
+  ASSERT_EQ(d.round.reason, BAGUA__ROUND_MEMBERSHIP);
   ASSERT_STREQ(d.round.master_addr, "10.0.0.30");
   bagua__rdzv_round_clear(&d.round);
 
@@ -252,7 +252,7 @@ static void test_failures(void) {
   d = decide(&st, &s, 200);
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   ASSERT_EQ(d.round.restart_count, 1);
-  ASSERT_STREQ(d.round.reason, "failure");
+  ASSERT_EQ(d.round.reason, BAGUA__ROUND_FAILURE);
   expect_members(&d.round, "a,b,c");
   bagua__rdzv_round_clear(&d.round);
 
@@ -277,7 +277,7 @@ static void test_failures(void) {
   d = decide(&st2, &s, 500);
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   ASSERT_EQ(d.round.restart_count, 1);
-  ASSERT_STREQ(d.round.reason, "membership");
+  ASSERT_EQ(d.round.reason, BAGUA__ROUND_MEMBERSHIP);
   expect_members(&d.round, "a,b");
   bagua__rdzv_round_clear(&d.round);
   bagua__agent_snap_clear(&s);
@@ -369,7 +369,7 @@ static void test_stall(void) {
   expect_members(&d.round, "b,a");
   ASSERT_EQ(d.round.round, 4);
   ASSERT_EQ(d.round.restart_count, 1);
-  ASSERT_STREQ(d.round.reason, "stall");
+  ASSERT_EQ(d.round.reason, BAGUA__ROUND_STALL);
   bagua__rdzv_round_clear(&d.round);
   /* A worker failure reported in the same round is handled as a failure. */
   bagua__leader_state_t st2 = {.round_seen = -1};
@@ -422,7 +422,7 @@ static void test_forged_round(void) {
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   ASSERT_EQ(d.round.round, 5);
   ASSERT_EQ(d.round.restart_count, 1);
-  ASSERT_STREQ(d.round.reason, "invalid");
+  ASSERT_EQ(d.round.reason, BAGUA__ROUND_INVALID);
   expect_members(&d.round, "a,b");
   ASSERT_EQ(d.round.world_size, 3);
   ASSERT_EQ(d.round.members[1].nproc, 1);
@@ -513,7 +513,7 @@ static void test_ack_drop(void) {
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   ASSERT_EQ(d.ndrops, 0);
   expect_members(&d.round, "a,b");
-  ASSERT_STREQ(d.round.reason, "membership");
+  ASSERT_EQ(d.round.reason, BAGUA__ROUND_MEMBERSHIP);
   ASSERT_EQ(d.round.restart_count, 0);
   bagua__lead_decision_clear(&d);
   bagua__leader_state_clear(&st);
@@ -671,7 +671,7 @@ static void test_ack_failure_and_success(void) {
   drop_node(&s, "f");
   d = decide_a(&st, &s, ACK_MS + 500);
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
-  ASSERT_STREQ(d.round.reason, "membership");
+  ASSERT_EQ(d.round.reason, BAGUA__ROUND_MEMBERSHIP);
   ASSERT_EQ(d.round.restart_count, 0);
   expect_members(&d.round, "a,b");
   bagua__lead_decision_clear(&d);

@@ -140,6 +140,11 @@ static void test_round(void) {
       "{\"members\":[\"a\"],\"nprocs\":[1],\"world_size\":1,\"leader\":\"x/y\","
       "" ROUND_TAIL "}",
       "leader");
+  /* A reason no rule gives: the whole round is refused, naming the field. */
+  expect_round_refused(
+      "{\"members\":[\"a\"],\"nprocs\":[1],\"world_size\":1,\"reason\":\"whim\","
+      "" ROUND_TAIL "}",
+      "reason");
 
   bagua__rdzv_round_t r;
   memset(&r, 0, sizeof(r));
@@ -164,6 +169,25 @@ static void test_round(void) {
   free(v);
   bagua__rdzv_round_clear(&back);
   bagua__rdzv_round_clear(&r);
+}
+
+/* Every reason has a distinct word that parses back to it; what each means to the agents. */
+static void test_reasons(void) {
+  for (int r = 0; r < BAGUA__ROUND_REASON_COUNT; r++) {
+    bagua__round_reason_t back = BAGUA__ROUND_REASON_COUNT;
+    ASSERT_EQ(bagua__round_reason_parse(bagua__round_reason_word((bagua__round_reason_t)r), &back),
+              0);
+    ASSERT_EQ((int)back, r);
+  }
+  bagua__round_reason_t x;
+  ASSERT_EQ(bagua__round_reason_parse("Membership", &x), -1);
+  ASSERT_STREQ(bagua__round_reason_word(BAGUA__ROUND_REASON_COUNT), "");
+  ASSERT_TRUE(bagua__round_reason_keeps_workers(BAGUA__ROUND_MEMBERSHIP));
+  ASSERT_TRUE(bagua__round_reason_keeps_workers(BAGUA__ROUND_STALL));
+  ASSERT_TRUE(!bagua__round_reason_keeps_workers(BAGUA__ROUND_FAILURE));
+  ASSERT_TRUE(!bagua__round_reason_keeps_workers(BAGUA__ROUND_INVALID));
+  ASSERT_TRUE(bagua__round_reason_counts_restart(BAGUA__ROUND_FAILURE));
+  ASSERT_TRUE(!bagua__round_reason_counts_restart(BAGUA__ROUND_MEMBERSHIP));
 }
 
 static void test_other_records(void) {
@@ -237,7 +261,7 @@ static void test_round_trip(void) {
                            .master_addr = "10.0.0.1",
                            .master_port = 4242,
                            .restart_count = 1,
-                           .reason = "failure",
+                           .reason = BAGUA__ROUND_FAILURE,
                            .leader = "n1",
                            .time_ms = 1732000000123LL};
   char *js = bagua__rdzv_round_encode(&r);
@@ -252,6 +276,8 @@ static void test_round_trip(void) {
   ASSERT_STREQ(back.master_addr, "10.0.0.1");
   ASSERT_EQ(back.master_port, 4242);
   ASSERT_EQ(back.restart_count, 1);
+  ASSERT_EQ(back.reason, BAGUA__ROUND_FAILURE);
+  ASSERT_TRUE(strstr(js, "\"reason\":\"failure\"") != NULL);
   ASSERT_EQ(back.time_ms, 1732000000123LL);
   ASSERT_EQ(bagua__rdzv_round_find(&back, "n2"), 1);
   ASSERT_EQ(bagua__rdzv_round_find(&back, "n9"), -1);
@@ -541,7 +567,7 @@ static void test_assign(void) {
                            .master_port = 9,
                            .restart_count = 1};
   snprintf(r.master_addr, sizeof(r.master_addr), "10.0.0.1");
-  snprintf(r.reason, sizeof(r.reason), "membership");
+  r.reason = BAGUA__ROUND_MEMBERSHIP;
   snprintf(r.leader, sizeof(r.leader), "n1");
   r.time_ms = 1234;
   bagua__rdzv_assign_t all[4], one;
@@ -705,6 +731,7 @@ int main(void) {
   test_keys();
   test_node();
   test_round();
+  test_reasons();
   test_other_records();
   test_round_trip();
   test_node_live_port();
