@@ -100,6 +100,7 @@ void bagua__etcd_conn_setup(etcd_conn_t *conn, const char *url, const char *body
                             long connect_ms) {
   CURL *e = conn->easy;
   conn->errbuf[0] = '\0';
+  conn->give_up_at = 0;
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
   curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
@@ -145,12 +146,19 @@ bagua_status_t bagua__etcd_conn_perform(etcd_conn_t *conn, CURLcode *res) {
       st = BAGUA_ERR_ABORTED;
       break;
     }
+    int64_t now = bagua__now_ms(), wait_ms = 60000;
+    if (conn->give_up_at && now >= conn->give_up_at) {
+      st = BAGUA_ERR_TIMEOUT;
+      break;
+    }
+    if (conn->give_up_at && conn->give_up_at - now < wait_ms) wait_ms = conn->give_up_at - now;
     /* libcurl shortens this wait to its own next timeout (the transfer's, for a request); a
      * wakeup or the interrupt descriptor ends it at once. So the bound here only matters for a
      * watch's stream, which has no timeout: long, since an idle watch thread that woke every
      * second would cost a thousand agents a thousand wake-ups a second. */
     struct curl_waitfd extra = {.fd = ifd, .events = CURL_WAIT_POLLIN, .revents = 0};
-    mc = curl_multi_poll(conn->multi, ifd >= 0 ? &extra : NULL, ifd >= 0 ? 1 : 0, 60000, NULL);
+    mc = curl_multi_poll(conn->multi, ifd >= 0 ? &extra : NULL, ifd >= 0 ? 1 : 0, (int)wait_ms,
+                         NULL);
     if (mc != CURLM_OK) {
       BAGUA_WARN("curl_multi_poll failed: %s", curl_multi_strerror(mc));
       st = BAGUA_ERR_CURL;

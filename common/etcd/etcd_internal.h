@@ -42,6 +42,9 @@ typedef struct {
   /* atomic: while this descriptor is readable transfers end with BAGUA_ERR_ABORTED; -1: none */
   int interrupt_fd;
   char errbuf[CURL_ERROR_SIZE];
+  /* Monotonic ms at which the transfer in flight ends with BAGUA_ERR_TIMEOUT (0: no such
+   * bound); set by the transfer's own write callback, on the transfer's thread. */
+  int64_t give_up_at;
 } etcd_conn_t;
 
 bagua_status_t bagua__etcd_conn_init(etcd_conn_t *conn);
@@ -56,8 +59,9 @@ void bagua__etcd_conn_interrupt(etcd_conn_t *conn, int on);
 void bagua__etcd_conn_setup(etcd_conn_t *conn, const char *url, const char *body,
                             curl_write_callback write_cb, void *userdata, long timeout_ms,
                             long connect_ms);
-/* Runs the prepared transfer. Returns BAGUA_ERR_ABORTED if interrupted, else BAGUA_OK with
- * libcurl's result in *res (which may itself be an error). */
+/* Runs the prepared transfer. Returns BAGUA_ERR_ABORTED if interrupted, BAGUA_ERR_TIMEOUT once
+ * conn->give_up_at passes, else BAGUA_OK with libcurl's result in *res (which may itself be an
+ * error). */
 bagua_status_t bagua__etcd_conn_perform(etcd_conn_t *conn, CURLcode *res);
 
 struct bagua__etcd {
