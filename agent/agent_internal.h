@@ -208,7 +208,7 @@ int bagua__agent_sync_assigns(bagua__agent_t *a, const bagua__agent_snap_t *s,
 /* lead.c: the leader's step for this snapshot. */
 void bagua__agent_lead(bagua__agent_t *a, const bagua__agent_snap_t *s);
 
-/* register.c: the job's key of `kind` (common/rdzv's key rule) into buf; `round` and `name`
+/* key.c: the job's key of `kind` (common/rdzv's key rule) into buf; `round` and `name`
  * as bagua__rdzv_key takes them. */
 void bagua__agent_key(const bagua__agent_t *a, char *buf, size_t len, bagua__rdzv_key_kind_t kind,
                       int64_t round, const char *name);

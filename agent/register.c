@@ -20,12 +20,6 @@
 #include "common/sock.h"
 #include "common/time.h"
 
-void bagua__agent_key(const bagua__agent_t *a, char *buf, size_t len, bagua__rdzv_key_kind_t kind,
-                      int64_t round, const char *name) {
-  /* Ids are bounded by the command line's checks, so every key fits BAGUA_RDZV_KEY_MAX. */
-  bagua__rdzv_key(buf, len, a->cfg->job_id, kind, round, name, 0);
-}
-
 /*
  * A port that is free on this host now, for MASTER_PORT should this node become the round's
  * first node. Ports are picked afresh for every round, so a restarted rank 0 never has to
