@@ -547,6 +547,9 @@ def main(argv):
     ap.add_argument("--agent-arg", action="append", default=[],
                     help="one more bagua-agent argument (repeatable)")
     ap.add_argument("--record-dir")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep the agents' logs and the workers' marker files under DIR "
+                         "(default: a temporary directory, removed at the end)")
     ap.add_argument("--peers", default="", help="torchrun: run the same phases for torchrun's "
                     "c10d agent too, at the sizes that fit in memory")
     args = ap.parse_args(argv[1:])
@@ -565,7 +568,9 @@ def main(argv):
     peers = ("torch",) if args.peers else ()
     rec = record.open_record("scale", argv, COLUMNS, path=args.record_dir, peers=peers,
                              extra={"sizes": " ".join(map(str, args.sizes))})
-    tmp = tempfile.mkdtemp(prefix="bagua-scale-")
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="bagua-scale-", dir=args.keep)
     status = 1
     results = {}
     try:
@@ -581,7 +586,8 @@ def main(argv):
         status = 0
     finally:
         rec.close(status)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nrecord: {rec.dir}")
     print(f"{'variant':>9} {'nodes':>6} {'form (s)':>22} {'kill 5% (s)':>22} {'join 5% (s)':>22}")
     for (variant, n), runs in results.items():
