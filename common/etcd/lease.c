@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "etcd_internal.h"
+#include "raw.h"
 
 static cJSON *id_request(int64_t id) {
   cJSON *req = cJSON_CreateObject();
@@ -59,7 +60,41 @@ out:
  * The gateway exposes the keep-alive stream as a POST whose reply carries one message per
  * request message; one request gives one {"result": ...} or a stream {"error": ...}.
  */
-static bagua_status_t keepalive(bagua__etcd_t *c, int64_t id, int64_t *ttl_s, int flags) {
+/* The renewal over the keeper's own HTTP client (raw.h): the reply object, or an error logged
+ * as bagua__etcd_call logs it. */
+static bagua_status_t raw_call(bagua__etcd_t *c, bagua__etcd_raw_t *raw, const cJSON *req,
+                               cJSON **reply, int flags) {
+  const char *ep = bagua__etcd_endpoint(c), *path = "/v3/lease/keepalive";
+  etcd_buf_t buf = {0};
+  long http = 0;
+  *reply = NULL;
+  char *text = cJSON_PrintUnformatted(req);
+  bagua_status_t st = text ? bagua__etcd_raw_post(raw, path, text, c->timeout_ms, &buf, &http)
+                           : BAGUA_ERR_NO_MEMORY;
+  free(text);
+  if (st == BAGUA_OK) {
+    cJSON *j = buf.data ? cJSON_ParseWithLength(buf.data, buf.len) : NULL;
+    if (http == 200 && cJSON_IsObject(j)) {
+      *reply = j;
+    } else {
+      BAGUA_WARN("etcd %s%s: HTTP %ld: \"%.80s\"", ep, path, http, buf.data ? buf.data : "");
+      cJSON_Delete(j);
+      st = BAGUA_ERR_ETCD;
+    }
+  } else if (st != BAGUA_ERR_ABORTED) {
+    if (flags & ETCD_CALL_QUIET_TRANSPORT)
+      BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd %s%s: %s (timeout %d ms)", ep, path, bagua_err_name(st),
+                 c->timeout_ms);
+    else
+      BAGUA_WARN("etcd %s%s: %s (timeout %d ms)", ep, path, bagua_err_name(st), c->timeout_ms);
+  }
+  bagua__etcd_buf_free(&buf);
+  return st;
+}
+
+/* One renewal of lease `id`: over `raw` when the caller has one, else through libcurl. */
+static bagua_status_t keepalive(bagua__etcd_t *c, bagua__etcd_raw_t *raw, int64_t id,
+                                int64_t *ttl_s, int flags) {
   bagua_status_t st = BAGUA_OK;
   cJSON *reply = NULL;
   int64_t got_id = 0, ttl = 0;
@@ -69,7 +104,10 @@ static bagua_status_t keepalive(bagua__etcd_t *c, int64_t id, int64_t *ttl_s, in
     BAGUA_WARN("out of memory building an etcd keep-alive request");
     return BAGUA_ERR_NO_MEMORY;
   }
-  BAGUA_CHECK_GOTO(bagua__etcd_call(c, "/v3/lease/keepalive", req, &reply, flags, NULL), st, out);
+  if (raw)
+    BAGUA_CHECK_GOTO(raw_call(c, raw, req, &reply, flags), st, out);
+  else
+    BAGUA_CHECK_GOTO(bagua__etcd_call(c, "/v3/lease/keepalive", req, &reply, flags, NULL), st, out);
   const cJSON *err = cJSON_GetObjectItemCaseSensitive(reply, "error");
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(reply, "result");
   if (err) {
@@ -97,7 +135,7 @@ out:
 }
 
 bagua_status_t bagua__etcd_lease_keepalive_once(bagua__etcd_t *c, int64_t id, int64_t *ttl_s) {
-  return keepalive(c, id, ttl_s, 0);
+  return keepalive(c, NULL, id, ttl_s, 0);
 }
 
 bagua_status_t bagua__etcd_lease_revoke(bagua__etcd_t *c, int64_t id) {
@@ -121,6 +159,9 @@ bagua_status_t bagua__etcd_lease_revoke(bagua__etcd_t *c, int64_t id) {
 
 struct bagua__etcd_keeper {
   bagua__etcd_t *c; /* private client: renewals never queue behind the caller's requests */
+  /* Renewals over c's current endpoint through raw.h, when it is plain http://; NULL: libcurl.
+   * Keeper thread only, but for the interrupt. */
+  bagua__etcd_raw_t *raw;
   int64_t id, ttl_ms, interval_ms;
   pthread_t thread;
   pthread_mutex_t mu;
@@ -156,12 +197,30 @@ static int keeper_sleep(bagua__etcd_keeper_t *k, int64_t ms) {
   return stop;
 }
 
+/* After a failed renewal with several endpoints: the next one, over raw.h if it is plain
+ * http://, else through libcurl (which rotates by itself). */
+static void rotate(bagua__etcd_keeper_t *k) {
+  int next = (__atomic_load_n(&k->c->cur, __ATOMIC_RELAXED) + 1) % k->c->n_endpoints;
+  __atomic_store_n(&k->c->cur, next, __ATOMIC_RELAXED);
+  bagua__etcd_raw_t *r = NULL;
+  if (bagua__etcd_raw_create(k->c->endpoints[next], &r) != BAGUA_OK) r = NULL;
+  pthread_mutex_lock(&k->mu);
+  bagua__etcd_raw_t *old = k->raw;
+  k->raw = r;
+  /* A stop that came meanwhile must reach the new client too. */
+  if (k->stop && r) bagua__etcd_raw_interrupt(r, 1);
+  pthread_mutex_unlock(&k->mu);
+  bagua__etcd_raw_destroy(old);
+}
+
 static void *keeper_main(void *arg) {
   bagua__etcd_keeper_t *k = arg;
   int failures = 0;
   for (;;) {
     int64_t ttl = 0, began = bagua__now_ms();
-    bagua_status_t st = keepalive(k->c, k->id, &ttl, ETCD_CALL_QUIET_TRANSPORT);
+    bagua_status_t st = keepalive(k->c, k->raw, k->id, &ttl, ETCD_CALL_QUIET_TRANSPORT);
+    if (k->raw && (st == BAGUA_ERR_CURL || st == BAGUA_ERR_TIMEOUT) && k->c->n_endpoints > 1)
+      rotate(k);
     if (st == BAGUA_ERR_ABORTED) break;
     int64_t wait = k->interval_ms;
     if (st == BAGUA_OK && ttl > 0) {
@@ -214,6 +273,7 @@ bagua_status_t bagua__etcd_keeper_start(bagua__etcd_t *c, int64_t id, int64_t tt
   BAGUA_CHECK_GOTO(bagua__etcd_clone(c, &k->c), st, fail);
   /* One renewal must not outlast the renewal period, or a hung request could eat the TTL. */
   if (k->c->timeout_ms > k->interval_ms) k->c->timeout_ms = (int)k->interval_ms;
+  if (bagua__etcd_raw_create(k->c->endpoints[k->c->cur], &k->raw) != BAGUA_OK) k->raw = NULL;
   int rc = pthread_create(&k->thread, NULL, keeper_main, k);
   if (rc != 0) {
     BAGUA_WARN("pthread_create for the etcd lease keeper failed: %s", strerror(rc));
@@ -225,6 +285,7 @@ bagua_status_t bagua__etcd_keeper_start(bagua__etcd_t *c, int64_t id, int64_t tt
   *out = k;
   return BAGUA_OK;
 fail:
+  bagua__etcd_raw_destroy(k->raw);
   bagua__etcd_destroy(k->c);
   pthread_cond_destroy(&k->cv);
   pthread_mutex_destroy(&k->mu);
@@ -254,10 +315,12 @@ void bagua__etcd_keeper_stop(bagua__etcd_keeper_t *k) {
   pthread_mutex_lock(&k->mu);
   k->stop = 1;
   pthread_cond_signal(&k->cv);
-  pthread_mutex_unlock(&k->mu);
   /* Ends a renewal in flight at once instead of after the request timeout. */
+  if (k->raw) bagua__etcd_raw_interrupt(k->raw, 1);
+  pthread_mutex_unlock(&k->mu);
   bagua__etcd_abort(k->c, 1);
   pthread_join(k->thread, NULL);
+  bagua__etcd_raw_destroy(k->raw);
   bagua__etcd_destroy(k->c);
   pthread_cond_destroy(&k->cv);
   pthread_mutex_destroy(&k->mu);

@@ -18,6 +18,7 @@
 
 #include "bagua/error.h"
 #include "common/etcd/etcd.h"
+#include "common/etcd/raw.h"
 #include "etcd_fixture.h"
 #include "test.h"
 #include "watch_recorder.h"
@@ -468,7 +469,77 @@ static void test_watch_stream(void) {
   fake_stop(&f);
 }
 
+/* The keeper's own HTTP client (common/etcd/raw.h): what it accepts as an endpoint, replies by
+ * length and in chunks that arrive in pieces, a reply it cannot read, an interrupt. */
+static void test_raw(void) {
+  char host[64], port[16];
+  ASSERT_EQ(bagua__etcd_raw_parse("http://127.0.0.1:2379", host, sizeof(host), port, sizeof(port)),
+            0);
+  ASSERT_STREQ(host, "127.0.0.1");
+  ASSERT_STREQ(port, "2379");
+  ASSERT_EQ(
+      bagua__etcd_raw_parse("http://etcd-0.cluster:12", host, sizeof(host), port, sizeof(port)), 0);
+  const char *refused[] = {"https://h:2379", "http://h:2379/x", "http://[::1]:2379",
+                           "http://h",       "http://h:",       "http://u@h:1",
+                           "h:2379",         "http://h:12a"};
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+    ASSERT_EQ(bagua__etcd_raw_parse(refused[i], host, sizeof(host), port, sizeof(port)), -1);
+  bagua__etcd_raw_t *r = NULL;
+  ASSERT_STATUS(bagua__etcd_raw_create("https://127.0.0.1:1", &r), BAGUA_ERR_NOT_SUPPORTED);
+
+  fake_t f;
+  fake_start(&f, 1);
+  char ep[64];
+  snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", f.port);
+  ASSERT_OK(bagua__etcd_raw_create(ep, &r));
+  etcd_buf_t buf = {0};
+  long http = 0;
+  /* Chunked, as the gateway streams a renewal's reply, in 5-byte pieces. */
+  fake_reply(&f, "200 OK\r\nTransfer-Encoding: chunked",
+             "13\r\n{\"result\":{\"ID\":\"5\"\r\n"
+             "c\r\n,\"TTL\":\"9\"}}\r\n0\r\n\r\n",
+             5);
+  ASSERT_OK(bagua__etcd_raw_post(r, "/v3/lease/keepalive", "{\"ID\":\"5\"}", 2000, &buf, &http));
+  ASSERT_EQ(http, 200);
+  ASSERT_STREQ(buf.data, "{\"result\":{\"ID\":\"5\",\"TTL\":\"9\"}}");
+  ASSERT_STREQ(f.last_path, "/v3/lease/keepalive");
+  ASSERT_STREQ(f.last_body, "{\"ID\":\"5\"}");
+  /* By length, on a new connection (the fake closes after each reply). */
+  fake_reply(&f, "404 Not Found\r\nContent-Length: 4", "nope", 0);
+  ASSERT_OK(bagua__etcd_raw_post(r, "/x", "{}", 2000, &buf, &http));
+  ASSERT_EQ(http, 404);
+  ASSERT_STREQ(buf.data, "nope");
+  /* Replies it cannot read end with BAGUA_ERR_CURL, never a crash or a hang. */
+  fake_reply(&f, "200 OK\r\nTransfer-Encoding: chunked", "zz\r\nabc\r\n0\r\n\r\n", 0);
+  ASSERT_STATUS(bagua__etcd_raw_post(r, "/x", "{}", 2000, &buf, &http), BAGUA_ERR_CURL);
+  fake_reply(&f, "200 OK", "no length and no chunks", 0);
+  ASSERT_STATUS(bagua__etcd_raw_post(r, "/x", "{}", 2000, &buf, &http), BAGUA_ERR_CURL);
+  pthread_mutex_lock(&f.mu);
+  snprintf(f.reply, sizeof(f.reply), "garbage\r\n\r\n");
+  pthread_mutex_unlock(&f.mu);
+  ASSERT_STATUS(bagua__etcd_raw_post(r, "/x", "{}", 2000, &buf, &http), BAGUA_ERR_CURL);
+  bagua__etcd_raw_destroy(r);
+  fake_stop(&f);
+
+  /* A listener that never answers: the timeout, or at once while an interrupt is pending. */
+  fake_start(&f, 0);
+  snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", f.port);
+  ASSERT_OK(bagua__etcd_raw_create(ep, &r));
+  long long t0 = etcd_fixture_now_ms();
+  ASSERT_STATUS(bagua__etcd_raw_post(r, "/x", "{}", 300, &buf, &http), BAGUA_ERR_TIMEOUT);
+  ASSERT_LT(etcd_fixture_now_ms() - t0, 1000);
+  bagua__etcd_raw_interrupt(r, 1);
+  t0 = etcd_fixture_now_ms();
+  ASSERT_STATUS(bagua__etcd_raw_post(r, "/x", "{}", 5000, &buf, &http), BAGUA_ERR_ABORTED);
+  ASSERT_LT(etcd_fixture_now_ms() - t0, 500);
+  bagua__etcd_raw_interrupt(r, 0);
+  bagua__etcd_raw_destroy(r);
+  fake_stop(&f);
+  bagua__etcd_buf_free(&buf);
+}
+
 int main(void) {
+  test_raw();
   test_refused();
   test_silent();
   test_malformed();
