@@ -32,7 +32,7 @@ void rounds_put(const char *endpoint, const char *job, int round, int first, int
   p += sprintf(p, "],\"nprocs\":[");
   for (int i = 0; i < n; i++) p += sprintf(p, "%s1", i ? "," : "");
   sprintf(p,
-          "],\"world_size\":%d,\"reason\":\"test\",\"master_addr\":\"127.0.0.1\","
+          "],\"world_size\":%d,\"reason\":\"membership\",\"master_addr\":\"127.0.0.1\","
           "\"master_port\":1}",
           n);
   rounds_put_json(endpoint, job, json);
