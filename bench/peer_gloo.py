@@ -163,8 +163,14 @@ def worker(a):
 
     torch.set_num_threads(1)
     rank, n = a.worker, a.nranks
+    t_init = time.monotonic()
     dist.init_process_group("gloo", init_method="tcp://%s:%d" % (a.master_addr, a.port),
                             rank=rank, world_size=n)
+    # init_process_group's own time (the world's creation), max over ranks.
+    init_s = torch.tensor([time.monotonic() - t_init], dtype=torch.float64)
+    dist.all_reduce(init_s, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        print("# created in %.3f s (init_process_group, max over ranks)" % init_s.item())
     coll = a.collective
     f32 = torch.float32
 

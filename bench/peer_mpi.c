@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum coll {
   C_ALLREDUCE,
@@ -380,10 +381,19 @@ static void *xmalloc(size_t n) {
 int main(int argc, char **argv) {
   struct opts o;
 
+  /* MPI_Init's own time on this rank (the world's creation), for the scale comparison. */
+  struct timespec t_init0, t_init1;
+  clock_gettime(CLOCK_MONOTONIC, &t_init0);
   MPI_Init(&argc, &argv);
+  clock_gettime(CLOCK_MONOTONIC, &t_init1);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
   parse_args(argc, argv, &o);
+  double init_s = (double)(t_init1.tv_sec - t_init0.tv_sec) +
+                  (double)(t_init1.tv_nsec - t_init0.tv_nsec) / 1e9,
+         init_max = 0;
+  MPI_Reduce(&init_s, &init_max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  if (g_rank == 0) printf("# created in %.3f s (MPI_Init, max over ranks)\n", init_max);
 
   /* MPI counts are int: refuse sizes that would overflow them. */
   if (o.max_bytes / sizeof(float) > (size_t)INT32_MAX)
