@@ -4,6 +4,7 @@
  * serves a rendezvous, a handful of keys per rank, where a watch's extra connection per call
  * would cost more than a few polls.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,16 +150,28 @@ out:
   return st;
 }
 
-/* Parses a whole decimal int64 of `len` bytes; 0 on success. */
+/* Parses a whole decimal int64 of `len` bytes: an optional sign and digits, nothing else
+ * (strtoll alone would take leading blanks and clamp an out-of-range value to INT64_MAX or
+ * INT64_MIN without a word). 0 on success. */
 static int parse_int(const char *v, size_t len, int64_t *out) {
   char buf[32];
   if (len == 0 || len >= sizeof(buf)) return -1;
   memcpy(buf, v, len);
   buf[len] = '\0';
+  const char *digits = buf + (buf[0] == '-' || buf[0] == '+');
+  if (*digits < '0' || *digits > '9') return -1;
   char *end = NULL;
+  errno = 0;
   long long x = strtoll(buf, &end, 10);
-  if (*end != '\0') return -1;
+  if (errno == ERANGE || *end != '\0') return -1;
   *out = x;
+  return 0;
+}
+
+/* cur + delta without overflow: 0, or -1 when the sum leaves [INT64_MIN, INT64_MAX]. */
+static int add_checked(int64_t cur, int64_t delta, int64_t *sum) {
+  if ((delta > 0 && cur > INT64_MAX - delta) || (delta < 0 && cur < INT64_MIN - delta)) return -1;
+  *sum = cur + delta;
   return 0;
 }
 
@@ -171,24 +184,34 @@ bagua_status_t bagua_store_add(bagua_store_t *store, const char *key, int64_t de
   int found = 0;
   BAGUA_CHECK_GOTO(bagua__etcd_get(store->etcd, k, &kv, &found, NULL), st, out);
   /* Compare-and-swap on the key's revision until no other rank wrote in between. Each round
-   * trip is bounded, and a rank loses a race only to another rank's successful write. */
+   * trip is bounded, and a rank loses a race only to another rank's successful write. A value
+   * that is not an int64, or a sum outside int64, is refused before anything is written. */
   for (;;) {
-    int64_t cur = 0;
+    int64_t cur = 0, sum = 0;
     if (found && parse_int(kv.value, kv.value_len, &cur) != 0) {
-      BAGUA_WARN("bagua_store_add: key \"%.200s\" holds %zu bytes that are not a decimal integer",
-                 key, kv.value_len);
+      BAGUA_WARN(
+          "bagua_store_add: key \"%.200s\" holds \"%.40s\"%s (%zu bytes), not a decimal "
+          "integer in [%" PRId64 ", %" PRId64 "]; nothing was changed",
+          key, kv.value, kv.value_len > 40 ? "..." : "", kv.value_len, INT64_MIN, INT64_MAX);
+      st = BAGUA_ERR_INVALID_ARG;
+      goto out;
+    }
+    if (add_checked(cur, delta, &sum) != 0) {
+      BAGUA_WARN("bagua_store_add: key \"%.200s\" holds %" PRId64 "; adding %" PRId64
+                 " leaves the accepted range [%" PRId64 ", %" PRId64 "]; nothing was changed",
+                 key, cur, delta, INT64_MIN, INT64_MAX);
       st = BAGUA_ERR_INVALID_ARG;
       goto out;
     }
     char next[32];
-    int n = snprintf(next, sizeof(next), "%" PRId64, cur + delta);
+    int n = snprintf(next, sizeof(next), "%" PRId64, sum);
     int swapped = 0;
     int64_t expect = found ? kv.mod_revision : 0;
     bagua__etcd_kv_clear(&kv);
     BAGUA_CHECK_GOTO(
         bagua__etcd_cas(store->etcd, k, expect, next, (size_t)n, 0, &swapped, NULL, &kv), st, out);
     if (swapped) {
-      if (result) *result = cur + delta;
+      if (result) *result = sum;
       break;
     }
     found = kv.key != NULL;

@@ -57,7 +57,9 @@ BAGUA_EXTERN bagua_status_t bagua_store_set(bagua_store_t *store, const char *ke
 BAGUA_EXTERN bagua_status_t bagua_store_get(bagua_store_t *store, const char *key, int wait_ms,
                                             void **value, size_t *len);
 /* Adds `delta` to the decimal integer stored at `key` (absent: 0), atomically across ranks;
- * *result gets the new value. A key that holds something else is BAGUA_ERR_INVALID_ARG. */
+ * *result gets the new value. A key that holds anything but a decimal int64 (an optional sign
+ * and digits), or a sum outside [INT64_MIN, INT64_MAX], is BAGUA_ERR_INVALID_ARG (the warning
+ * names the key, the value and the delta) and leaves the key as it was. */
 BAGUA_EXTERN bagua_status_t bagua_store_add(bagua_store_t *store, const char *key, int64_t delta,
                                             int64_t *result);
 /*
