@@ -77,7 +77,6 @@ run() {
 }
 
 common=(allreduce --min-bytes 8 --max-bytes 8 --iters "$iters" --warmup 5 --check)
-declare -A cells
 for rep in $(seq 1 "$repeat"); do
   for n in "${sizes[@]}"; do
     run bagua "$n" "$rep" "$bagua" "${common[@]}" --nranks "$n" --transport tcp --node-per-rank

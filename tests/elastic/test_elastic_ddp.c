@@ -187,7 +187,8 @@ static void test_churn(const etcd_fixture_t *fx) {
   char json[256];
   snprintf(json, sizeof(json),
            "{\"round\":3,\"members\":[\"n0\",\"n1\",\"n3\"],\"nprocs\":[1,1,1],"
-           "\"world_size\":3,\"reason\":\"membership\",\"master_addr\":\"127.0.0.1\",\"master_port\":1}");
+           "\"world_size\":3,\"reason\":\"membership\","
+           "\"master_addr\":\"127.0.0.1\",\"master_port\":1}");
   rounds_put_json(fx->host_port, JOB, json);
   p[3] = rounds_spawn(worker, fx->host_port, 3, 2, 3, 3);
   result_t rs[3];
