@@ -1,9 +1,10 @@
 /*
  * Public collective entry points. Every call is described once (call_t), checked once by
- * check_call() before any transport runs (the argument contract of include/bagua/comm.h),
+ * check_args() before any transport runs (the argument contract of include/bagua/comm.h),
  * then a collective agrees on its signature with the other ranks (comm/sig.c; on shared memory
- * inside its first round) and is dispatched to the transport's implementation (or the generic
- * one). Failures poison the communicator; invalid arguments and a signature mismatch do not.
+ * inside its first round), whether or not its own check passed, and is dispatched to the
+ * transport's implementation (or the generic one). Failures poison the communicator; invalid
+ * arguments and a signature mismatch do not.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -178,10 +179,10 @@ static bagua_status_t check_buffers(bagua_comm_t *c, const call_t *a) {
 
 /*
  * The one argument check of every public collective and point-to-point call: communicator,
- * dtype, op, root, peers, counts, buffers and in-place rules, then the poisoned-communicator
- * rule. Nothing has been sent when it fails, and an invalid argument does not poison.
+ * dtype, op, root, peers, counts, buffers and in-place rules. Nothing has been sent when it
+ * fails, and an invalid argument does not poison.
  */
-static bagua_status_t check_call(bagua_comm_t *c, const call_t *a) {
+static bagua_status_t check_args(bagua_comm_t *c, const call_t *a) {
   const char *fn = a->fn;
   unsigned f = flags_of(a->kind);
   char list[160];
@@ -235,6 +236,11 @@ static bagua_status_t check_call(bagua_comm_t *c, const call_t *a) {
       break;
   }
   if (a->count || a->count2) BAGUA_CHECK(check_buffers(c, a));
+  return BAGUA_OK;
+}
+
+/* The poisoned-communicator rule: a failed communicator refuses every later call. */
+static bagua_status_t check_alive(bagua_comm_t *c, const char *fn) {
   bagua_status_t st = (bagua_status_t)atomic_load(&c->async_error);
   if (st != BAGUA_OK) {
     BAGUA_WARN("%s: communicator already failed (%s); destroy it and create a new one", fn,
@@ -242,6 +248,12 @@ static bagua_status_t check_call(bagua_comm_t *c, const call_t *a) {
     return st;
   }
   return BAGUA_OK;
+}
+
+/* The check of a point-to-point call, which is matched per pair and has no agreement. */
+static bagua_status_t check_call(bagua_comm_t *c, const call_t *a) {
+  BAGUA_CHECK(check_args(c, a));
+  return check_alive(c, a->fn);
 }
 
 static bagua_status_t finish(bagua_comm_t *c, bagua_status_t st) {
@@ -284,9 +296,20 @@ static bagua_status_t dispatch(bagua_comm_t *c, const call_t *a) {
  * Checks a collective call, agrees on its signature and runs it. A count of 0 moves no data but
  * is still a collective call: its signature is compared like any other. A signature mismatch
  * returns BAGUA_ERR_PROTOCOL on every rank and leaves the communicator usable.
+ *
+ * A collective is collective on every path: a rank whose own check fails (a NULL buffer on the
+ * root only, say, which the other ranks cannot see) still enters the agreement, with its
+ * signature marked refused, instead of returning before it. Every rank then fails this call
+ * with BAGUA_ERR_INVALID_ARG, and the next call pairs with the next call everywhere. (Returning
+ * early left the other ranks' call to pair with this rank's next one: that call failed, and
+ * every later one, as a mismatch.)
  */
 static bagua_status_t collective(bagua_comm_t *c, const call_t *a) {
-  BAGUA_CHECK(check_call(c, a));
+  if (!c) return check_args(c, a); /* names the NULL communicator */
+  bagua_status_t mine = check_args(c, a);
+  /* A failed communicator takes part in nothing; the argument error, if any, comes first. */
+  if (atomic_load(&c->async_error) != BAGUA_OK)
+    return mine != BAGUA_OK ? mine : check_alive(c, a->fn);
   unsigned f = flags_of(a->kind);
   bagua__coll_sig_t sig = {
       .count = a->count,
@@ -294,6 +317,7 @@ static bagua_status_t collective(bagua_comm_t *c, const call_t *a) {
       .kind = (uint8_t)a->kind,
       .op = (f & F_OP) ? (uint8_t)a->op : BAGUA_SIG_NONE,
       .dtype = (f & F_NODTYPE) ? BAGUA_SIG_NONE : (uint8_t)a->dt,
+      .refused = mine != BAGUA_OK,
       .root = (f & F_ROOT) ? a->root : BAGUA_SIG_NO_ROOT,
       .magic = BAGUA_WIRE_MAGIC,
   };
@@ -304,12 +328,18 @@ static bagua_status_t collective(bagua_comm_t *c, const call_t *a) {
     bagua__shm_expect(c->shm, &sig); /* published and compared in the call's first round */
   else if (!c->sig_by_parent)
     st = bagua__sig_agree(c, &sig);
-  if (st == BAGUA_OK && (a->count > 0 || a->kind == BAGUA_COLL_BARRIER)) st = dispatch(c, a);
+  /* A refused call moves no data here; on shared memory bagua__shm_sig_done then runs the
+   * signature round by itself, which the others' first round meets. */
+  if (st == BAGUA_OK && mine == BAGUA_OK && (a->count > 0 || a->kind == BAGUA_COLL_BARRIER))
+    st = dispatch(c, a);
   if (on_shm) st = bagua__shm_sig_done(c->shm, st);
   if (st != BAGUA_OK && c->sig_mismatch) { /* logged by bagua__sig_compare, not a failure */
+    st = (bagua_status_t)c->sig_mismatch;
     c->sig_mismatch = 0;
-    return BAGUA_ERR_PROTOCOL;
+    return st;
   }
+  /* Every rank refused (the agreement found no difference), or nothing to agree with. */
+  if (st == BAGUA_OK && mine != BAGUA_OK) return mine;
   return finish(c, st);
 }
 

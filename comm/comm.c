@@ -177,6 +177,7 @@ bagua_status_t bagua__comm_build(const bagua__comm_build_t *b, bagua_comm_t **ou
   if (b->on_alloc) b->on_alloc(c, b->hook_arg);
   bagua__endpoint_t mine;
   BAGUA_CHECK_GOTO(bagua__endpoint_init(&mine, b->s.node_id, 0, b->s.rank), st, fail);
+  mine.nstreams = (uint16_t)c->nstreams; /* compared across ranks by bagua__comm_connect */
   BAGUA_CHECK_GOTO(advertised_addr(b, &mine.addr), st, fail);
   /* The data streams listen on the address peers are told, not on every interface: a port
    * on an interface nobody was told about only serves strangers (docs/security.md). */
@@ -231,6 +232,7 @@ bagua_status_t bagua__comm_split_streams(bagua_comm_t *c, int color, int key, in
   mine.color = color < 0 ? -1 : color;
   mine.key = key;
   mine.rank = c->rank;
+  mine.nstreams = (uint16_t)(nstreams > 0 ? nstreams : c->nstreams);
   all = calloc((size_t)c->size, sizeof(*all));
   if (!all) {
     st = BAGUA_ERR_NO_MEMORY;

@@ -82,7 +82,8 @@ struct bagua_comm_s {
   size_t partials_bytes;
   uint32_t coll_seq; /* collectives started on this communicator: the signature's `seq` */
   int sig_by_parent; /* 1: a hierarchical parent agreed on every call (intra and inter) */
-  int sig_mismatch;  /* set with BAGUA_ERR_PROTOCOL by bagua__sig_compare: not a failure */
+  int sig_mismatch;  /* the status bagua__sig_compare returned (BAGUA_ERR_PROTOCOL for a
+                      * mismatch, BAGUA_ERR_INVALID_ARG for a refusal): not a failure; 0: none */
   volatile int abort_flag;
   _Atomic int async_error;
   _Atomic uint64_t bytes_sent;
@@ -294,8 +295,9 @@ bagua_status_t bagua__comm_config_resolve(const bagua_comm_config_t *cfg,
 
 const char *bagua__coll_name(int kind);
 /* Compares the n signatures at base + i * stride, where rank q's is entry (q - rot) mod n.
- * On a difference logs the first one (the same text on every rank), sets c->sig_mismatch and
- * returns BAGUA_ERR_PROTOCOL. */
+ * When some rank refused its arguments, names the first one on the others and returns
+ * BAGUA_ERR_INVALID_ARG; otherwise on a difference logs the first one (the same text on every
+ * rank) and returns BAGUA_ERR_PROTOCOL. Either way c->sig_mismatch gets the status. */
 bagua_status_t bagua__sig_compare(bagua_comm_t *c, const char *base, size_t stride, int rot);
 /* Gathers every rank's signature over the TCP mesh and compares them (all ranks agree on the
  * verdict; the streams stay in step either way). */

@@ -127,9 +127,29 @@ static int first_peers(const bagua_comm_t *c, int shm_only, int *out) {
   return n;
 }
 
+/*
+ * Both ends of a connection must open the same number of streams: a rank that opens more waits
+ * for the rest of its streams to be accepted until the connect timeout, and one that opens
+ * fewer waits as long for streams that never come. Every rank holds the same table, so every
+ * rank refuses a difference at once, with the same message.
+ */
+static bagua_status_t check_nstreams(const bagua_comm_t *c) {
+  int want = c->eps[0].nstreams;
+  for (int r = 1; r < c->size; r++) {
+    if (c->eps[r].nstreams == want) continue;
+    BAGUA_WARN(
+        "BAGUA_NET_NSTREAMS differs across ranks: rank %d has %d streams per peer, rank 0 has "
+        "%d; set the same BAGUA_NET_NSTREAMS (or config.nstreams) on every rank",
+        r, (int)c->eps[r].nstreams, want);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  return BAGUA_OK;
+}
+
 bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
   bagua_status_t st = BAGUA_OK;
   int *first = NULL;
+  BAGUA_CHECK_GOTO(check_nstreams(c), st, done);
   BAGUA_CHECK_GOTO(compute_topology(c), st, done);
   if (c->requested_transport == BAGUA_TRANSPORT_SHM && c->node_count > 1) {
     BAGUA_WARN(

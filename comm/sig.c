@@ -1,6 +1,8 @@
 /*
  * Collective signatures: every rank of a collective call must agree on its kind, count,
- * dtype, op and root before any data moves, or every rank returns BAGUA_ERR_PROTOCOL.
+ * dtype, op and root before any data moves, or every rank returns BAGUA_ERR_PROTOCOL. A rank
+ * that refused its own arguments still takes part, with `refused` set: then every rank
+ * returns BAGUA_ERR_INVALID_ARG.
  *
  * Shared memory compares the signatures each rank publishes in the arena's control area in the
  * call's first round (comm/shm/shm.c). TCP (and the hierarchical mix) first spreads the
@@ -88,8 +90,42 @@ static void log_difference(const bagua__coll_sig_t *a, const bagua__coll_sig_t *
       what);
 }
 
+/*
+ * A call that some rank refused (its own check of its arguments failed, comm/coll.c) fails on
+ * every rank with BAGUA_ERR_INVALID_ARG, before any other difference is looked at: the
+ * refusing rank's fields may be anything. The refusing ranks have logged their own reason
+ * (and keep it as their last error); the others name the first refusing rank.
+ */
+static bagua_status_t check_refused(bagua_comm_t *c, const char *base, size_t stride, int rot) {
+  int n = c->size, first = -1, count = 0, mine = 0;
+  for (int q = 0; q < n; q++) {
+    const bagua__coll_sig_t *b =
+        (const bagua__coll_sig_t *)(base + (size_t)bagua__mod(q - rot, n) * stride);
+    if (!b->refused) continue;
+    if (first < 0) first = q;
+    count++;
+    if (q == c->rank) mine = 1;
+  }
+  if (count == 0) return BAGUA_OK;
+  const bagua__coll_sig_t *f =
+      (const bagua__coll_sig_t *)(base + (size_t)bagua__mod(first - rot, n) * stride);
+  if (mine)
+    BAGUA_INFO(BAGUA_SUBSYS_COMM,
+               "bagua_%s: %d of %d ranks refused their arguments (first: rank %d)",
+               bagua__coll_name(f->kind), count, n, first);
+  else
+    BAGUA_WARN(
+        "bagua_%s: rank %d refused its arguments (%d of %d ranks did; the warning on rank %d "
+        "names the argument); the call fails on every rank with BAGUA_ERR_INVALID_ARG and the "
+        "communicator stays usable",
+        bagua__coll_name(f->kind), first, count, n, first);
+  c->sig_mismatch = BAGUA_ERR_INVALID_ARG;
+  return BAGUA_ERR_INVALID_ARG;
+}
+
 bagua_status_t bagua__sig_compare(bagua_comm_t *c, const char *base, size_t stride, int rot) {
   int n = c->size;
+  BAGUA_CHECK(check_refused(c, base, stride, rot));
   /* Rank q's signature is entry (q - rot) mod n. */
   const bagua__coll_sig_t *first =
       (const bagua__coll_sig_t *)(base + (size_t)bagua__mod(-rot, n) * stride);
@@ -98,7 +134,7 @@ bagua_status_t bagua__sig_compare(bagua_comm_t *c, const char *base, size_t stri
         (const bagua__coll_sig_t *)(base + (size_t)bagua__mod(q - rot, n) * stride);
     if (memcmp(first, b, sizeof(*b)) == 0) continue;
     log_difference(first, b, q);
-    c->sig_mismatch = 1;
+    c->sig_mismatch = BAGUA_ERR_PROTOCOL;
     return BAGUA_ERR_PROTOCOL;
   }
   return BAGUA_OK;

@@ -15,8 +15,10 @@
 #define BAGUA_SHM_ARENA_MAGIC 0x42534d41u /* "BSMA" */
 /* 2: the accepting side answers a client's header with a CHALLENGE (nonce); the client's proof
  * (bagua__wire_auth_t) and the server's reply proof follow (comm/bootstrap.h, "Handshake").
- * 3: every collective starts with the exchange of its signature (bagua__coll_sig_t). */
-#define BAGUA_WIRE_VERSION 3u
+ * 3: every collective starts with the exchange of its signature (bagua__coll_sig_t).
+ * 4: a signature's `refused` byte marks a rank whose own argument check failed, and an
+ * endpoint record carries the rank's stream count (`nstreams`, where `pad` was). */
+#define BAGUA_WIRE_VERSION 4u
 
 enum {
   BAGUA_MSG_BOOT_HELLO = 1, /* rank -> bootstrap root: my endpoint record */
@@ -76,9 +78,9 @@ _Static_assert(sizeof(bagua__wire_auth_t) == 64, "wire layout");
 
 /* One rank's endpoint, exchanged by every bootstrap. */
 typedef struct {
-  uint32_t addr; /* IPv4, network order */
-  uint16_t port; /* host order */
-  uint16_t pad;
+  uint32_t addr;      /* IPv4, network order */
+  uint16_t port;      /* host order */
+  uint16_t nstreams;  /* streams per peer on another node; every rank must have the same */
   uint64_t node_hash; /* ranks with equal hashes share a node (shared memory possible) */
   int32_t pid;
   int32_t color; /* used by split */
@@ -86,6 +88,7 @@ typedef struct {
   int32_t rank;  /* rank in the communicator the record was gathered over */
 } bagua__endpoint_t;
 
+_Static_assert(offsetof(bagua__endpoint_t, nstreams) == 6, "wire layout");
 _Static_assert(offsetof(bagua__endpoint_t, node_hash) == 8, "wire layout");
 _Static_assert(offsetof(bagua__endpoint_t, pid) == 16, "wire layout");
 _Static_assert(sizeof(bagua__endpoint_t) == 32, "wire layout");
@@ -126,20 +129,25 @@ enum {
  * mismatch advances it everywhere too), so it checks the library's own bookkeeping; it does
  * not catch a rank that skipped a call (its next call then meets the others' with equal seq,
  * and is caught by kind, count, dtype, op or root when they differ).
+ *
+ * `refused` is 1 on a rank whose own check of its arguments failed (a NULL or overlapping
+ * buffer, an invalid dtype, op, root or count): it still takes part in the agreement, so that
+ * every rank fails the same call and the next one pairs up again (comm/coll.c).
  */
 typedef struct {
   uint64_t count;
   uint32_t seq;
-  uint8_t kind;   /* BAGUA_COLL_* */
-  uint8_t op;     /* bagua_op_t or BAGUA_SIG_NONE */
-  uint8_t dtype;  /* bagua_dtype_t or BAGUA_SIG_NONE */
-  uint8_t pad;    /* zero */
-  int32_t root;   /* [0, size) or BAGUA_SIG_NO_ROOT */
-  uint32_t magic; /* BAGUA_WIRE_MAGIC: tells a signature from stray data */
+  uint8_t kind;    /* BAGUA_COLL_* */
+  uint8_t op;      /* bagua_op_t or BAGUA_SIG_NONE */
+  uint8_t dtype;   /* bagua_dtype_t or BAGUA_SIG_NONE */
+  uint8_t refused; /* 1: this rank refused its arguments; 0 otherwise */
+  int32_t root;    /* [0, size) or BAGUA_SIG_NO_ROOT */
+  uint32_t magic;  /* BAGUA_WIRE_MAGIC: tells a signature from stray data */
 } bagua__coll_sig_t;
 
 _Static_assert(offsetof(bagua__coll_sig_t, seq) == 8, "wire layout");
 _Static_assert(offsetof(bagua__coll_sig_t, kind) == 12, "wire layout");
+_Static_assert(offsetof(bagua__coll_sig_t, refused) == 15, "wire layout");
 _Static_assert(offsetof(bagua__coll_sig_t, root) == 16, "wire layout");
 _Static_assert(offsetof(bagua__coll_sig_t, magic) == 20, "wire layout");
 _Static_assert(sizeof(bagua__coll_sig_t) == 24, "wire layout");

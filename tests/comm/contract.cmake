@@ -1,12 +1,13 @@
 # The argument and signature contract of the collectives (tests/comm/test_coll_contract.c):
-# mismatched calls refused on every rank of every transport, invalid roots refused, and a
-# seeded property test of random calls with random per-rank mismatches. Included from
+# mismatched calls refused on every rank of every transport, invalid roots refused, argument
+# errors that one rank alone sees refused on every rank (the communicator staying in phase), and
+# a seeded property test of random calls with random per-rank mismatches and refusals. Included from
 # tests/CMakeLists.txt, so bagua_mp_test and bagua_test_mp are in scope.
 add_executable(test_coll_contract comm/test_coll_contract.c)
 target_link_libraries(test_coll_contract PRIVATE bagua_test_mp)
 # shm (one round and many rounds per call), tcp with emulated nodes (several streams) and
 # on one host, and the hierarchical mix (two and three emulated nodes).
-foreach(mode mismatch roots)
+foreach(mode mismatch roots refuse)
   foreach(cfg "shm;2" "shm;4" "tcp;3;1" "tcp;2" "auto;4;2")
     string(REGEX REPLACE "[;=]" "_" tag "${cfg}")
     bagua_mp_test(comm_contract_${mode}_${tag} EXE test_coll_contract ARGS ${mode} ${cfg}

@@ -315,6 +315,8 @@ static int streams_test(void) {
   bagua__endpoint_t mine = {0}, all[2];
   mine.node_hash = 42; /* another node than rank 0's: rank 0 expects BAGUA_NET_NSTREAMS */
   mine.rank = 1;
+  /* Every record carries its stream count, which rank 0 compares with its own. */
+  mine.nstreams = (uint16_t)bagua__param_int(BAGUA_P_NET_NSTREAMS);
   ASSERT_OK(bagua__bootstrap_tcp(&boot, &ctx, &mine, all));
   /* Rank 0 now waits for rank 1's data streams on all[0]. A stream with the wrong secret: */
   bagua__wire_hdr_t h = {

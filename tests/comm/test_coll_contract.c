@@ -6,12 +6,18 @@
  *             correct collective succeeds afterwards;
  *   roots     root -1, root == size and INT_MIN are BAGUA_ERR_INVALID_ARG on every rank for
  *             every collective that takes a root, and do not poison the communicator;
+ *   refuse    an argument error on one rank only (the root-only buffer checks of broadcast,
+ *             reduce, gather and scatter, a NULL or overlapping buffer, an invalid dtype, op
+ *             or root elsewhere), on the root, on another rank and on both: every rank returns
+ *             BAGUA_ERR_INVALID_ARG at that call, the refusing rank naming its argument and
+ *             the others the refusing rank, and the next call works on every rank;
  *   property  seeded random sequences of collectives, some with a random field changed on a
- *             random rank: every call either returns OK with the oracle's result on every rank
- *             or fails on every rank (BAGUA_ERR_PROTOCOL), never OK with wrong data; crashes
- *             and hangs fail through mp_run's deadline and the communicator timeout.
+ *             random rank or refused arguments on one rank: every call either returns OK with
+ *             the oracle's result on every rank or fails on every rank (BAGUA_ERR_PROTOCOL, or
+ *             BAGUA_ERR_INVALID_ARG for a refusal), never OK with wrong data; crashes and
+ *             hangs fail through mp_run's deadline and the communicator timeout.
  *
- * Usage: test_coll_contract mismatch|roots|property tcp|shm|auto NRANKS [RANKS_PER_NODE]
+ * Usage: test_coll_contract mismatch|roots|refuse|property tcp|shm|auto NRANKS [RANKS_PER_NODE]
  *        ["NAME=VALUE;..."]. The property seed is BAGUA_TEST_SEED (printed; default: the time),
  *        the number of calls BAGUA_TEST_CALLS (default 400).
  */
@@ -354,6 +360,133 @@ static int roots_body(bagua_comm_t *c, void *arg) {
   return fails ? 1 : 0;
 }
 
+/* ---- refuse: an argument error that only some ranks see fails on every rank ---- */
+
+/* The local errors: each makes the check of the rank that has it fail, on its own. */
+enum { R_NULL_SEND, R_NULL_RECV, R_OVERLAP, R_DTYPE, R_OP, R_ROOT, R__N };
+static const char *const r_names[] = {"NULL sendbuf",  "NULL recvbuf", "overlapping buffers",
+                                      "invalid dtype", "invalid op",   "out-of-range root"};
+/* What the refusing rank's own warning must name. */
+static const char *const r_words[] = {"sendbuf", "recvbuf", "overlap", "dtype", "op", "root"};
+
+/* Whether error e at a rank that is (or is not) the root is refused by that rank's check: the
+ * root-only checks (broadcast's and scatter's send buffer, reduce's and gather's receive
+ * buffer and in-place rules) are the ones only one rank can evaluate. */
+static int refusable(int k, int e, int at_root) {
+  switch (e) {
+    case R_NULL_SEND:
+      return k == K_BROADCAST || k == K_SCATTER ? at_root : k != K_BARRIER;
+    case R_NULL_RECV:
+      return k == K_REDUCE || k == K_GATHER ? at_root : k != K_BARRIER;
+    case R_OVERLAP:
+      return has_root(k) ? at_root : k != K_BARRIER;
+    case R_DTYPE:
+      return k != K_BARRIER;
+    case R_OP:
+      return has_op(k);
+    default:
+      return has_root(k);
+  }
+}
+
+/* Calls `a` with error e applied on this rank. */
+static bagua_status_t issue_bad(bagua_comm_t *c, call_t a, int e, char *s, char *r) {
+  size_t es = bagua_dtype_size(a.dt);
+  switch (e) {
+    case R_NULL_SEND:
+      return issue(c, &a, NULL, r);
+    case R_NULL_RECV:
+      /* broadcast's root reads s, the others write r: a NULL r at a non-root */
+      return issue(c, &a, s, NULL);
+    case R_OVERLAP:
+      /* The send buffer one element past the receive buffer's start (or its in-place
+       * position): overlapping, and not the in-place layout of any collective. */
+      if (a.kind == K_REDUCE_SCATTER || a.kind == K_SCATTER) return issue(c, &a, s, s + es);
+      return issue(c, &a, r + es, r);
+    case R_DTYPE:
+      a.dt = (bagua_dtype_t)99;
+      return issue(c, &a, s, r);
+    case R_OP:
+      a.op = (bagua_op_t)77;
+      return issue(c, &a, s, r);
+    default:
+      a.root = -1;
+      return issue(c, &a, s, r);
+  }
+}
+
+static int refuse_body(bagua_comm_t *c, void *arg) {
+  (void)arg;
+  int n = bagua_comm_size(c), me = bagua_comm_rank(c), fails = 0, cases = 0;
+  bufs_t b;
+  bufs_init(&b, n, 70001);
+  const size_t counts[] = {64, 70001}; /* one round and many rounds on shared memory */
+  for (int k = 1; k <= K_COUNT; k++) {
+    for (int e = 0; e < R__N; e++) {
+      for (int root = 0; root < n; root += n - 1) {
+        /* The refusing rank: the root for the root-only checks, a non-root when there is one
+         * and the error is refusable there, and both at once. */
+        for (int sel = 0; sel < 3; sel++) {
+          int bad[2] = {-1, -1};
+          int other = root == 0 ? n - 1 : 0;
+          if (sel == 0 || sel == 2) bad[0] = refusable(k, e, 1) ? root : -1;
+          if (sel == 1 || sel == 2) bad[1] = refusable(k, e, 0) ? other : -1;
+          if (bad[0] < 0 && bad[1] < 0) continue;
+          if (sel == 2 && (bad[0] < 0 || bad[1] < 0)) continue;
+          if (!has_root(k) && root != 0) continue;
+          int mine = me == bad[0] || me == bad[1];
+          int first = bad[0] < 0 ? bad[1] : bad[1] < 0 ? bad[0] : bad[0] < bad[1] ? bad[0] : bad[1];
+          size_t count = counts[cases % 2];
+          call_t a = {k, count, BAGUA_F32, BAGUA_SUM, root, 0};
+          fill(&a, b.s, me, n, k);
+          bagua_status_t st = mine ? issue_bad(c, a, e, b.s, b.r) : issue(c, &a, b.s, b.r);
+          const char *err = bagua_last_error();
+          char want[64];
+          snprintf(want, sizeof(want), "rank %d refused its arguments", first);
+          cases++;
+          if (st != BAGUA_ERR_INVALID_ARG) {
+            fprintf(stderr,
+                    "FAIL rank %d: %s (root %d, count %zu) with a %s on rank %d%s returned %s, "
+                    "expected BAGUA_ERR_INVALID_ARG on every rank\n",
+                    me, k_names[k], root, count, r_names[e], first, sel == 2 ? " and another" : "",
+                    bagua_err_name(st));
+            fails++;
+          } else if (mine ? !strstr(err, r_words[e]) : !strstr(err, want)) {
+            fprintf(stderr,
+                    "FAIL rank %d: %s with a %s on rank %d: the warning \"%s\" does not "
+                    "name %s\n",
+                    me, k_names[k], r_names[e], first, err, mine ? r_words[e] : want);
+            fails++;
+          }
+          if (bagua_comm_get_async_error(c) != BAGUA_OK) {
+            fprintf(stderr, "FAIL rank %d: a refused call poisoned the communicator (%s)\n", me,
+                    bagua_err_name(bagua_comm_get_async_error(c)));
+            return 1;
+          }
+          /* In phase: the next call pairs with the next call on every rank. */
+          if (still_usable(c, me, n)) return 1;
+        }
+      }
+    }
+  }
+  /* Every rank refusing, each for its own reason: each keeps its own reason. */
+  float x[8] = {0};
+  bagua_status_t st = me % 2 ? bagua_allreduce(c, NULL, x, 1, BAGUA_F32, BAGUA_SUM)
+                             : bagua_allreduce(c, x, x, 1, (bagua_dtype_t)99, BAGUA_SUM);
+  if (st != BAGUA_ERR_INVALID_ARG || !strstr(bagua_last_error(), me % 2 ? "sendbuf" : "dtype")) {
+    fprintf(stderr, "FAIL rank %d: every rank refusing returned %s (\"%s\")\n", me,
+            bagua_err_name(st), bagua_last_error());
+    fails++;
+  }
+  if (still_usable(c, me, n)) return 1;
+  if (me == 0 && !fails)
+    printf("refuse: %d one-rank argument errors refused by every rank, communicator in phase\n",
+           cases);
+  free(b.s);
+  free(b.r);
+  return fails ? 1 : 0;
+}
+
 /* ---- property: random calls with random per-rank mismatches ---- */
 
 static uint64_t g_seed;
@@ -389,7 +522,7 @@ static int property_body(bagua_comm_t *c, void *arg) {
     if (a.kind != K_ALLREDUCE) a.inplace = 0;
     /* One call in three changes one field on one rank (n > 1), drawn so that it always
      * changes the signature. Every rank draws the same change and knows the outcome. */
-    int mutate = n > 1 && pick(&x, 3) == 0, who = pick(&x, n), what = pick(&x, 5);
+    int mutate = n > 1 && pick(&x, 3) == 0, who = pick(&x, n), what = pick(&x, 6);
     if (a.kind == K_BARRIER) what = 4; /* a barrier has only its kind */
     if (what == 2 && !has_op(a.kind)) what = 4;
     if (what == 3 && !has_root(a.kind)) what = 4;
@@ -413,6 +546,11 @@ static int property_body(bagua_comm_t *c, void *arg) {
       case 3:
         m.root = (a.root + 1 + pick(&x, n - 1)) % n;
         break;
+      case 5:
+        /* A refusal that only rank `who` sees: NULL buffers (refused by every kind's check
+         * with a count), or an invalid dtype with count 0. */
+        if (a.count == 0) m.dt = (bagua_dtype_t)99;
+        break;
       default:
         m.kind = (a.kind + pick(&x, K_COUNT - 1)) % K_COUNT + 1;
         m.inplace = 0;
@@ -422,7 +560,8 @@ static int property_body(bagua_comm_t *c, void *arg) {
     int salt = i;
     fill(&mine, b.s, me, n, salt);
     memset(b.r, 0x5a, b.cap);
-    bagua_status_t st = issue(c, &mine, b.s, b.r);
+    int refuse = mutate && what == 5 && me == who && a.count > 0;
+    bagua_status_t st = refuse ? issue(c, &mine, NULL, NULL) : issue(c, &mine, b.s, b.r);
     /* Every rank must have seen the same outcome: compare statuses with a correct call. */
     int32_t sts[64];
     int32_t my = (int32_t)st;
@@ -436,11 +575,14 @@ static int property_body(bagua_comm_t *c, void *arg) {
                   (unsigned long long)g_seed, i, k_names[a.kind], a.count, me, bagua_err_name(st),
                   q, bagua_err_name((bagua_status_t)sts[q]));
     if (mutate) {
-      if (st != BAGUA_ERR_PROTOCOL)
+      bagua_status_t want = what == 5 ? BAGUA_ERR_INVALID_ARG : BAGUA_ERR_PROTOCOL;
+      if (st != want)
         TEST_FAIL(
-            "seed %llu call %d: %s count %zu with a mismatch (field %d on rank %d) "
-            "returned %s on every rank, expected BAGUA_ERR_PROTOCOL",
-            (unsigned long long)g_seed, i, k_names[a.kind], a.count, what, who, bagua_err_name(st));
+            "seed %llu call %d: %s count %zu with a %s (field %d on rank %d) "
+            "returned %s on every rank, expected %s",
+            (unsigned long long)g_seed, i, k_names[a.kind], a.count,
+            what == 5 ? "refusal" : "mismatch", what, who, bagua_err_name(st),
+            bagua_err_name(want));
       refused++;
     } else {
       if (st != BAGUA_OK)
@@ -461,7 +603,7 @@ static int property_body(bagua_comm_t *c, void *arg) {
 int main(int argc, char **argv) {
   if (argc < 4) {
     fprintf(stderr,
-            "usage: %s mismatch|roots|property tcp|shm|auto NRANKS [RANKS_PER_NODE] "
+            "usage: %s mismatch|roots|refuse|property tcp|shm|auto NRANKS [RANKS_PER_NODE] "
             "[NAME=VALUE;...]\n",
             argv[0]);
     return 2;
@@ -480,6 +622,7 @@ int main(int argc, char **argv) {
   mp_body_fn body = NULL;
   if (strcmp(argv[1], "mismatch") == 0) body = mismatch_body;
   if (strcmp(argv[1], "roots") == 0) body = roots_body;
+  if (strcmp(argv[1], "refuse") == 0) body = refuse_body;
   if (strcmp(argv[1], "property") == 0) {
     body = property_body;
     const char *s = getenv("BAGUA_TEST_SEED"), *k = getenv("BAGUA_TEST_CALLS");

@@ -2,7 +2,8 @@
  * Failure semantics: a rank killed or stopped mid-allreduce, abort from another thread,
  * malformed and foreign handshakes, bad arguments and bad environment values, and a rank that
  * leaves (destroys its communicator) while the others still finish, or start, a collective.
- * Usage: test_failures kill|stall|abort tcp|shm ; test_failures handshake|badargs|badenv|depart
+ * Usage: test_failures kill|stall|abort tcp|shm ;
+ *        test_failures handshake|badargs|badenv|depart|nstreams
  */
 #include <pthread.h>
 #include <signal.h>
@@ -446,6 +447,63 @@ static int badenv_test(void) {
   return 0;
 }
 
+/*
+ * BAGUA_NET_NSTREAMS set differently on one rank: every rank's bagua_comm_create fails at once
+ * with BAGUA_ERR_INVALID_ARG and a warning that names the variable, both counts and the rank,
+ * instead of waiting out the connect timeout for streams that never come. Each rank emulates
+ * its own node, so the streams per peer are in use. The 30 s bound is half the connect
+ * timeout: a stall cannot pass it, a loaded machine cannot miss it.
+ */
+static int nstreams_test(void) {
+  enum { N = 3, ODD = 1 };
+  mp_opts_t o = {.nranks = N, .transport = BAGUA_TRANSPORT_TCP, .ranks_per_node = 1};
+  int port = mp_free_port();
+  pid_t pids[N];
+  double start = mp_now();
+  fflush(stdout);
+  for (int r = 0; r < N; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      mp_apply_env(r == ODD ? "BAGUA_NET_NSTREAMS=3" : "BAGUA_NET_NSTREAMS=2");
+      bagua_comm_config_t cfg;
+      mp_config(&o, port, r, &cfg);
+      cfg.connect_timeout_ms = 60000;
+      bagua_comm_t *c = NULL;
+      bagua_status_t st = bagua_comm_create(&cfg, &c);
+      g_sh->err_status[r] = (int)st;
+      g_sh->err_time[r] = mp_now();
+      snprintf(g_sh->msg[r], sizeof(g_sh->msg[r]), "%s", bagua_last_error());
+      bagua_comm_destroy(c);
+      _exit(0);
+    }
+  }
+  int failed = 0;
+  for (int r = 0; r < N; r++) {
+    int status;
+    while (waitpid(pids[r], &status, WNOHANG) == 0 && mp_now() < start + 30) usleep(1000);
+    if (mp_now() >= start + 30) {
+      fprintf(stderr, "rank %d did not return from bagua_comm_create within 30 s\n", r);
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], &status, 0);
+      failed = 1;
+      continue;
+    }
+    const char *m = g_sh->msg[r];
+    printf("rank %d: %s after %.0f ms: %s\n", r,
+           bagua_err_name((bagua_status_t)g_sh->err_status[r]), (g_sh->err_time[r] - start) * 1e3,
+           m);
+    if (g_sh->err_status[r] != BAGUA_ERR_INVALID_ARG || !strstr(m, "BAGUA_NET_NSTREAMS") ||
+        !strstr(m, "rank 1 has 3 streams") || !strstr(m, "rank 0 has 2")) {
+      fprintf(stderr,
+              "FAIL rank %d: expected BAGUA_ERR_INVALID_ARG naming BAGUA_NET_NSTREAMS, "
+              "rank 1's 3 streams and rank 0's 2\n",
+              r);
+      failed = 1;
+    }
+  }
+  return failed;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   g_sh = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -473,6 +531,8 @@ int main(int argc, char **argv) {
     rc = badenv_test();
   } else if (strcmp(argv[1], "depart") == 0) {
     rc = depart_test();
+  } else if (strcmp(argv[1], "nstreams") == 0) {
+    rc = nstreams_test();
   } else {
     return 2;
   }
