@@ -30,6 +30,15 @@ static const param_desc_t g_desc[BAGUA_P__COUNT] = {
 #undef BAGUA_PARAM
 };
 
+/* The secret parameters: params.def's BAGUA_PARAM_SECRET rows. */
+static const bagua__param_id_t k_secret[] = {
+#define BAGUA_PARAM(id, env, type, def, lo, hi, help)
+#define BAGUA_PARAM_SECRET(id) BAGUA_P_##id,
+#include "params.def"
+#undef BAGUA_PARAM_SECRET
+#undef BAGUA_PARAM
+};
+
 typedef struct {
   int set;      /* the environment provided a value */
   int bad;      /* the provided value was rejected; the default is in effect */
@@ -204,6 +213,17 @@ int bagua__param_find(const char *env_name) {
   return -1;
 }
 
+int bagua__param_is_secret(bagua__param_id_t id) {
+  for (size_t i = 0; i < sizeof(k_secret) / sizeof(k_secret[0]); i++)
+    if (k_secret[i] == id) return 1;
+  return 0;
+}
+
+int bagua__param_name_is_secret(const char *env_name) {
+  int id = bagua__param_find(env_name);
+  return id >= 0 && bagua__param_is_secret((bagua__param_id_t)id);
+}
+
 bagua_status_t bagua__param_check_int(bagua__param_id_t id, const char *what, int64_t value,
                                       char *err, size_t errlen) {
   const param_desc_t *d = &g_desc[id];
@@ -278,8 +298,9 @@ void bagua_params_print(FILE *out) {
       snprintf(def, sizeof(def), "%s", d->sdef[0] ? d->sdef : "\"\"");
       snprintf(acc, sizeof(acc), "%s", d->choices[0] ? d->choices : "any string");
       snprintf(cur, sizeof(cur), "%s", g_val[i].sval[0] ? g_val[i].sval : "\"\"");
-      /* The job secret authenticates every connection of the job: never shown. */
-      if (i == BAGUA_P_JOB_SECRET && g_val[i].sval[0]) snprintf(cur, sizeof(cur), "(set)");
+      /* A secret (the job secret authenticates every connection of the job): never shown. */
+      if (bagua__param_is_secret((bagua__param_id_t)i) && g_val[i].sval[0])
+        snprintf(cur, sizeof(cur), "(set)");
     }
     fprintf(out, "%-26s %-4s %-12s %-24s %-12s %s\n", d->env, d->type == PARAM_INT ? "int" : "str",
             def, acc, g_val[i].bad ? "(invalid)" : cur, d->help);

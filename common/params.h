@@ -42,6 +42,11 @@ const char *bagua__param_str_default(bagua__param_id_t id);
 const char *bagua__param_choices(bagua__param_id_t id);
 /* The id of the parameter whose variable is `env_name`, or -1 when the registry has none. */
 int bagua__param_find(const char *env_name);
+/* Whether parameter `id` (or the registry parameter whose variable is `env_name`) holds a
+ * secret (BAGUA_PARAM_SECRET in params.def): its value goes on no command line and is never
+ * printed. 0 for a name the registry does not have. */
+int bagua__param_is_secret(bagua__param_id_t id);
+int bagua__param_name_is_secret(const char *env_name);
 /* Validates `value` for parameter `id` as if the environment held it (the same rules and
  * message as bagua__params_check()); on success *out holds the parsed integer (INT only). */
 bagua_status_t bagua__param_parse(bagua__param_id_t id, const char *value, int64_t *out, char *err,

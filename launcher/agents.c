@@ -8,6 +8,10 @@
  * "{cmdline}" (one shell-quoted word, for commands that hand a string to a remote shell) is.
  * Without either, it is appended: quoted for ssh, which joins its arguments into a remote
  * shell command line, as separate words for anything else.
+ *
+ * A value that any local user could read there (/proc/<pid>/cmdline) is never a word: a
+ * registry secret (BAGUA_JOB_SECRET), and the [env] and -x values, reach a remote agent on
+ * its stdin.
  */
 #include "agents.h"
 
@@ -154,18 +158,54 @@ static int forwardable(const char *env) {
   return bagua__launch_find_env(env) < 0;
 }
 
+/* A registry secret (BAGUA_PARAM_SECRET in common/params.def). */
+static int secret(const char *env) {
+  return bagua__param_name_is_secret(env);
+}
+
+/* Whether a -x flag names `env`: it beats the environment's value. */
+static int flag_sets(const bagua__launch_config_t *cfg, const char *env) {
+  for (int i = 0; i < cfg->nenv; i++)
+    if (cfg->env[i].origin.kind == LO_FLAG && strcmp(cfg->env[i].name, env) == 0) return 1;
+  return 0;
+}
+
+/* Whether the environment's value of registry secret `env` goes to remote agents (on their
+ * stdin, as any forwarded setting would go, but never as a word). */
+static int env_secret_sent(const bagua__launch_config_t *cfg, const char *env) {
+  return secret(env) && forwardable(env) && bagua_param_get(env) && !flag_sets(cfg, env);
+}
+
+/* The first registry secret a remote agent gets, and where its value comes from; NULL when
+ * there is none. */
+static const char *secret_sent(const bagua__launch_config_t *cfg, const char **from) {
+  for (int id = 0; id < BAGUA_P__COUNT; id++) {
+    const char *env = bagua__param_env_name((bagua__param_id_t)id);
+    if (!env_secret_sent(cfg, env)) continue;
+    *from = "bagua-launch's environment";
+    return env;
+  }
+  for (int i = 0; i < cfg->nenv; i++)
+    if (secret(cfg->env[i].name)) {
+      *from = cfg->env[i].origin.text;
+      return cfg->env[i].name;
+    }
+  return NULL;
+}
+
 /*
  * "NAME=VALUE" words for a remote agent: the launcher's BAGUA_* settings and the INI's
  * [algorithm], so a remote worker sees what a local one would inherit. These are settings,
- * shown so that a command line explains itself. [env] and -x values (often secrets: tokens,
- * passwords) go to the agent's stdin instead (env_block); only when `with_env` (the remote
- * command allocates a terminal, which would echo its input) are they words too.
+ * shown so that a command line explains itself. Registry secrets and [env] and -x values
+ * (often secrets too: tokens, passwords) go to the agent's stdin instead (env_block); only
+ * when `with_env` (the remote command allocates a terminal, which would echo its input) are
+ * [env] and -x values words too, secrets never (build_one refuses such a job).
  */
 static int env_words(const bagua__launch_config_t *cfg, int with_env, bagua__launch_argv_t *a) {
   char kv[4096];
   for (int id = 0; id < BAGUA_P__COUNT; id++) {
     const char *env = bagua__param_env_name((bagua__param_id_t)id);
-    if (!forwardable(env) || !bagua_param_get(env)) continue;
+    if (!forwardable(env) || secret(env) || !bagua_param_get(env)) continue;
     snprintf(kv, sizeof(kv), "%s=%s", env, bagua_param_get(env));
     if (push(a, kv)) return -1;
   }
@@ -179,6 +219,7 @@ static int env_words(const bagua__launch_config_t *cfg, int with_env, bagua__lau
     for (int i = 0; i < counts[k]; i++) {
       const bagua__launch_var_t *v = &lists[k][i];
       if (env_keeps(v)) continue; /* forwarded above with the environment's value */
+      if (secret(v->name)) continue;
       size_t need = strlen(v->name) + strlen(v->value) + 2;
       char *w = malloc(need);
       if (!w) return -1;
@@ -191,25 +232,44 @@ static int env_words(const bagua__launch_config_t *cfg, int with_env, bagua__lau
   return 0;
 }
 
-/* The [env] and -x variables a remote agent gets on its stdin, as "NAME=VALUE\0" entries
- * (a value never contains NUL). Returns 0 with *len 0 when there are none, -1 on OOM. */
+/* Writes "NAME=VALUE\0" at b + o when b is not NULL; returns its length. */
+static size_t put_entry(char *b, size_t o, const char *name, const char *value) {
+  size_t nl = strlen(name), vl = strlen(value);
+  if (b) {
+    memcpy(b + o, name, nl);
+    b[o + nl] = '=';
+    memcpy(b + o + nl + 1, value, vl + 1); /* keeps the NUL */
+  }
+  return nl + vl + 2;
+}
+
+/*
+ * What a remote agent gets on its stdin, as "NAME=VALUE\0" entries (a value never contains
+ * NUL): the registry secrets set in the launcher's environment (unless -x names them), then
+ * the [env] and -x variables. Returns 0 with *len 0 when there are none, -1 on OOM.
+ */
 static int env_block(const bagua__launch_config_t *cfg, char **data, size_t *len) {
-  size_t n = 0;
+  char *b = NULL;
   *data = NULL;
   *len = 0;
-  for (int i = 0; i < cfg->nenv; i++)
-    if (!env_keeps(&cfg->env[i])) n += strlen(cfg->env[i].name) + strlen(cfg->env[i].value) + 2;
-  if (n == 0) return 0;
-  char *b = malloc(n);
-  if (!b) return -1;
-  size_t o = 0;
-  for (int i = 0; i < cfg->nenv; i++) {
-    const bagua__launch_var_t *v = &cfg->env[i];
-    if (env_keeps(v)) continue;
-    o += (size_t)sprintf(b + o, "%s=%s", v->name, v->value) + 1; /* keeps the NUL */
+  /* The first pass measures, the second writes. */
+  for (int pass = 0; pass < 2; pass++) {
+    size_t o = 0;
+    for (int id = 0; id < BAGUA_P__COUNT; id++) {
+      const char *env = bagua__param_env_name((bagua__param_id_t)id);
+      if (env_secret_sent(cfg, env)) o += put_entry(b, o, env, bagua_param_get(env));
+    }
+    for (int i = 0; i < cfg->nenv; i++) {
+      const bagua__launch_var_t *v = &cfg->env[i];
+      /* The environment's value was forwarded (as a word, or above for a secret). */
+      if (env_keeps(v)) continue;
+      o += put_entry(b, o, v->name, v->value);
+    }
+    if (o == 0) return 0;
+    if (pass == 0 && !(b = malloc(o))) return -1;
+    if (pass == 1) *len = o;
   }
   *data = b;
-  *len = o;
   return 0;
 }
 
@@ -246,6 +306,30 @@ static int template_has_tty(const char *tmpl) {
     }
   bagua__launch_argv_free(&w);
   return tty;
+}
+
+/* The refusal of a terminal-allocating remote command when a secret would travel to a remote
+ * agent: the secret goes on the agent's stdin only, which a terminal echoes. Returns -1 with
+ * the message, or 0. */
+static int refuse_tty_secret(const bagua__launch_config_t *cfg, char *err, size_t errlen) {
+  const char *from = NULL, *name = secret_sent(cfg, &from);
+  if (!name || !template_has_tty(cfg->v[LS_REMOTE_CMD].s)) return 0;
+  snprintf(err, errlen,
+           "bagua-launch: %s (%s) is a secret, which a remote agent gets on its stdin only, but "
+           "the remote command \"%s\" (%s) allocates a terminal, which would echo it; accepted: "
+           "a remote command without -t or -tt, or no %s for bagua-launch (not exported, no -x, "
+           "no [env] entry: the job's agents then make the secret and share it through etcd; "
+           "bagua-agent --secret-file reads one on its own host)",
+           name, from, cfg->v[LS_REMOTE_CMD].s, cfg->v[LS_REMOTE_CMD].origin.text, name);
+  return -1;
+}
+
+int bagua__launch_check_remote_secrets(const bagua__launch_config_t *cfg, char *err,
+                                       size_t errlen) {
+  /* A discovery script may report remote hosts later. */
+  int remote = cfg->hosts_source == LH_DISCOVERY;
+  for (int i = 0; i < cfg->nhosts && !remote; i++) remote = !cfg->hosts[i].local;
+  return remote ? refuse_tty_secret(cfg, err, errlen) : 0;
 }
 
 /* Replaces every "{host}" in `word` with `host`. */
@@ -402,6 +486,9 @@ static int build_one(const bagua__launch_config_t *cfg, const char *agent_path,
     if (agent_argv(cfg, agent_path, endpoint, nproc, node_id, slot, 0, &a->argv) != 0) goto oom;
     return 0;
   }
+  /* Checked with the configuration already (bagua__launch_check_remote_secrets); this agent
+   * is never built with a secret on its command line whatever the caller checked. */
+  if (refuse_tty_secret(cfg, err, errlen) != 0) return -1;
   const int tty = template_has_tty(cfg->v[LS_REMOTE_CMD].s);
   if (tty && cfg->nenv > 0 && warn_tty)
     bagua__say(LAUNCH_TOOL,
@@ -648,7 +735,8 @@ void bagua__launch_print_command(const bagua__launch_agent_t *a, FILE *out) {
   fprintf(out, "%s\n", line ? line : "(out of memory)");
   free(line);
   if (a->stdin_len == 0) return;
-  /* Names only: the values are in the [env] section above, and stay off command lines. */
+  /* Names only: the values stay off command lines; the [env] section above shows those of
+   * [env] and -x, secrets masked. */
   fprintf(out, ";   its stdin (--env-stdin):");
   for (size_t o = 0; o < a->stdin_len; o += strlen(a->stdin_data + o) + 1)
     fprintf(out, " %.*s", (int)strcspn(a->stdin_data + o, "="), a->stdin_data + o);

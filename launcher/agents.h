@@ -66,6 +66,14 @@ int bagua__launch_build_agents(const bagua__launch_config_t *cfg, const char *ag
                                const char *endpoint, bagua__launch_agent_t **out, char *err,
                                size_t errlen);
 void bagua__launch_free_agents(bagua__launch_agent_t *a, int n);
+
+/*
+ * A registry secret (BAGUA_JOB_SECRET: common/params.def) reaches a remote agent on its stdin
+ * only. A remote command that allocates a terminal (ssh -t) would echo it: with remote hosts
+ * (or a discovery script, which may report some) and a secret to send, returns -1 with a
+ * message naming the secret, where it came from and what is accepted; else 0.
+ */
+int bagua__launch_check_remote_secrets(const bagua__launch_config_t *cfg, char *err, size_t errlen);
 /* Frees what n entries own without freeing the array (entries are zeroed). */
 void bagua__launch_free_agents_in_place(bagua__launch_agent_t *a, int n);
 
@@ -95,7 +103,7 @@ int bagua__launch_start_agent(bagua__launch_agent_t *a, char *err, size_t errlen
 int bagua__launch_sweep_agent_dirs(const char *parent, pid_t pid);
 
 /* Prints an agent's command line, shell-quoted, and the names of the variables it gets on its
- * stdin. */
+ * stdin (never their values). */
 void bagua__launch_print_command(const bagua__launch_agent_t *a, FILE *out);
 
 #endif

@@ -22,6 +22,7 @@
 #include "common/output.h"
 #include "common/params.h"
 #include "common/time.h"
+#include "agents.h"
 #include "discovery.h"
 #include "launch.h"
 
@@ -494,6 +495,8 @@ int bagua__launch_resolve(const bagua__launch_layer_t *cli, const bagua__launch_
              cfg->hosts_origin.text, cfg->nhosts, nn->s, nn->origin.text, (long long)nn->i2);
     return LAUNCH_EXIT_USAGE;
   }
+  /* Before anything starts: a secret must not meet a terminal-allocating remote command. */
+  if (bagua__launch_check_remote_secrets(cfg, err, errlen) != 0) return LAUNCH_EXIT_USAGE;
   static const bagua__launch_setting_t single[] = {LS_NODE_ID, LS_NODE_ADDR};
   for (size_t k = 0; k < sizeof(single) / sizeof(single[0]); k++) {
     const bagua__launch_value_t *v = &cfg->v[single[k]];
@@ -606,8 +609,13 @@ void bagua__launch_dump(const bagua__launch_config_t *cfg, FILE *out) {
       const bagua__launch_var_t *v = &lists[k].v[i];
       /* A registry variable already set in the environment keeps that value. */
       const char *env = v->origin.kind == LO_FLAG ? NULL : bagua_param_get(v->name);
-      fprintf(out, "%-18s = %-28s ; %s%s%s%s\n", v->name, v->value, v->origin.text,
-              env ? " (environment wins: " : "", env ? env : "", env ? ")" : "");
+      /* A registry secret's value is never printed: only that it is set, and its length. */
+      const int masked = bagua__param_name_is_secret(v->name);
+      char value[64], won[64];
+      snprintf(value, sizeof(value), "<secret, %zu characters>", strlen(v->value));
+      snprintf(won, sizeof(won), "<secret, %zu characters>", env ? strlen(env) : 0);
+      fprintf(out, "%-18s = %-28s ; %s%s%s%s\n", v->name, masked ? value : v->value, v->origin.text,
+              env ? " (environment wins: " : "", env ? (masked ? won : env) : "", env ? ")" : "");
     }
   }
   fprintf(out, "[program]\n%-18s = ", "argv");

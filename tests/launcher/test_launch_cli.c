@@ -2,8 +2,8 @@
  * The bagua-launch binary on bad input and on the informational flags.
  *
  *   test_launch_cli golden LAUNCHER CASES GOLDEN_DIR   (working directory: the INI folder)
- *   test_launch_cli info|missing_agent|dry_run|unreachable_refused|unreachable_silent
- *                   LAUNCHER FAKE_AGENT
+ *   test_launch_cli info|missing_agent|dry_run|dry_run_secret|unreachable_refused|
+ *                   unreachable_silent LAUNCHER FAKE_AGENT
  *
  * "golden" runs every case of cases.txt whose golden exit status is not 0 through the binary
  * and checks the exit status, that the last line of its output is the golden message, and
@@ -208,6 +208,49 @@ static int dry_run(void) {
   return 0;
 }
 
+/*
+ * --dry-run with the job secret, a registry secret (common/params.def), in the environment,
+ * then given again with -x NAME=VALUE (which beats the environment): no value is printed, in
+ * the [env] section or in any agent command; the remote agent's command names the variable
+ * among those it gets on its stdin.
+ */
+static int dry_run_secret(void) {
+  static const char env_value[] =
+      "00112233445566778899aabbccddeeff0123456789abcdef0123456789abcdef";
+  static const char x_value[] = "ffeeddccbbaa99887766554433221100fedcba9876543210fedcba9876543210";
+  char entry[96], xarg[96], *out;
+  snprintf(entry, sizeof(entry), "BAGUA_JOB_SECRET=%s", env_value);
+  snprintf(xarg, sizeof(xarg), "BAGUA_JOB_SECRET=%s", x_value);
+  int rc = run(
+      (char *[]){"--dry-run", "--job-id", "dry", "--agent", "/opt/bagua-agent", "--hosts",
+                 "nodeA:1,localhost", "--remote-cmd", "ssh -o BatchMode=yes {host}", "prog", NULL},
+      (char *[]){entry, NULL}, 10000, &out);
+  expect(rc == 0, "exit 0", out);
+  expect(strstr(out, env_value) == NULL, "the dry run does not show the job secret", out);
+  expect(strstr(out, "/opt/bagua-agent --env-stdin --rdzv-endpoint") != NULL,
+         "the remote agent reads its stdin", out);
+  expect(strstr(out, ";   its stdin (--env-stdin): BAGUA_JOB_SECRET\n") != NULL,
+         "the job secret is named among the variables on stdin", out);
+  assert_nothing_left(out);
+  free(out);
+
+  rc = run((char *[]){"--dry-run", "--job-id", "dry", "--agent", "/opt/bagua-agent", "--hosts",
+                      "nodeA:1", "--remote-cmd", "ssh -o BatchMode=yes {host}", "-x", xarg, "prog",
+                      NULL},
+           (char *[]){entry, NULL}, 10000, &out);
+  expect(rc == 0, "exit 0", out);
+  expect(strstr(out, env_value) == NULL && strstr(out, x_value) == NULL,
+         "the dry run shows neither value of the job secret", out);
+  expect(
+      strstr(out, "\nBAGUA_JOB_SECRET   = <secret, 64 characters>      ; -x NAME=VALUE\n") != NULL,
+      "the [env] section masks the -x value", out);
+  expect(strstr(out, ";   its stdin (--env-stdin): BAGUA_JOB_SECRET\n") != NULL,
+         "the -x value travels on stdin, once", out);
+  assert_nothing_left(out);
+  free(out);
+  return 0;
+}
+
 /* A port nothing listens on (it was free a moment ago). */
 static int closed_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -276,6 +319,8 @@ int main(int argc, char **argv) {
     rc = missing_agent();
   else if (strcmp(mode, "dry_run") == 0)
     rc = dry_run();
+  else if (strcmp(mode, "dry_run_secret") == 0)
+    rc = dry_run_secret();
   else if (strcmp(mode, "unreachable_refused") == 0)
     rc = unreachable(0);
   else if (strcmp(mode, "unreachable_silent") == 0)

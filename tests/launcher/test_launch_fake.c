@@ -260,6 +260,22 @@ static int mode_remote(int cmdline) {
 }
 
 /*
+ * A remote command template ("FAKE-SSH {host} {cmdline}") whose script is like ssh, which stays
+ * alive with the command line among its arguments, and the remote shell, which runs it as a
+ * child: the script does not exec. Like another host, it starts from an empty environment
+ * (the marker aside): what the workers get came through ssh, on the command line or stdin.
+ */
+static void fake_ssh(char *tmpl, size_t len) {
+  char remote[256];
+  snprintf(remote, sizeof(remote), "%s/fake-ssh", g_dir);
+  write_file(remote,
+             "#!/bin/sh\nenv -i PATH=\"$PATH\" BAGUA_TEST_MARKER=\"$BAGUA_TEST_MARKER\" "
+             "/bin/sh -c \"$2\"; exit $?\n",
+             1);
+  snprintf(tmpl, len, "%s {host} {cmdline}", remote);
+}
+
+/*
  * [env] values are secrets as far as the launcher knows: a remote agent gets them on its stdin
  * (--env-stdin), so no command line on either side shows them, neither the remote command's
  * nor the shell's that runs it ("sh -c {cmdline}" as sshd would), while the workers see them.
@@ -285,16 +301,8 @@ static int mode_secret_env(void) {
            "touch %s; while [ ! -e %s ]; do sleep 0.05; done; echo \"W SECRET=$SECRET "
            "XTOKEN=$XTOKEN\" >> %s",
            started, stop, outf);
-  /* Like ssh, which stays alive with the command line among its arguments, and the remote
-   * shell, which runs it as a child: the script does not exec. Like another host, it starts
-   * from an empty environment (the marker aside): what the workers get came through ssh. */
-  char remote[256], script[256], tmpl[320];
-  snprintf(remote, sizeof(remote), "%s/fake-ssh", g_dir);
-  snprintf(script, sizeof(script),
-           "#!/bin/sh\nenv -i PATH=\"$PATH\" BAGUA_TEST_MARKER=\"$BAGUA_TEST_MARKER\" "
-           "/bin/sh -c \"$2\"; exit $?\n");
-  write_file(remote, script, 1);
-  snprintf(tmpl, sizeof(tmpl), "%s {host} {cmdline}", remote);
+  char tmpl[320];
+  fake_ssh(tmpl, sizeof(tmpl));
   pid_t pid = start((char *[]){"--config", ini, "--hosts", "nodeA:1", "--rdzv-host", "127.0.0.1",
                                "--remote-cmd", tmpl, "-x", "XTOKEN", "--", "sh", "-c", prog, NULL});
   expect(lu_wait_file(started, 20000), "the remote worker started");
@@ -308,6 +316,59 @@ static int mode_secret_env(void) {
   char want[192];
   snprintf(want, sizeof(want), "W SECRET=%s XTOKEN=%s", secret, xsecret);
   expect(count_lines(outf, want) == 1, "the worker printed the value");
+  assert_clean();
+  return 0;
+}
+
+/* 2 * `n` random hex digits into `out` (2 * n + 1 bytes). */
+static void random_hex(char *out, size_t n) {
+  unsigned char b[64];
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (!f || n > sizeof(b) || fread(b, 1, n, f) != n) TEST_FAIL("cannot read /dev/urandom");
+  fclose(f);
+  for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/*
+ * The job secret, a registry secret (BAGUA_PARAM_SECRET in common/params.def), in bagua-launch's
+ * environment, as a user exports it, and with `via_x` named by -x too (the documented advice):
+ * a remote agent gets it on its stdin, never as a word of a command line (not even among the
+ * settings' "env NAME=VALUE" words), and the remote worker has it. The fake ssh starts from an
+ * empty environment, so the worker's value came through the remote command.
+ */
+static int mode_secret_job(int via_x) {
+  char outf[256], prog[1024], started[256], stop[256], secret[65], entry[96], tmpl[320];
+  snprintf(outf, sizeof(outf), "%s/workers.txt", g_dir);
+  snprintf(started, sizeof(started), "%s/started", g_dir);
+  snprintf(stop, sizeof(stop), "%s/stop", g_dir);
+  random_hex(secret, 32);
+  snprintf(entry, sizeof(entry), "BAGUA_JOB_SECRET=%s", secret);
+  g_extra_env[g_extra_env_n++] = entry;
+  snprintf(prog, sizeof(prog),
+           "touch %s; while [ ! -e %s ]; do sleep 0.05; done; echo \"W JS=$BAGUA_JOB_SECRET\" "
+           ">> %s",
+           started, stop, outf);
+  fake_ssh(tmpl, sizeof(tmpl));
+  char *args[] = {"--hosts", "nodeA:1",          "--rdzv-host", "127.0.0.1", "--remote-cmd", tmpl,
+                  "-x",      "BAGUA_JOB_SECRET", "--",          "sh",        "-c",           prog,
+                  NULL};
+  if (!via_x) memmove(&args[6], &args[8], 5 * sizeof(char *)); /* drops -x NAME */
+  pid_t pid = start(args);
+  expect(lu_wait_file(started, 20000), "the remote worker started");
+  /* Every process is up: the launcher, the fake ssh and its shell, the agent, the worker. */
+  expect(lu_count_procs(secret) == 0, "no command line shows the job secret");
+  write_file(stop, "", 0);
+  expect(lu_wait(pid, 20000) == 0, "exit 0");
+  char want[128];
+  snprintf(want, sizeof(want), "W JS=%s\n", secret);
+  if (count_lines(outf, want) != 1) {
+    lu_dump(outf);
+    expect(0, "the remote worker has the job secret");
+  }
+  char *out = output();
+  expect(strstr(out, "--env-stdin") != NULL, "the remote agent read its stdin");
+  expect(strstr(out, secret) == NULL, "the launcher's output does not show the job secret");
+  free(out);
   assert_clean();
   return 0;
 }
@@ -569,6 +630,10 @@ int main(int argc, char **argv) {
     rc = mode_agent_tmpdir();
   else if (strcmp(mode, "secret_env") == 0)
     rc = mode_secret_env();
+  else if (strcmp(mode, "secret_job_env") == 0)
+    rc = mode_secret_job(0);
+  else if (strcmp(mode, "secret_job_x") == 0)
+    rc = mode_secret_job(1);
   else if (strcmp(mode, "local_multi") == 0)
     rc = mode_local_multi();
   else if (strcmp(mode, "etcd_dies") == 0)
