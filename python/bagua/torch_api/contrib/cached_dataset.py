@@ -2,7 +2,7 @@
 
 from torch.utils.data.dataset import Dataset
 
-from bagua.torch_api.contrib.cache_loader import CacheLoader
+from bagua.torch_api.contrib.cache_loader import DEFAULT_WRITER_BUFFER_BYTES, CacheLoader
 
 __all__ = ["CachedDataset"]
 
@@ -13,8 +13,13 @@ class CachedDataset(Dataset):
 
     Samples are stored under ``"{dataset_name}_{index}"`` in a distributed key-value store
     (a :class:`~bagua.torch_api.contrib.cache_loader.CacheLoader`; its other arguments, such
-    as ``hosts``, ``cluster_mode`` and ``capacity_per_node`` of the Redis backend, go in
-    ``**kwargs``).
+    as ``hosts``, ``cluster_mode``, ``capacity_per_node``, ``password`` and ``timeout`` of
+    the Redis backend, go in ``**kwargs``).
+
+    A sample read from the cache is unpickled only when its HMAC shows this job wrote it
+    (see :class:`~bagua.torch_api.contrib.utils.redis_store.RedisStore`); anything else, a
+    server that does not answer in time, or a sample that could not be stored, reads as a
+    miss and the sample is produced by ``dataset`` again.
 
     Args:
         dataset: the PyTorch dataset to wrap.
@@ -22,6 +27,8 @@ class CachedDataset(Dataset):
         dataset_name (str): prefix of the keys. Default: ``""``.
         writer_buffer_size (int): number of new samples collected before they are written to
             the store in one batch. Default: 20.
+        writer_buffer_bytes (int): most bytes the samples waiting to be written may take;
+            failed writes beyond it are dropped. Default: 256 MiB.
 
     Example::
 
@@ -31,10 +38,12 @@ class CachedDataset(Dataset):
     """
 
     def __init__(self, dataset: Dataset, backend: str = "redis", dataset_name: str = "",
-                 writer_buffer_size: int = 20, **kwargs):
+                 writer_buffer_size: int = 20,
+                 writer_buffer_bytes: int = DEFAULT_WRITER_BUFFER_BYTES, **kwargs):
         self.dataset = dataset
         #: The cache loader holding the samples.
-        self.cache_loader = CacheLoader(backend, dataset_name, writer_buffer_size, **kwargs)
+        self.cache_loader = CacheLoader(backend, dataset_name, writer_buffer_size,
+                                        writer_buffer_bytes, **kwargs)
 
     def __getitem__(self, item):
         return self.cache_loader.get(item, lambda x: self.dataset[x])

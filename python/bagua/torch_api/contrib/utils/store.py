@@ -3,12 +3,22 @@
 import struct
 from typing import Dict, List, Optional, Union
 
-__all__ = ["Store", "ClusterStore"]
+__all__ = ["Store", "ClusterStore", "StoreUnavailableError"]
+
+
+class StoreUnavailableError(ConnectionError):
+    """A store instance did not answer in time and is treated as down for a while: calls
+    fail at once with this error instead of waiting for it again. The dataset cache reads
+    it as a miss and drops the write."""
 
 
 class Store:
     """Base class of the key-value stores. Entries are written with :meth:`set` or
-    :meth:`mset` and read with :meth:`get` or :meth:`mget`."""
+    :meth:`mset` and read with :meth:`get` or :meth:`mget`.
+
+    A store may refuse to return a value it cannot vouch for (the Redis store checks an
+    HMAC on every value): such a value reads as missing (None). Any method may raise
+    :class:`StoreUnavailableError` when an instance is down."""
 
     def set(self, key: str, value: Union[str, bytes]):
         """Sets ``key`` to ``value``."""
