@@ -19,7 +19,10 @@ import atexit
 import datetime
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import warnings
 
 import torch.distributed as dist
 
@@ -32,16 +35,82 @@ LOOPBACK = "lo"
 
 def private_file_store(comm, world):
     """Returns a ``torch.distributed.FileStore`` for ``world`` ranks in a directory rank 0 of
-    ``comm`` creates (0700) and removes when its process exits. Collective over ``comm``."""
+    ``comm`` creates (0700) and that is removed when its process ends (normally or by a
+    signal; not when a child forked from it exits). Collective over ``comm``."""
     import torch.distributed as dist
 
     from bagua.torch_api.communication import broadcast_object
     where = None
     if comm.rank == 0:
-        where = tempfile.mkdtemp(prefix="bagua-store-")
-        atexit.register(shutil.rmtree, where, True)
+        where = private_directory()
     where = broadcast_object(where, 0, comm=comm)
     return dist.FileStore(os.path.join(where, "store"), world)
+
+
+def private_directory():
+    """Creates a directory (0700, ``bagua-store-*`` in the temporary directory) that is
+    removed when this process ends: at a normal exit, and by a watcher process when it is
+    ended by a signal (SIGTERM, SIGKILL). A child forked from it never removes it (see
+    ``remove_at_exit``)."""
+    where = tempfile.mkdtemp(prefix="bagua-store-")
+    remove_at_exit(where)
+    return where
+
+
+# Directories to remove at exit, each with the pid of the process that created it: a child
+# forked by that process inherits this list and its atexit handlers, and must not remove the
+# job's store under the parent (the parent's next FileStore wait would never end).
+_owned = []
+_atexit_installed = False
+# The write ends of the watchers' pipes: held open for the life of the process.
+_watcher_pipes = []
+
+# The watcher reads its stdin, a pipe whose write end only its owner (and children forked
+# from it) holds, until end of file: the owner has ended, however. Then it removes the
+# directory. It runs in its own session, so the signal that ends the owner's process group
+# (bagua-agent stops a worker's group) does not end it before it has cleaned up.
+_WATCHER = ("import os, shutil, sys\n"
+            "while os.read(0, 4096):\n"
+            "    pass\n"
+            "shutil.rmtree(sys.argv[1], ignore_errors=True)\n")
+
+
+def remove_at_exit(path):
+    """Removes ``path`` when this process (the one calling this, not a child forked from it)
+    ends: at once at a normal exit (atexit), and through a watcher process when it is ended by
+    a signal, so that SIGTERM keeps its default, immediate action (a Python handler would
+    wait for a blocking libbagua call to return first) and SIGKILL leaves nothing behind."""
+    global _atexit_installed
+    _owned.append((os.getpid(), path))
+    if not _atexit_installed:
+        atexit.register(_remove_owned)
+        _atexit_installed = True
+    _watch(path)
+
+
+def _watch(path):
+    read_end, write_end = os.pipe()
+    try:
+        subprocess.Popen([sys.executable, "-c", _WATCHER, path], stdin=read_end,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    except OSError as e:
+        os.close(write_end)
+        warnings.warn(f"cannot start the process that removes {path} should this process be "
+                      f"killed ({e}); it is still removed at a normal exit")
+        return
+    finally:
+        os.close(read_end)
+    _watcher_pipes.append(write_end)
+
+
+def _remove_owned():
+    """Removes the directories this very process registered; a forked child removes none."""
+    me = os.getpid()
+    for pid, path in list(_owned):
+        if pid == me:
+            shutil.rmtree(path, ignore_errors=True)
+            _owned.remove((pid, path))
 
 
 def pin_gloo_to_loopback():
