@@ -8,11 +8,24 @@ Layout under ``checkpoints_path``::
 
 Rank 0 writes (the model is data parallel: every rank holds the same state); every rank
 reads. The checkpoint directory must therefore be shared by the nodes of a multi-node job.
+
+Both calls are collective: every rank takes part in the same agreements on every path, so a
+rank that cannot see the files raises together with the others instead of returning early
+and pairing its next collective with another rank's agreement. Files are opened only when
+they are regular files (a FIFO would block the open), and checkpoints are unpickled with
+``torch.load(..., weights_only=True)`` where torch offers it (where it cannot read state dicts,
+as in torch 1.13, with the same allowlist of globals), so a checkpoint cannot run code.
 """
 
+import functools
+import inspect
+import io
 import logging
 import os
+import pickle
+import stat
 import tempfile
+import types
 from typing import Optional, Tuple
 
 import torch
@@ -39,8 +52,8 @@ def _get_checkpoint_tracker_filename(checkpoints_path: str) -> str:
 
 def _read_metadata(tracker_filename: str) -> Tuple[int, bool]:
     """``(iteration, release)`` from a tracker file; ``release`` tracker -> ``(0, True)``."""
-    with open(tracker_filename, "r") as f:
-        text = f.read().strip()
+    with _open_regular(tracker_filename, "checkpoint tracker file") as f:
+        text = f.read(4096).decode("utf-8", "replace").strip()
     if text == "release":
         return 0, True
     try:
@@ -64,24 +77,132 @@ def _rank_and_world():
     return 0, 1
 
 
+def _open_regular(name: str, what: str):
+    """``name`` opened for reading in binary mode when it is a regular file, else
+    ValueError naming it. Checked before the open (a FIFO's open would block until a writer
+    comes) and again on the open descriptor, which was opened without blocking, in case the
+    name was replaced in between."""
+    mode = os.stat(name).st_mode
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{what} {name} is not a regular file ({_kind(mode)}); accepted: a "
+                         "regular file")
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{what} {name} is not a regular file ({_kind(mode)}); accepted: "
+                             "a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind(mode: int) -> str:
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+class _StateUnpickler(pickle.Unpickler):
+    """An unpickler that builds tensors, containers and plain values only: every global a
+    pickle names must be one of torch's weights-only globals (tensor and storage classes,
+    dtypes, torch's rebuild functions, OrderedDict), so a pickle that names anything else,
+    e.g. a function that would run code, is refused before it is called."""
+
+    def find_class(self, module, name):
+        allowed = _allowed_globals()
+        key = f"{module}.{name}"
+        if key not in allowed:
+            raise pickle.UnpicklingError(f"global {key} is not allowed")
+        return allowed[key]
+
+
+@functools.lru_cache(maxsize=1)
+def _allowed_globals():
+    from torch import _weights_only_unpickler
+    return dict(_weights_only_unpickler._get_allowed_globals())
+
+
+#: A ``pickle_module`` for torch's loader made of _StateUnpickler.
+_STATE_PICKLE = types.SimpleNamespace(
+    __name__=__name__ + "._STATE_PICKLE", Unpickler=_StateUnpickler,
+    load=lambda f, **kw: _StateUnpickler(f, **kw).load())
+
+
+@functools.lru_cache(maxsize=1)
+def _weights_only_reads_state_dicts():
+    """Whether this torch's ``torch.load`` has ``weights_only`` and it reads what state dicts
+    hold: its first version (torch 1.13) refuses floats, which every optimizer state holds."""
+    if "weights_only" not in inspect.signature(torch.load).parameters:
+        return False
+    probe = io.BytesIO()
+    torch.save({"lr": 0.5, "t": torch.zeros(1)}, probe)
+    probe.seek(0)
+    try:
+        torch.load(probe, weights_only=True)
+        return True
+    except pickle.UnpicklingError:
+        return False
+
+
+def _load_state(name: str):
+    """The state dict in checkpoint ``name``: a regular file, unpickled without running code
+    (``torch.load(..., weights_only=True)``, or where that cannot read state dicts, torch's
+    zip-file loader with _StateUnpickler, the same allowlist: torch 1.13's ``torch.load``
+    ignores ``pickle_module`` unless ``weights_only``); a refusal names the file."""
+    with _open_regular(name, "checkpoint") as f:
+        try:
+            if _weights_only_reads_state_dicts():
+                return torch.load(f, map_location="cpu", weights_only=True)
+            serialization = torch.serialization
+            if not serialization._is_zipfile(f):
+                raise ValueError(f"checkpoint {name} is in torch's legacy (before 1.6) format, "
+                                 "which this torch cannot read without allowing code to run; "
+                                 "accepted: a checkpoint torch 1.6 or later saved")
+            with serialization._open_zipfile_reader(f) as archive:
+                return serialization._load(archive, "cpu", _STATE_PICKLE)
+        except pickle.UnpicklingError as e:
+            raise ValueError(f"checkpoint {name} was refused: it holds objects other than "
+                             "tensors, containers and plain values, which unpickling could "
+                             "run as code; accepted: a checkpoint of state dicts, as "
+                             f"save_checkpoint writes ({e})") from None
+
+
+# The outcome of a rank's first step of load_checkpoint, agreed on by all ranks.
+_OK, _MISSING, _INVALID = 0, 1, 2
+_OUTCOMES = ("found", "missing", "invalid")
+
+
+def _all_max(values):
+    """The element-wise maximum of the integer list ``values`` over all ranks (the list
+    itself with one rank). Every wait is bounded: libbagua's collectives by
+    BAGUA_COMM_TIMEOUT_MS, torch.distributed's by its process group's timeout."""
+    _, world = _rank_and_world()
+    if world == 1:
+        return list(values)
+    flag = torch.tensor(values, dtype=torch.int64)
+    if communication.is_initialized():
+        communication.allreduce_inplace(flag, op=communication.ReduceOp.MAX)
+    else:
+        # torch.distributed only (bagua not initialised): its own all_reduce, on the device
+        # its backend reduces on.
+        if dist.get_backend() == dist.Backend.NCCL:
+            flag = flag.cuda()
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return [int(v) for v in flag.cpu().tolist()]
+
+
 def _agree(failed: bool, what: str):
     """Every rank learns whether any rank failed ``what``; doubles as the barrier.
 
     A plain barrier would leave the other ranks waiting for a rank that failed until the
     communication timeout; exchanging a flag instead lets all of them raise at once.
     """
-    _, world = _rank_and_world()
-    if world == 1:
-        return
-    if communication.is_initialized():
-        flag = torch.tensor([1 if failed else 0], dtype=torch.int64)
-        communication.allreduce_inplace(flag, op=communication.ReduceOp.MAX)
-        any_failed = bool(flag.item())
-    else:
-        # torch.distributed only (bagua not initialised): a barrier, as upstream Bagua.
-        dist.barrier()
-        any_failed = False
-    if any_failed and not failed:
+    if _all_max([1 if failed else 0])[0] and not failed:
         raise RuntimeError(f"{what} failed on another rank (see its error)")
 
 
@@ -168,9 +289,9 @@ def load_checkpoint(
     """Loads the latest checkpoint under ``checkpoints_path`` (the one the tracker file
     names) into ``model``, ``optimizer`` and ``lr_scheduler``, and returns its iteration.
 
-    Every rank calls it and reads the files. Without a tracker file nothing is loaded and
-    the return value is 0 (a job starting from scratch), as upstream Bagua; a ``release``
-    tracker loads the ``release`` directory and returns 0.
+    Every rank calls it and reads the files. Without a tracker file (on every rank) nothing
+    is loaded and the return value is 0 (a job starting from scratch), as upstream Bagua; a
+    ``release`` tracker loads the ``release`` directory and returns 0.
 
     Args:
         checkpoints_path (str): directory of the checkpoints.
@@ -183,18 +304,51 @@ def load_checkpoint(
             ``model.state_dict()`` exactly. Default: True.
 
     Raises:
-        ValueError: the tracker file holds neither an iteration number nor ``release``, or
-            the checkpoint lacks the optimizer or scheduler state asked for.
+        ValueError: the tracker file holds neither an iteration number nor ``release``, it or
+            the checkpoint is not a regular file, the checkpoint holds objects that unpickling
+            could run as code, or it lacks the optimizer or scheduler state asked for.
+        RuntimeError: on the other ranks when one rank raised, or when the ranks do not see
+            the same tracker file; every rank raises at the same call.
     """
     tracker = _get_checkpoint_tracker_filename(checkpoints_path)
-    if not os.path.isfile(tracker):
-        LOGGER.warning("could not find checkpoint metadata file %s", tracker)
-        return 0
+    # First agreement: every rank says whether it found the tracker, found none, or found an
+    # invalid one, and which iteration; all ranks then go on, return or raise together.
+    outcome, iteration, release, error = _OK, 0, False, None
     try:
         iteration, release = _read_metadata(tracker)
+    except FileNotFoundError:
+        outcome = _MISSING
+    except Exception as e:
+        outcome, error = _INVALID, e
+    # The maximum of each outcome's flag, of the iteration and of its negation (its minimum).
+    key = -1 if release else iteration
+    seen = _all_max([int(outcome == o) for o in range(len(_OUTCOMES))] + [key, -key])
+    found = [word for o, word in enumerate(_OUTCOMES) if seen[o]]
+    if error is not None:
+        raise error
+    if seen[_INVALID]:
+        raise RuntimeError("load_checkpoint failed on another rank: its checkpoint tracker "
+                           f"file {tracker} is invalid (see its error)")
+    if found == ["missing"]:
+        LOGGER.warning("could not find checkpoint metadata file %s", tracker)
+        return 0
+    if seen[_MISSING]:
+        raise RuntimeError(f"load_checkpoint: the checkpoint tracker file {tracker} is "
+                           f"{'missing' if outcome == _MISSING else 'found'} here but "
+                           f"{'found' if outcome == _MISSING else 'missing'} on another rank; "
+                           "accepted: a checkpoint directory every rank sees (shared by the "
+                           "nodes of a multi-node job)")
+    if seen[-2] != -seen[-1]:
+        raise RuntimeError(f"load_checkpoint: the ranks read different iterations from "
+                           f"{tracker}; accepted: one tracker file every rank sees")
+    # Second agreement: every rank loaded the checkpoint.
+    try:
         LOGGER.info("loading checkpoint from %s at iteration %d", checkpoints_path, iteration)
         name = _get_model_ckpt_name(checkpoints_path, iteration, release=release)
-        state = torch.load(name, map_location="cpu")
+        state = _load_state(name)
+        if not isinstance(state, dict) or "model" not in state:
+            raise ValueError(f"checkpoint {name} holds no model state; accepted: a checkpoint "
+                             "save_checkpoint wrote")
         for key, wanted in (("optimizer", optimizer), ("lr_scheduler", lr_scheduler)):
             if wanted is not None and key not in state:
                 raise ValueError(f"checkpoint {name} holds no {key} state (it holds "
