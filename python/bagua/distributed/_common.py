@@ -7,6 +7,7 @@ and bagua-launch reads its own variables (BAGUA_NPROC_PER_NODE, BAGUA_PYTHON, ..
 """
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -93,6 +94,26 @@ def check_port(option, port):
         raise OptionError(option, f"{port} is not a TCP port; accepted: 1 to 65535")
 
 
+def check_range(option, value, low, high, unit="", variable=None):
+    """Refuses a number (int or float) that is not finite or not within [low, high]; the
+    message names the option, the value and the range (and the variable that holds the same
+    setting, whose bounds in common/params.def these are). None passes (the option was not
+    given)."""
+    if value is None:
+        return value
+    if not (math.isfinite(value) and low <= value <= high):
+        where = f" (as {variable})" if variable else ""
+        raise OptionError(option, f"{value!r} is out of range; accepted: {low:g} to "
+                          f"{high:g}{unit}{where}")
+    return value
+
+
+# The libbagua registry's bounds (common/params.def) of the settings these options set;
+# tests/python/test_run_options.py checks them against the registry.
+BUCKET_SIZE_RANGE = (4096, 4294967296)
+AUTOTUNE_MAX_SAMPLES_RANGE = (1, 1000)
+
+
 def bagua_flags(args):
     """bagua-launch flags for the options add_bagua_options() declares."""
     out = []
@@ -104,6 +125,8 @@ def bagua_flags(args):
                           "accepted: 0 (off) or 1 (tune, bagua-launch --autotune), upstream's "
                           "two levels")
     if args.autotune_max_samples is not None:
+        check_range("--autotune_max_samples", args.autotune_max_samples,
+                    *AUTOTUNE_MAX_SAMPLES_RANGE, variable="BAGUA_AUTOTUNE_MAX_SAMPLES")
         out += ["-x", f"BAGUA_AUTOTUNE_MAX_SAMPLES={args.autotune_max_samples}"]
     # Upstream's autotuner measured for so many seconds; Bagua-C's counts training steps, and a
     # number of seconds cannot be turned into steps before the job has run any.
@@ -114,6 +137,8 @@ def bagua_flags(args):
             raise OptionError(option, "Bagua-C's autotuner counts steps, not seconds; accepted: "
                               f"leave it out, or set {variable} in the environment")
     if args.default_bucket_size is not None:
+        check_range("--default_bucket_size", args.default_bucket_size, *BUCKET_SIZE_RANGE,
+                    " bytes", "BAGUA_BUCKET_SIZE")
         out += ["-x", f"BAGUA_BUCKET_SIZE={args.default_bucket_size}"]
     if args.enable_bagua_net:
         out += ["--net-plugin", "bagua"]

@@ -22,8 +22,8 @@ import os
 import re
 
 from bagua.distributed._common import (OptionError, add_bagua_options, add_option,
-                                       add_program, bagua_flags, check_port, execute,
-                                       program_argv)
+                                       add_program, bagua_flags, check_port, check_range,
+                                       execute, program_argv)
 
 PROG = "python -m bagua.distributed.launch"
 
@@ -118,8 +118,8 @@ def build_argv(args, python=None):
         if args.rdzv_endpoint:
             out += ["--rdzv-endpoint", args.rdzv_endpoint]
     if args.nproc_per_node is not None:
-        if args.nproc_per_node < 1:
-            raise OptionError("--nproc_per_node", f"{args.nproc_per_node}; accepted: 1 or more")
+        check_range("--nproc_per_node", args.nproc_per_node, 1, 4096,
+                    variable="BAGUA_NPROC_PER_NODE")
         out += ["--nproc-per-node", str(args.nproc_per_node)]
     if args.logdir:
         # Upstream created the directory relative to its working directory; the agents may

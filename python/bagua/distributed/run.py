@@ -23,8 +23,8 @@ import math
 import os
 
 from bagua.distributed._common import (OptionError, add_bagua_options, add_option,
-                                       add_program, bagua_flags, check_port, execute,
-                                       program_argv)
+                                       add_program, bagua_flags, check_port, check_range,
+                                       execute, program_argv)
 
 PROG = "python -m bagua.distributed.run"
 
@@ -141,54 +141,82 @@ def local_world_size(value, gpu_count=_gpu_count):
         else:
             raise OptionError("--nproc_per_node", f"{value!r}; accepted: a number, cpu, gpu "
                               "or auto") from None
-    if n < 1:
-        raise OptionError("--nproc_per_node", f"{n}; accepted: 1 or more")
+    check_range("--nproc_per_node", n, *NPROC_PER_NODE_RANGE, variable="BAGUA_NPROC_PER_NODE")
     return n
 
 
-def _seconds(key, value):
+# --rdzv_conf's numeric keys (seconds, as torch takes them): bagua-launch's flag, its unit
+# (1 or 1000 per second) and the accepted range in seconds, which is the libbagua registry's
+# range of the flag's setting (common/params.def) expressed in seconds.
+RDZV_CONF_SECONDS = {
+    "join_timeout": ("--rdzv-timeout", 1, 1, 86400, "BAGUA_RDZV_TIMEOUT_S"),
+    "timeout": ("--rdzv-timeout", 1, 1, 86400, "BAGUA_RDZV_TIMEOUT_S"),
+    "last_call_timeout": ("--last-call-ms", 1000, 0, 600, "BAGUA_RDZV_LAST_CALL_MS"),
+    "read_timeout": ("--etcd-timeout-ms", 1000, 0.1, 600, "BAGUA_ETCD_TIMEOUT_MS"),
+}
+# keep_alive_interval x keep_alive_max_attempt becomes the agents' etcd lease TTL
+# (--lease-ttl, BAGUA_LEASE_TTL_S: 2 to 3600 s); each factor alone is bounded by it too.
+LEASE_TTL_RANGE = (2, 3600)
+MAX_RESTARTS_RANGE = (0, 1000000)         # BAGUA_MAX_RESTARTS
+NPROC_PER_NODE_RANGE = (1, 4096)          # BAGUA_NPROC_PER_NODE
+MONITOR_INTERVAL_RANGE = (0.001, 86400)   # seconds; no effect here, but checked as upstream's
+RDZV_CONF_KEYS = ("join_timeout, timeout, last_call_timeout, read_timeout, "
+                  "keep_alive_interval, keep_alive_max_attempt, is_host, rank")
+
+
+def _number(key, value, low, high):
+    """``value`` of --rdzv_conf's ``key`` as a finite number of seconds in [low, high]."""
     try:
         s = float(value)
     except ValueError:
-        raise OptionError("--rdzv_conf", f"{key}={value!r} is not a number of seconds") from None
-    if not (s > 0 and math.isfinite(s)):
-        raise OptionError("--rdzv_conf", f"{key}={value!r}; accepted: a positive number")
+        raise OptionError("--rdzv_conf", f"{key}={value!r} is not a number of seconds; "
+                          f"accepted: {low:g} to {high:g}") from None
+    if not (math.isfinite(s) and low <= s <= high):
+        raise OptionError("--rdzv_conf", f"{key}={value!r} is out of range; accepted: "
+                          f"{low:g} to {high:g} seconds")
     return s
 
 
 def rdzv_conf_flags(text):
-    """bagua-launch flags for torchrun's --rdzv_conf KEY=VALUE,... (seconds, like torch)."""
+    """bagua-launch flags for torchrun's --rdzv_conf KEY=VALUE,... (seconds, like torch).
+
+    Every numeric value must be finite and within the range of the bagua-launch setting it
+    becomes (RDZV_CONF_SECONDS, LEASE_TTL_RANGE); anything else is an OptionError."""
     out = []
     keep_alive = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key:
-            raise OptionError("--rdzv_conf", f"{item!r} is not KEY=VALUE")
-        if key in ("join_timeout", "timeout"):
-            out += ["--rdzv-timeout", str(math.ceil(_seconds(key, value)))]
-        elif key == "last_call_timeout":
-            out += ["--last-call-ms", str(round(_seconds(key, value) * 1000))]
-        elif key == "read_timeout":
-            out += ["--etcd-timeout-ms", str(round(_seconds(key, value) * 1000))]
+            raise OptionError("--rdzv_conf", f"{item!r} is not KEY=VALUE; accepted keys: "
+                              f"{RDZV_CONF_KEYS}")
+        if key in RDZV_CONF_SECONDS:
+            flag, per_second, low, high, _ = RDZV_CONF_SECONDS[key]
+            s = _number(key, value, low, high)
+            count = math.ceil(s) if per_second == 1 else round(s * per_second)
+            out += [flag, str(count)]
         elif key == "keep_alive_interval":
-            keep_alive[key] = _seconds(key, value)
+            keep_alive[key] = _number(key, value, 0.001, LEASE_TTL_RANGE[1])
         elif key == "keep_alive_max_attempt":
-            keep_alive[key] = _seconds(key, value)
+            keep_alive[key] = _number(key, value, 1, LEASE_TTL_RANGE[1])
         elif key in ("is_host", "rank"):
             # Which node hosts torch's store, and the static backend's node rank: the etcd
             # rendezvous has neither.
             continue
         else:
             raise OptionError("--rdzv_conf", f"{key}: no counterpart here; accepted keys: "
-                              "join_timeout, timeout, last_call_timeout, read_timeout, "
-                              "keep_alive_interval, keep_alive_max_attempt, is_host, rank")
+                              f"{RDZV_CONF_KEYS}")
     if keep_alive:
         # torch declares a node dead after so many missed heartbeats; an etcd lease of that
         # length does the same for a bagua-agent.
-        ttl = (keep_alive.get("keep_alive_interval", KEEP_ALIVE_INTERVAL_S)
-               * keep_alive.get("keep_alive_max_attempt", KEEP_ALIVE_MAX_ATTEMPT))
-        out += ["--lease-ttl", str(math.ceil(ttl))]
+        ttl = math.ceil(keep_alive.get("keep_alive_interval", KEEP_ALIVE_INTERVAL_S)
+                        * keep_alive.get("keep_alive_max_attempt", KEEP_ALIVE_MAX_ATTEMPT))
+        low, high = LEASE_TTL_RANGE
+        if not low <= ttl <= high:
+            raise OptionError("--rdzv_conf", f"keep_alive_interval x keep_alive_max_attempt = "
+                              f"{ttl} s is out of range (the agents' etcd lease, --lease-ttl); "
+                              f"accepted: {low} to {high} seconds")
+        out += ["--lease-ttl", str(ttl)]
     return out
 
 
@@ -230,12 +258,11 @@ def build_argv(args, python=None, gpu_count=_gpu_count):
     out += rendezvous_flags(args, min_nodes, max_nodes)
     out += rdzv_conf_flags(args.rdzv_conf)
     if args.max_restarts is not None:
-        if args.max_restarts < 0:
-            raise OptionError("--max_restarts", f"{args.max_restarts}; accepted: 0 or more")
+        check_range("--max_restarts", args.max_restarts, *MAX_RESTARTS_RANGE,
+                    variable="BAGUA_MAX_RESTARTS")
         out += ["--max-restarts", str(args.max_restarts)]
-    if not args.monitor_interval > 0:
-        raise OptionError("--monitor_interval", f"{args.monitor_interval}; accepted: a "
-                          "positive number of seconds (no effect here)")
+    check_range("--monitor_interval", args.monitor_interval, *MONITOR_INTERVAL_RANGE,
+                " seconds (no effect here)")
     if not 0 <= args.node_rank < max_nodes:
         raise OptionError("--node_rank", f"{args.node_rank} is not a node of --nnodes "
                           f"{args.nnodes or '1:1'}; accepted: 0 to {max_nodes - 1}")
