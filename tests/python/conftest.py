@@ -25,6 +25,16 @@ def free_port():
     return _free_port("127.0.0.1")
 
 
+def run_module(cwd, module, *argv, timeout=90, env=None):
+    """Runs `python -m MODULE ARGV` in `cwd` with one OpenMP thread per process (and `env` on
+    top); returns the completed process, its output merged into stdout."""
+    e = dict(os.environ, OMP_NUM_THREADS="1")
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", module, *map(str, argv)], cwd=cwd, env=e,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
+
+
 class Result:
     def __init__(self, codes, outputs):
         self.codes = codes

@@ -13,6 +13,7 @@ import pytest
 
 from bagua.distributed import OptionError, find_launcher, launch, run
 from bagua.script import baguarun
+from conftest import run_module
 
 PY = "/opt/venv/bin/python"
 
@@ -42,11 +43,7 @@ RESULT = re.compile(r"RESULT rank=(\d+) world=(\d+) sum=(\S+) exe=(\S+)")
 
 def job(tmp_path, module, *argv, timeout=90, env=None):
     """Runs `python -m MODULE ARGV` in tmp_path; returns the completed process."""
-    e = dict(os.environ, OMP_NUM_THREADS="1")
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", module, *argv], cwd=tmp_path, env=e,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+    return run_module(tmp_path, module, *argv, timeout=timeout, env=env)
 
 
 def check_allreduce(proc, world):

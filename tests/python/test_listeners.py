@@ -3,7 +3,9 @@ works (Gloo collectives and new groups), and every listening socket of every wor
 to loopback, so no unauthenticated store or Gloo port is reachable from another host. On a job
 that spans nodes (two agents, each its own node, on a real etcd) torch's store lives in the
 job's etcd: no worker listens on MASTER_PORT, and torch.distributed works. The store itself
-(bagua._C.Store and the EtcdStore on it) is checked against the same etcd."""
+(bagua._C.Store and the EtcdStore on it) is checked against the same etcd. On env:// with a
+job secret (BAGUA_JOB_SECRET) no TCPStore listens on MASTER_PORT and a stranger's store client
+is refused, and ranks on several hosts without the job's etcd are refused with the reason."""
 
 import datetime
 import os
@@ -18,7 +20,7 @@ import torch.distributed as dist
 
 from bagua import _C
 from bagua.torch_api import _store
-from conftest import AGENT, registered
+from conftest import AGENT, registered, run_module
 
 WORKER = textwrap.dedent("""\
     import os
@@ -77,10 +79,7 @@ def is_loopback(hex_addr):
 
 def test_one_host_job_listens_on_loopback_only(tmp_path):
     (tmp_path / "worker.py").write_text(WORKER)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bagua.distributed.launch", "--nproc_per_node", "2",
-         "worker.py"], cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=90)
+    proc = run_module(tmp_path, "bagua.distributed.launch", "--nproc_per_node", "2", "worker.py")
     assert proc.returncode == 0, proc.stdout
     found = {int(m[0]): m for m in RESULT.findall(proc.stdout)}
     assert sorted(found) == [0, 1], proc.stdout
@@ -175,3 +174,54 @@ def test_etcd_store_carries_a_gloo_group(etcd):
         assert store.num_keys() >= 1
     finally:
         dist.destroy_process_group()
+
+
+SECRET = "0123456789abcdef" * 4
+
+# WORKER, then a stranger (rank 1 here, holding no secret of its own) tries torch's TCPStore
+# client on MASTER_PORT, where torch's env:// store would listen.
+assert WORKER.endswith("dist.barrier()\n")
+STRANGER = WORKER[:-len("dist.barrier()\n")] + textwrap.dedent("""\
+    if rank == 1:
+        import datetime
+        try:
+            peer = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 2,
+                                 False, timeout=datetime.timedelta(seconds=3))
+            peer.set("stranger", "x")
+            print("STRANGER wrote a key", flush=True)
+        except Exception as e:
+            print(f"STRANGER refused: {type(e).__name__}", flush=True)
+    dist.barrier()
+    """)
+
+
+def test_env_bootstrap_with_a_job_secret_opens_no_tcp_store(workers, tmp_path):
+    """BAGUA_BOOTSTRAP=env:// (the default) with a job secret, as bagua-launch's workers have
+    it: torch's store is not an unauthenticated TCPStore on MASTER_PORT, and the job works."""
+    script = tmp_path / "stranger.py"
+    script.write_text(STRANGER)
+    result = workers(str(script), 2, env={"BAGUA_JOB_SECRET": SECRET,
+                                          "BAGUA_BOOTSTRAP": "env://"}).check()
+    out = "\n".join(result.outputs)
+    found = {int(m[0]): m for m in RESULT.findall(out)}
+    assert sorted(found) == [0, 1], out
+    for rank, (_, gloo, addrs, master_port, store) in found.items():
+        assert float(gloo) == 6, out
+        assert store != "TCPStore", out
+        ports = {int(a.split(":")[1], 16) for a in addrs.split(",") if a}
+        assert int(master_port) not in ports, f"rank {rank} listens on MASTER_PORT:\n{out}"
+    assert "STRANGER refused" in out, out
+
+
+def test_env_bootstrap_with_a_job_secret_across_hosts_is_refused(workers, tmp_path):
+    """Across (emulated) hosts without the job's etcd there is no store that needs no open
+    listener: every rank refuses, naming the reason, instead of opening a TCPStore."""
+    script = tmp_path / "stranger.py"
+    script.write_text(STRANGER)
+    env = {"BAGUA_JOB_SECRET": SECRET, "BAGUA_BOOTSTRAP": "env://", "BAGUA_RDZV_ENDPOINT": "",
+           "BAGUA_JOB_ID": ""}
+    result = workers(str(script), 2, env=env, nodes=2, timeout=120)
+    for code, out in zip(result.codes, result.outputs):
+        assert code != 0, out
+        assert "BAGUA_JOB_SECRET" in out and "TCPStore" in out, out
+        assert "RESULT" not in out, out

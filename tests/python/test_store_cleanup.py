@@ -12,6 +12,8 @@ import sys
 import textwrap
 import time
 
+from conftest import run_module
+
 FORK_WORKER = textwrap.dedent("""\
     import os
     import sys
@@ -59,10 +61,8 @@ SIGTERM_WORKER = textwrap.dedent("""\
 
 def test_forked_child_leaves_the_store(tmp_path):
     (tmp_path / "worker.py").write_text(FORK_WORKER)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bagua.distributed.launch", "--nproc_per_node", "2",
-         "worker.py"], cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    proc = run_module(tmp_path, "bagua.distributed.launch", "--nproc_per_node", "2", "worker.py",
+                      timeout=120)
     assert proc.returncode == 0, proc.stdout
     assert "STORE exists=True" in proc.stdout, proc.stdout
     sums = dict(re.findall(r"RESULT rank=(\d+) sum=(\S+)", proc.stdout))

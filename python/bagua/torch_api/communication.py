@@ -497,7 +497,10 @@ def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
     free port for libbagua and publishes it through torch's store. Under bagua-launch on one
     host, ``torch.distributed`` starts on a private ``FileStore`` and Gloo on loopback, so the
     job opens no listener beyond loopback; across hosts, on a store in the job's etcd, so it
-    opens no store listener (see ``_store``). Raises RuntimeError when called twice.
+    opens no store listener (see ``_store``). The same holds on ``env://`` when the job has a
+    secret (BAGUA_JOB_SECRET): libbagua's authenticated bootstrap on MASTER_PORT runs first,
+    and torch gets the etcd or private store instead of an open TCPStore (RuntimeError when
+    it can have neither). Raises RuntimeError when called twice.
     """
     global _default_group
     if _default_group is not None:
@@ -533,13 +536,32 @@ def init_process_group(store=None, rank=-1, world_size=-1, local_world_size=-1,
         if store is None and world > 1 and bootstrap.startswith("etcd://"):
             # bagua-launch across hosts: torch's store in the job's etcd, no TCPStore.
             store = _store.job_etcd_store()
+        if store is None and world > 1 and bootstrap.startswith("env://") and \
+                _C.param_get("BAGUA_JOB_SECRET"):
+            # A job with a secret (bagua-launch's) on env://: torch's env:// store would be a
+            # TCPStore on MASTER_PORT without it. libbagua's env:// bootstrap proves the
+            # secret, so it comes first, and torch gets a store that needs no listener.
+            comm = _C.Comm(rank=me, size=world, bootstrap=bootstrap, transport=transport)
+            if local_size == world:
+                store = _store.private_file_store(comm, world)
+                _store.pin_gloo_to_loopback()
+            else:
+                store = _store.job_etcd_store()
+            if store is None:
+                raise RuntimeError(
+                    "BAGUA_BOOTSTRAP=env:// with BAGUA_JOB_SECRET set, on ranks that span "
+                    "hosts: torch.distributed's env:// store would be a TCPStore on "
+                    "MASTER_PORT that anyone can read and write, and this job has no etcd "
+                    "(BAGUA_RDZV_ENDPOINT, BAGUA_JOB_ID, BAGUA_ROUND) for it; accepted: "
+                    "etcd:// (bagua-launch's default), all ranks on one host, or a store "
+                    "passed to init_process_group(store=...)")
         backend = _torch_backend()
         if store is None:
             dist.init_process_group(backend=backend, init_method="env://", rank=me,
                                     world_size=world)
         else:
             dist.init_process_group(backend=backend, store=store, rank=me, world_size=world)
-    if bootstrap.startswith("env://") and world > 1:
+    if comm is None and bootstrap.startswith("env://") and world > 1:
         kv = store if store is not None else dist.distributed_c10d._get_default_store()
         if me == 0:
             kv.set("bagua/bootstrap", f"tcp://{env.get_master_addr()}:{_free_port()}")
