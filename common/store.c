@@ -308,10 +308,11 @@ bagua_status_t bagua_store_count(bagua_store_t *store, int64_t *count) {
     return BAGUA_ERR_INVALID_ARG;
   }
   *count = 0;
-  bagua__etcd_kv_t *kvs = NULL;
-  size_t n = 0;
-  bagua_status_t st = bagua__etcd_range_prefix(store->etcd, store->prefix, &kvs, &n, NULL);
-  if (st == BAGUA_OK) *count = (int64_t)n;
-  bagua__etcd_kvs_free(kvs, n);
+  /* etcd counts the keys itself: reading them back would move every value (and fail once
+   * they pass the client's 64 MiB reply bound) only to count them. */
+  bagua__etcd_read_t r = {.span = {.key = store->prefix, .prefix = 1}, .count_only = 1};
+  bagua_status_t st = bagua__etcd_read_ranges(store->etcd, &r, 1, NULL);
+  if (st == BAGUA_OK) *count = r.count;
+  bagua__etcd_reads_clear(&r, 1);
   return st;
 }
