@@ -19,6 +19,7 @@
 
 #include "agent_internal.h"
 #include "common/log.h"
+#include "common/validate.h"
 #include "common/sock.h"
 #include "common/time.h"
 
@@ -215,13 +216,8 @@ int bagua__metrics_start(const char *addr, int port, bagua__metrics_t **out, cha
                          size_t errlen) {
   *out = NULL;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  if (!addr || inet_pton(AF_INET, addr, &sa.sin_addr) != 1) {
-    snprintf(err, errlen,
-             "--metrics-addr \"%s\" is not an IPv4 address; accepted: an address of this host "
-             "such as 127.0.0.1",
-             addr ? addr : "");
-    return -1;
-  }
+  if (bagua__check_listen_addr("--metrics-addr", addr, err, errlen) != BAGUA_OK) return -1;
+  inet_pton(AF_INET, addr, &sa.sin_addr);
   bagua__metrics_t *m = calloc(1, sizeof(*m));
   if (!m) {
     snprintf(err, errlen, "out of memory");

@@ -4,6 +4,7 @@
  */
 #include "validate.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -142,6 +143,26 @@ bagua_status_t bagua__check_host(const char *text, char *err, size_t errlen) {
       snprintf(err, errlen, "\"%s\" contains '%c'; accepted: " BAGUA_HOST_ACCEPTED, text, c);
     else
       snprintf(err, errlen, "the value contains byte 0x%02x; accepted: " BAGUA_HOST_ACCEPTED, c);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  return BAGUA_OK;
+}
+
+bagua_status_t bagua__check_listen_addr(const char *what, const char *text, char *err,
+                                        size_t errlen) {
+  struct in_addr a;
+  if (!text || inet_pton(AF_INET, text, &a) != 1) {
+    snprintf(err, errlen, "%s%s\"%s\" is not an IPv4 address; accepted: " BAGUA_LISTEN_ACCEPTED,
+             what, *what ? " " : "", text ? text : "");
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  /* 224/4 is multicast; 240/4 is reserved and ends with the limited broadcast address. */
+  unsigned first = ntohl(a.s_addr) >> 24;
+  if (first >= 224) {
+    snprintf(err, errlen,
+             "%s%s\"%s\" is a %s address, which no client can connect to; "
+             "accepted: " BAGUA_LISTEN_ACCEPTED,
+             what, *what ? " " : "", text, first < 240 ? "multicast" : "broadcast or reserved");
     return BAGUA_ERR_INVALID_ARG;
   }
   return BAGUA_OK;

@@ -31,6 +31,9 @@
 #define BAGUA_NNODES_ACCEPTED "N or MIN:MAX with 1 <= MIN <= MAX <= 65536"
 #define BAGUA_ENDPOINTS_ACCEPTED "HOST:PORT[,HOST:PORT...] (an http:// prefix is optional)"
 #define BAGUA_HOST_ACCEPTED "a host name or an IPv4 address"
+#define BAGUA_LISTEN_ACCEPTED                                                                   \
+  "an IPv4 address of this host such as 127.0.0.1 (0.0.0.0: every interface), not a multicast " \
+  "(224.0.0.0/4), broadcast or reserved (240.0.0.0/4) address"
 /* The etcd client port an endpoint without a port means (etcd's own default). */
 #define BAGUA_ETCD_DEFAULT_PORT 2379
 
@@ -45,6 +48,11 @@ bagua_status_t bagua__check_nnodes(const char *text, int64_t *min, int64_t *max,
                                    size_t errlen);
 /* A host name or address: letters, digits and . - _ : [ ] (IPv6 brackets). */
 bagua_status_t bagua__check_host(const char *text, char *err, size_t errlen);
+/* An IPv4 address a TCP listener can bind: dotted decimal, neither multicast nor broadcast nor
+ * reserved (the kernel accepts a bind to some of those, and then no client can reach it). The
+ * message starts with `what` ("" for none). */
+bagua_status_t bagua__check_listen_addr(const char *what, const char *text, char *err,
+                                        size_t errlen);
 /* A comma-separated list of [http://|https://]HOST:PORT entries, PORT in [1, 65535]. */
 bagua_status_t bagua__check_endpoints(const char *text, char *err, size_t errlen);
 /*

@@ -79,6 +79,7 @@ typedef enum {
   LT_ENDPOINTS,
   LT_TEMPLATE, /* remote command template with {host} */
   LT_HOST,     /* host name or address */
+  LT_LISTEN,   /* IPv4 address a listener binds (common/validate.h) */
   LT_CHOICE    /* one of the words of `choices` */
 } bagua__launch_type_t;
 

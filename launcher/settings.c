@@ -168,7 +168,7 @@ static bagua__launch_desc_t g_desc[LS__COUNT] = {
                          .shared = SHARED(METRICS_PORT)},
     [LS_METRICS_ADDR] = {.name = "metrics_addr",
                          .section = "job",
-                         .type = LT_HOST,
+                         .type = LT_LISTEN,
                          .lo = 0,
                          .hi = 0,
                          .def = "127.0.0.1",

@@ -65,6 +65,8 @@ static int check_value(const bagua__launch_desc_t *d, const char *text, int64_t 
       return bagua__check_id(text, err, errlen) == BAGUA_OK ? 0 : -1;
     case LT_HOST:
       return bagua__check_host(text, err, errlen) == BAGUA_OK ? 0 : -1;
+    case LT_LISTEN:
+      return bagua__check_listen_addr("", text, err, errlen) == BAGUA_OK ? 0 : -1;
     case LT_ENDPOINTS:
       /* Empty means "start a private etcd". */
       return !*text || bagua__check_endpoints(text, err, errlen) == BAGUA_OK ? 0 : -1;

@@ -14,6 +14,8 @@
  *    values consistent with the job (round 1, one node, leader, worker step advancing); other
  *    paths get 404.
  *  - metrics_in_use: --metrics-port of a port already bound: exit 2 with a message naming it.
+ *  - metrics_unreachable: --metrics-addr of a multicast, the broadcast or a reserved address
+ *    (which the kernel lets a TCP socket bind, and no client can reach): exit 2 naming it.
  */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -387,8 +389,30 @@ static void test_metrics_in_use(void) {
   h_fini(&h);
 }
 
+static void test_metrics_unreachable(void) {
+  harness_t h;
+  h_init(&h, "metrics_unreachable", 1);
+  static const char *const addrs[][2] = {{"224.0.0.1", "a multicast address"},
+                                         {"255.255.255.255", "a broadcast or reserved address"},
+                                         {"240.1.2.3", "a broadcast or reserved address"}};
+  for (size_t i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
+    const char *a[] = {"--nnodes",       "1", "--nproc-per-node", "1",
+                       "--metrics-port", "9", "--metrics-addr",   addrs[i][0],
+                       STEADY,           NULL};
+    const char *cmd[] = {"/bin/true", NULL};
+    agent_proc_t ap;
+    h_spawn_cmd(&h, &ap, "n1", NULL, a, cmd);
+    ASSERT_EQ(h_wait_exit(&ap, 10000), 2);
+    char want[160];
+    snprintf(want, sizeof(want), "--metrics-addr \"%s\" is %s", addrs[i][0], addrs[i][1]);
+    h_expect_stderr(&ap, want);
+  }
+  h_fini(&h);
+}
+
 int main(int argc, char **argv) {
   TEST_RUN_SCENARIOS(argc, argv, {"status_list", test_status_list},
                      {"unknown_job", test_unknown_job}, {"metrics", test_metrics},
-                     {"metrics_in_use", test_metrics_in_use});
+                     {"metrics_in_use", test_metrics_in_use},
+                     {"metrics_unreachable", test_metrics_unreachable});
 }
