@@ -477,6 +477,22 @@ bagua_status_t bagua_ddp_set_step(bagua_ddp_t *d, int64_t step) {
   return BAGUA_OK;
 }
 
+static bagua_status_t check_step(bagua_ddp_t *d, const char *fn);
+
+bagua_status_t bagua_ddp_local_step(bagua_ddp_t *d) {
+  BAGUA_CHECK(check_step(d, "bagua_ddp_local_step"));
+  if (!d->phase.numbered) return BAGUA_OK;
+  if (d->phase.number >= BAGUA__DDP_MAX_STEP) {
+    BAGUA_WARN("bagua_ddp_local_step: the step number is already %lld, the largest accepted",
+               (long long)d->phase.number);
+    return BAGUA_ERR_INVALID_USAGE;
+  }
+  /* The phase check of the current step reads the number when it is queued: a step that has
+   * started communicating keeps the number it sent, and the next one is numbered from here. */
+  d->phase.number++;
+  return BAGUA_OK;
+}
+
 static void update_stats(bagua_ddp_t *d, double t_entry, double t_waited) {
   double busy, overlap;
   bagua__ddp_sched_times(d, d->iter_first_job, d->compute_start, t_entry, &busy, &overlap);

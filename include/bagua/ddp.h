@@ -239,6 +239,17 @@ BAGUA_EXTERN const char *bagua_ddp_algorithm_options(const char *name);
 BAGUA_EXTERN bagua_status_t bagua_ddp_set_step(bagua_ddp_t *ddp, int64_t step);
 
 /*
+ * Counts an iteration that this rank ran without communicating (a forward and backward pass
+ * under PyTorch's no_sync(), say): with numbered steps, the current step's number goes up by
+ * one, so a rank that runs such an iteration while the others communicate is caught at its
+ * next communicating step instead of averaging its gradients with the others' previous
+ * iteration. Ranks that all run the same local iterations (gradient accumulation) stay alike.
+ * Without numbered steps it does nothing. Call it before the current step's first
+ * bagua_ddp_grad_ready(). Local (no communication). Training thread.
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_local_step(bagua_ddp_t *ddp);
+
+/*
  * Views into the flat storage for tensor `index` (count elements), valid from
  * bagua_ddp_ready() until bagua_ddp_destroy(); NULL for a bad index or before ready.
  * The parameter view is read-only for the caller; with the async algorithm its contents may

@@ -194,6 +194,11 @@ static PyObject *ddp_set_step(ddp_obj_t *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *ddp_local_step(ddp_obj_t *self, PyObject *unused) {
+  GET(self);
+  RUN("local_step", bagua_ddp_local_step(ddp));
+}
+
 static PyObject *ddp_async_pause(ddp_obj_t *self, PyObject *unused) {
   GET(self);
   RUN("async_pause", bagua_ddp_async_pause(ddp));
@@ -285,6 +290,8 @@ static PyMethodDef ddp_methods[] = {
     M(set_lr, METH_VARARGS, "set_lr(lr): learning rate of libbagua's own optimizer"),
     M(set_step, METH_VARARGS,
       "set_step(n): numbers the current step (first call before ready(), on every rank)"),
+    M(local_step, METH_NOARGS,
+      "local_step(): counts an iteration run without communicating (no_sync) in the step number"),
     M(async_pause, METH_NOARGS, "async_pause(): stops background averaging (collective)"),
     M(async_resume, METH_NOARGS, "async_resume(): restarts background averaging (collective)"),
     M(abort, METH_NOARGS, "abort(): makes blocked and later calls fail (any thread)"),

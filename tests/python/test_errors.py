@@ -31,5 +31,20 @@ def test_rank_out_of_phase_raises_on_every_rank(workers):
         "\n".join(r.outputs)
 
 
+def test_no_sync_on_one_rank_raises_before_averaging(workers):
+    r = workers("errors_worker.py", 2, args=["nosync"], timeout=180,
+                env={"BAGUA_STEP_CHECK": "1", "BAGUA_COMM_TIMEOUT_MS": "30000"})
+    r.check()
+    # Rank 1's iteration 2 ran under no_sync(): its iteration 3 (numbered 3) met rank 0's
+    # iteration 2 (numbered 2), before any of its gradients were averaged.
+    assert "nosync: iteration 2:" in r.outputs[0] and "nosync: iteration 3:" in r.outputs[1], \
+        "\n".join(r.outputs)
+
+
+def test_accumulation_alike_on_every_rank_keeps_the_steps_in_phase(workers):
+    workers("errors_worker.py", 2, args=["accumulate"], timeout=180,
+            env={"BAGUA_STEP_CHECK": "1", "BAGUA_COMM_TIMEOUT_MS": "30000"}).check()
+
+
 def test_step_numbers_need_the_setting(workers):
     workers("errors_worker.py", 1, args=["unnumbered"]).check()

@@ -153,7 +153,7 @@ class _BaguaDDP:
         self.stepped = set()
         self._hooks = []
         self._born = _fork.generation
-        self._forward_guard = module.register_forward_pre_hook(self._check_not_forked)
+        self._forward_guard = module.register_forward_pre_hook(self._before_forward)
         for i, (_, p) in enumerate(self.params):
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             handle = acc.register_hook(self._make_hook(i, p))
@@ -238,10 +238,17 @@ class _BaguaDDP:
                 opt._bagua_qadam = None
         self._detach()
 
-    def _check_not_forked(self, module, inputs):
+    def _before_forward(self, module, inputs):
         """Forward pre-hook: a forked child gets the fork's RuntimeError before autograd
-        runs (see _fork)."""
+        runs (see _fork). With numbered steps, a training forward under ``no_sync()`` counts
+        as an iteration in the step number, so that a rank which runs one locally while the
+        others communicate is caught at its next communicating step (instead of averaging
+        its gradients with the others' previous iteration); ranks that accumulate alike stay
+        alike."""
         _fork.check(self._born, "model's Bagua context")
+        if (self.numbered and self.ddp is not None and not self.require_backward_grad_sync
+                and module.training and torch.is_grad_enabled()):
+            self.ddp.local_step()
 
     def _check_optimizer_state(self):
         """Optimizer state lives on the model's device (or the CPU, as torch keeps step

@@ -104,6 +104,59 @@ def phase():
     sys.exit(1)
 
 
+def _ddp_model():
+    """A 2-rank DistributedDataParallel model with its optimizer, alike on every rank."""
+    from bagua.torch_api.data_parallel import DistributedDataParallel
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return DistributedDataParallel(model, optimizers=[opt]), opt
+
+
+def nosync():
+    """BAGUA_STEP_CHECK=1 without bagua_set_step: rank 1 runs iteration 2 under no_sync()
+    (a local step) while rank 0 communicates; rank 1's next step must not average with rank
+    0's iteration 2: both raise BaguaProtocolError there (rank 0 at 2, rank 1 at 3)."""
+    bagua.init_process_group()
+    model, opt = _ddp_model()
+    rank = bagua.get_rank()
+    for it in range(6):
+        opt.zero_grad()
+        try:
+            if it == 2 and rank == 1:
+                with model.no_sync():
+                    model(torch.randn(4, 8)).sum().backward()
+            else:
+                model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+        except _C.BaguaProtocolError as e:
+            print(f"nosync: iteration {it}: {type(e).__name__}: {e}", flush=True)
+            return
+    print("nosync: no error", flush=True)
+    sys.exit(1)
+
+
+def accumulate():
+    """BAGUA_STEP_CHECK=1 with gradient accumulation alike on every rank (two backward passes
+    under no_sync(), then one that communicates): no error, and the weights stay equal."""
+    bagua.init_process_group()
+    model, opt = _ddp_model()
+    torch.manual_seed(1 + bagua.get_rank())  # different data on each rank
+    for it in range(4):
+        opt.zero_grad()
+        with model.no_sync():
+            for _ in range(2):
+                model(torch.randn(4, 8)).sum().backward()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    lo, hi = flat.clone(), flat.clone()
+    bagua.allreduce(lo, lo, op=bagua.ReduceOp.MIN)
+    bagua.allreduce(hi, hi, op=bagua.ReduceOp.MAX)
+    assert torch.equal(lo, hi), "the ranks' weights differ after accumulation"
+    print("accumulate: ok", flush=True)
+
+
 def unnumbered():
     """Without BAGUA_STEP_CHECK, bagua_set_step says how to turn numbering on."""
     bagua.init_process_group()
@@ -116,4 +169,4 @@ def unnumbered():
 
 if __name__ == "__main__":
     {"inputs": inputs, "deadpeer": deadpeer, "interrupt": interrupt, "phase": phase,
-     "unnumbered": unnumbered}[sys.argv[1]]()
+     "unnumbered": unnumbered, "nosync": nosync, "accumulate": accumulate}[sys.argv[1]]()
