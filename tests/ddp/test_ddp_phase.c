@@ -18,7 +18,8 @@
  *                            without the check.
  *   usage N TRANSPORT        numbering before ready on one rank only fails ready on every rank;
  *                            bad numbers, and numbers for a context that numbered nothing before
- *                            ready, are refused; ready gives every rank rank 0's number.
+ *                            ready, are refused; ready gives every rank rank 0's number; local
+ *                            iterations (bagua_ddp_local_step) count, and alike keep the step.
  *   end N TRANSPORT          gradient_allreduce, steps not numbered: the last rank skips
  *                            iteration SKIP. By the library's own count the ranks stay in step
  *                            (the same calls in the same order), so no step fails until the
@@ -233,6 +234,8 @@ static int body_usage(bagua_comm_t *c, void *arg) {
   /* Not numbered: later numbers are refused, and steps are not checked. */
   bagua_ddp_t *ddp = create(c, &a, &m, -1);
   ASSERT_STATUS(bagua_ddp_set_step(ddp, 5), BAGUA_ERR_INVALID_USAGE);
+  ASSERT_OK(bagua_ddp_local_step(ddp)); /* nothing to count: a no-op */
+  ASSERT_EQ(ddp->phase.number, 0);
   ASSERT_OK(model_train_step(&m, &s, ddp, 0));
   bagua_ddp_destroy(ddp);
   model_free(&m);
@@ -258,6 +261,11 @@ static int body_usage(bagua_comm_t *c, void *arg) {
   ASSERT_OK(bagua_ddp_set_step(ddp, 5000));
   for (int t = 0; t < 3; t++) ASSERT_OK(model_train_step(&m, &s, ddp, 0));
   ASSERT_EQ(ddp->phase.number, 5003);
+  /* Local iterations alike on every rank (gradient accumulation): each counts, still in step. */
+  for (int t = 0; t < 2; t++) ASSERT_OK(bagua_ddp_local_step(ddp));
+  ASSERT_EQ(ddp->phase.number, 5005);
+  ASSERT_OK(model_train_step(&m, &s, ddp, 0));
+  ASSERT_EQ(ddp->phase.number, 5006);
   bagua_ddp_destroy(ddp);
   model_free(&m);
   shard_free(&s);
