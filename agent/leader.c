@@ -238,8 +238,8 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__leader_
 }
 
 static int build_round(const bagua__leader_params_t *p, const pick_t *pk, int64_t number,
-                       int restart_count, bagua__round_reason_t reason, int64_t wall_ms,
-                       bagua__rdzv_round_t *r) {
+                       int restart_count, bagua__round_reason_t reason, int departed,
+                       int64_t wall_ms, bagua__rdzv_round_t *r) {
   memset(r, 0, sizeof(*r));
   r->members = calloc((size_t)pk->n, sizeof(*r->members));
   if (!r->members) return -1;
@@ -259,6 +259,7 @@ static int build_round(const bagua__leader_params_t *p, const pick_t *pk, int64_
   r->reason = reason;
   snprintf(r->leader, sizeof(r->leader), "%s", p->self);
   r->time_ms = wall_ms;
+  r->departed = departed;
   return 0;
 }
 
@@ -303,7 +304,7 @@ static int decide_initial(const bagua__leader_params_t *p, bagua__leader_state_t
     return 0;
   }
   int64_t number = s->has_round ? s->round.round + 1 : 1;
-  int rc = build_round(p, &pk, number, 0, BAGUA__ROUND_INITIAL, wall, &d->round);
+  int rc = build_round(p, &pk, number, 0, BAGUA__ROUND_INITIAL, 0, wall, &d->round);
   free(pk.v);
   if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
   return rc;
@@ -570,9 +571,10 @@ static int decide(const bagua__leader_params_t *p, bagua__leader_state_t *st,
     if (v == RULE_NO) continue;
     if (v == RULE_GO) {
       bagua__round_reason_t why = RULES[k].reason;
+      /* The previous members kept are the picked ones that are not joining. */
       rc = build_round(p, &pk, number + 1,
-                       R->restart_count + bagua__round_reason_counts_restart(why), why, wall,
-                       &d->round);
+                       R->restart_count + bagua__round_reason_counts_restart(why), why,
+                       R->nmembers - (pk.n - in.joiners), wall, &d->round);
       if (rc == 0) d->action = BAGUA__LEAD_PUBLISH;
     }
     goto out;

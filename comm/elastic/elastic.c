@@ -85,9 +85,9 @@ static bagua_status_t resolve_config(const bagua_elastic_config_t *cfg, bagua_el
   e->etcd_timeout_ms = (int)bagua__param_int(BAGUA_P_ETCD_TIMEOUT_MS);
   e->abort_delay_ms = (int)bagua__param_int(BAGUA_P_ELASTIC_ABORT_DELAY_MS);
   atomic_store(&e->seen_round, round);
-  if (bagua__rdzv_key(e->round_key, sizeof(e->round_key), e->job_id, BAGUA__RDZV_KEY_ROUND, 0, NULL,
-                      0) != 0) {
-    BAGUA_WARN("bagua_elastic_create: job id \"%.64s...\" is too long", e->job_id);
+  if (bagua__rdzv_key(e->assign_key, sizeof(e->assign_key), e->job_id, BAGUA__RDZV_KEY_ASSIGN, 0,
+                      e->node_id, 0) != 0) {
+    BAGUA_WARN("bagua_elastic_create: job id \"%.64s...\" and node id are too long", e->job_id);
     return BAGUA_ERR_INVALID_ARG;
   }
   return BAGUA_OK;
@@ -140,7 +140,6 @@ void bagua_elastic_destroy(bagua_elastic_t *e) {
   free(e->endpoint);
   free(e->job_id);
   free(e->node_id);
-  bagua__elastic_free_members(e->members, e->nmembers);
   pthread_cond_destroy(&e->timer_cv);
   pthread_mutex_destroy(&e->lock);
   free(e);

@@ -39,7 +39,8 @@ struct bagua_elastic_s {
   bagua_comm_t *comm;
   bagua__etcd_t *etcd;
   bagua__etcd_watch_t *watch;
-  char round_key[512];
+  /* This node's assignment, assign/<node> (record.c), which the worker follows. */
+  char assign_key[512];
   /* Highest round number the watch has seen; read without the lock by check(). */
   _Atomic int64_t seen_round;
   /* The communicator being bootstrapped, so that the watch can cut a bootstrap short when
@@ -47,12 +48,10 @@ struct bagua_elastic_s {
   pthread_mutex_t lock;
   bagua_comm_t *building;
   int64_t building_round;
-  /* Under `lock`: the current round's number and member node ids (NULL when unknown), read
-   * by the watch to tell whether a new round dropped a member. e->comm changes under it too,
+  /* Under `lock`: the current round's number, and the highest round of an assignment the watch
+   * has seen (a round it skipped may have dropped a member). e->comm changes under it too,
    * so that the departure abort never touches a destroyed communicator. */
-  int64_t cur_round;
-  char **members;
-  int nmembers;
+  int64_t cur_round, last_assigned;
   /* The departure timer: when a new round drops a member, communication still running in the
    * old round is aborted `abort_delay_ms` later (a node that left gracefully meets the others
    * at the next step boundary first). Under `lock`; the thread sleeps on `timer_cv`. */
@@ -71,27 +70,20 @@ struct bagua_elastic_s {
   int nparts;
 };
 
-/* ---- round records (record.c) ---- */
+/* ---- assignments (record.c) ---- */
 
-/* The "round" number of a round record (JSON); -1 when the schema refuses it, with a
- * warning naming `key` (at `mod_rev`) unless key is NULL. */
-int64_t bagua__elastic_round_number(const char *json, const char *key, int64_t mod_rev);
-/* Round records are decoded by common/rdzv (the one schema); these adapt them. */
-/* The member node ids of a round record: a malloc'ed array of `*n` strings, freed with
- * bagua__elastic_free_members(). BAGUA_ERR_ETCD when the record has no valid member list. */
-bagua_status_t bagua__elastic_members(const char *json, char ***out, int *n);
-void bagua__elastic_free_members(char **m, int n);
-/* 1 when one of the `n` node ids in `members` is missing from the members of `json`. */
-int bagua__elastic_drops_member(char *const *members, int n, const char *json);
+/* The round number of an assignment (JSON) and its count of departed members; -1 when the
+ * schema refuses it, with a warning naming `key` (at `mod_rev`). */
+int64_t bagua__elastic_assign_round(const char *json, const char *key, int64_t mod_rev,
+                                    int *departed);
 /*
- * Applies the agent's rank rule to the round record `json` (read from `key`, named in
- * warnings): rank = the nprocs of the members before `node_id` + `local_rank`. Fills
- * round/rank/size and, when members_out is not NULL, the member list; BAGUA_ERR_ABORTED when
- * this worker is not part of the round, BAGUA_ERR_ETCD when the record is malformed.
+ * This worker's place in the round of assignment `json` (read from `key`, named in warnings):
+ * rank = the assignment's first rank + `local_rank`, size = the round's world. Fills
+ * round/rank/size; BAGUA_ERR_ABORTED when the node is not a member of the round or
+ * `local_rank` is not below its nprocs, BAGUA_ERR_ETCD when the record is malformed.
  */
 bagua_status_t bagua__elastic_place(const char *json, const char *key, const char *node_id,
-                                    int local_rank, int64_t *round, int *rank, int *size,
-                                    char ***members_out, int *nmembers_out);
+                                    int local_rank, int64_t *round, int *rank, int *size);
 
 /* ---- commit registry (registry.c) ---- */
 
@@ -106,8 +98,8 @@ void bagua__elastic_registry_free(bagua_elastic_t *e);
 bagua_status_t bagua__elastic_timer_start(bagua_elastic_t *e);
 /* Stops and joins the timer thread when it was started. */
 void bagua__elastic_timer_stop(bagua_elastic_t *e);
-/* Reads the round key, remembers the members of the starting round, then watches the key from
- * the next revision, so that no publication is missed in between. */
+/* Reads this node's assignment, then watches it from the next revision, so that no round is
+ * missed in between. */
 bagua_status_t bagua__elastic_watch_start(bagua_elastic_t *e);
 /* Builds the world communicator of `round` (collective over its ranks), abortable by the watch
  * while it bootstraps. */

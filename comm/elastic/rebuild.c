@@ -1,5 +1,5 @@
 /*
- * Moving the elastic context from round to round: the watch on the job's round key, the
+ * Moving the elastic context from round to round: the watch on this node's assignment, the
  * departure timer that cuts off communication of a round that lost a member, the build of each
  * round's world communicator (abortable while it bootstraps) and bagua_elastic_rebuild(),
  * which waits for a newer round, joins it and hands rank 0's state to the new world.
@@ -74,15 +74,23 @@ void bagua__elastic_timer_stop(bagua_elastic_t *e) {
 /* Round watch                                                                              */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Records round `r` as seen; `json` (may be NULL) is its record, checked for departures. */
-static void note_round(bagua_elastic_t *e, int64_t r, const char *json) {
+/*
+ * Records round `r` of an assignment as seen. Its `departed` count says whether members of the
+ * round before it left; a round that skipped one (the leader may publish two before it writes
+ * the assignments of the first) may have dropped a member too. Either way communication still
+ * running in an older round is cut off after the departure delay: a peer it waits for may be
+ * gone. An abort that was not needed costs the step in flight, no more.
+ */
+static void note_round(bagua_elastic_t *e, int64_t r, int departed) {
   int64_t cur = atomic_load(&e->seen_round);
   while (r > cur && !atomic_compare_exchange_weak(&e->seen_round, &cur, r)) {
   }
   pthread_mutex_lock(&e->lock);
   if (e->building && r > e->building_round) bagua_comm_abort(e->building);
-  if (json && r > e->cur_round && r > e->abort_round &&
-      bagua__elastic_drops_member(e->members, e->nmembers, json)) {
+  int64_t before = e->last_assigned > e->cur_round ? e->last_assigned : e->cur_round;
+  int lost = departed > 0 || r > before + 1;
+  if (r > e->last_assigned) e->last_assigned = r;
+  if (lost && r > e->cur_round && r > e->abort_round) {
     e->abort_round = r;
     e->abort_at = bagua__deadline_in(e->abort_delay_ms);
     pthread_cond_signal(&e->timer_cv);
@@ -90,19 +98,21 @@ static void note_round(bagua_elastic_t *e, int64_t r, const char *json) {
   pthread_mutex_unlock(&e->lock);
 }
 
-static int on_round_event(void *arg, const bagua__etcd_event_t *ev) {
+static int on_assign_event(void *arg, const bagua__etcd_event_t *ev) {
   bagua_elastic_t *e = arg;
   if (ev->type == BAGUA__ETCD_EVENT_PUT) {
-    int64_t r = bagua__elastic_round_number(ev->value, e->round_key, ev->mod_revision);
-    BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: round key now holds round %lld", (long long)r);
-    if (r >= 0) note_round(e, r, ev->value);
+    int departed = 0;
+    int64_t r = bagua__elastic_assign_round(ev->value, e->assign_key, ev->mod_revision, &departed);
+    BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: assignment now of round %lld (%d member(s) left)",
+               (long long)r, departed);
+    if (r >= 0) note_round(e, r, departed);
   } else if (ev->type == BAGUA__ETCD_EVENT_FAILED) {
     /* The watch only speeds things up: rebuild reads the key itself, and a dead peer still
      * surfaces through the collectives. */
     BAGUA_WARN(
         "elastic: watch on %s ended (%s); world changes are now noticed only through "
         "failed collectives",
-        e->round_key, bagua_err_name(ev->status));
+        e->assign_key, bagua_err_name(ev->status));
   }
   return 0;
 }
@@ -111,20 +121,16 @@ bagua_status_t bagua__elastic_watch_start(bagua_elastic_t *e) {
   bagua__etcd_kv_t kv;
   int found = 0;
   int64_t rev = 0;
-  BAGUA_CHECK(bagua__etcd_get(e->etcd, e->round_key, &kv, &found, &rev));
+  BAGUA_CHECK(bagua__etcd_get(e->etcd, e->assign_key, &kv, &found, &rev));
   if (found) {
-    int64_t r = bagua__elastic_round_number(kv.value, e->round_key, kv.mod_revision);
-    /* The members of our own round, so that a later round dropping one is noticed. */
-    if (r == e->round) {
-      pthread_mutex_lock(&e->lock);
-      bagua__elastic_members(kv.value, &e->members, &e->nmembers);
-      pthread_mutex_unlock(&e->lock);
-    }
-    note_round(e, r, kv.value);
+    int departed = 0;
+    int64_t r = bagua__elastic_assign_round(kv.value, e->assign_key, kv.mod_revision, &departed);
+    /* The starting round's own assignment only marks it seen. */
+    if (r >= 0) note_round(e, r, departed);
   }
   bagua__etcd_kv_clear(&kv);
   bagua__etcd_watch_opts_t wo = {0, rev + 1, 0};
-  return bagua__etcd_watch_start(e->etcd, e->round_key, &wo, on_round_event, e, &e->watch);
+  return bagua__etcd_watch_start(e->etcd, e->assign_key, &wo, on_assign_event, e, &e->watch);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -193,7 +199,8 @@ bagua_status_t bagua_elastic_check_all(bagua_elastic_t *e, int *changed) {
   return BAGUA_OK;
 }
 
-/* Waits for a round newer than the current one and returns its JSON (malloc'ed). */
+/* Waits for an assignment of a round newer than the current one and returns it (JSON,
+ * malloc'ed). */
 static bagua_status_t wait_new_round(bagua_elastic_t *e, char **json) {
   int64_t deadline = bagua__deadline_in(e->round_wait_ms);
   int delay_ms = 5;
@@ -201,11 +208,12 @@ static bagua_status_t wait_new_round(bagua_elastic_t *e, char **json) {
   for (;;) {
     bagua__etcd_kv_t kv;
     int found = 0;
-    bagua_status_t st = bagua__etcd_get(e->etcd, e->round_key, &kv, &found, NULL);
+    bagua_status_t st = bagua__etcd_get(e->etcd, e->assign_key, &kv, &found, NULL);
     if (st == BAGUA_OK && found) {
-      int64_t r = bagua__elastic_round_number(kv.value, e->round_key, kv.mod_revision);
+      int departed = 0;
+      int64_t r = bagua__elastic_assign_round(kv.value, e->assign_key, kv.mod_revision, &departed);
       if (r > e->round) {
-        note_round(e, r, kv.value);
+        note_round(e, r, departed);
         *json = kv.value; /* take ownership of the value string */
         kv.value = NULL;
         bagua__etcd_kv_clear(&kv);
@@ -218,7 +226,7 @@ static bagua_status_t wait_new_round(bagua_elastic_t *e, char **json) {
       BAGUA_WARN(
           "elastic: no round newer than %lld appeared under %s within %d ms (last etcd "
           "answer: %s)",
-          (long long)e->round, e->round_key, e->round_wait_ms, bagua_err_name(st));
+          (long long)e->round, e->assign_key, e->round_wait_ms, bagua_err_name(st));
       return BAGUA_ERR_TIMEOUT;
     }
     bagua__sleep_ms(delay_ms);
@@ -271,12 +279,11 @@ bagua_status_t bagua_elastic_rebuild(bagua_elastic_t *e) {
    * the settle window): the watch aborts that bootstrap and we move on to the newest. */
   for (;;) {
     int64_t round;
-    int rank, size, nm = 0;
-    char **members = NULL;
+    int rank, size;
     BAGUA_CHECK_GOTO(wait_new_round(e, &json), st, out);
-    BAGUA_CHECK_GOTO(bagua__elastic_place(json, e->round_key, e->node_id, e->local_rank, &round,
-                                          &rank, &size, &members, &nm),
-                     st, out);
+    BAGUA_CHECK_GOTO(
+        bagua__elastic_place(json, e->assign_key, e->node_id, e->local_rank, &round, &rank, &size),
+        st, out);
     free(json);
     json = NULL;
     BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: joining round %lld as rank %d of %d", (long long)round,
@@ -287,16 +294,12 @@ bagua_status_t bagua_elastic_rebuild(bagua_elastic_t *e) {
       pthread_mutex_lock(&e->lock);
       e->comm = c;
       e->cur_round = round;
-      bagua__elastic_free_members(e->members, e->nmembers);
-      e->members = members;
-      e->nmembers = nm;
       pthread_mutex_unlock(&e->lock);
       e->round = round;
       e->rank = rank;
       e->size = size;
       break;
     }
-    bagua__elastic_free_members(members, nm);
     if (atomic_load(&e->seen_round) <= round) {
       BAGUA_WARN("elastic: could not build the communicator of round %lld: %s", (long long)round,
                  bagua_err_name(st));

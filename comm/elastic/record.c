@@ -1,96 +1,52 @@
 /*
- * Round records: what bagua-agent publishes under /bagua/<job>/round, read here for its
- * number, its members, and this worker's place in it. Decoding and the rank rule are
- * common/rdzv's (the one schema), so a record the agent would refuse is refused here too,
- * with a warning naming the key and the field.
+ * Assignments: what bagua-agent's leader writes under /bagua/<job>/assign/<node> for every
+ * registered node after each round (common/rdzv/rdzv.h, bagua__rdzv_assign_t), read here for
+ * the round's number, whether members left, and this worker's place. A worker follows its own
+ * node's record, a few hundred bytes whatever the size of the job, instead of the round record,
+ * which lists every member: N workers reading an O(N) record at every round cost O(N^2) bytes
+ * per round. Decoding is common/rdzv's (the one schema), so a record the agent would refuse is
+ * refused here too, with a warning naming the key and the field.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/rdzv/rdzv.h"
 #include "elastic_internal.h"
 
-/* Decodes `json` (the value of `key` at `mod_rev`; key NULL: no warning). */
-static int decode(const char *json, const char *key, int64_t mod_rev, bagua__rdzv_round_t *r) {
+/* Decodes `json` (the value of `key` at `mod_rev`; a warning names them when it is refused). */
+static int decode(const char *json, const char *key, int64_t mod_rev, bagua__rdzv_assign_t *a) {
   char why[160];
-  if (bagua__rdzv_round_decode(json, r, why, sizeof(why)) == 0) return 0;
-  if (key) bagua__rdzv_reject(key, mod_rev, "a round record", why);
+  memset(a, 0, sizeof(*a));
+  if (bagua__rdzv_assign_decode(json, a, why, sizeof(why)) == 0) return 0;
+  bagua__rdzv_reject(key, mod_rev, "an assignment", why);
   return -1;
 }
 
-int64_t bagua__elastic_round_number(const char *json, const char *key, int64_t mod_rev) {
-  bagua__rdzv_round_t r;
-  int64_t n = decode(json, key, mod_rev, &r) == 0 ? r.round : -1;
-  bagua__rdzv_round_clear(&r);
-  return n;
-}
-
-void bagua__elastic_free_members(char **m, int n) {
-  for (int i = 0; i < n; i++) free(m[i]);
-  free(m);
-}
-
-static bagua_status_t copy_members(const bagua__rdzv_round_t *r, char ***out, int *n) {
-  char **m = calloc((size_t)r->nmembers + 1, sizeof(*m));
-  if (!m) return BAGUA_ERR_NO_MEMORY;
-  for (int i = 0; i < r->nmembers; i++) {
-    m[i] = strdup(r->members[i].id);
-    if (!m[i]) {
-      bagua__elastic_free_members(m, i);
-      return BAGUA_ERR_NO_MEMORY;
-    }
-  }
-  *out = m;
-  *n = r->nmembers;
-  return BAGUA_OK;
-}
-
-bagua_status_t bagua__elastic_members(const char *json, char ***out, int *n) {
-  *out = NULL;
-  *n = 0;
-  bagua__rdzv_round_t r;
-  if (decode(json, NULL, 0, &r) != 0) return BAGUA_ERR_ETCD;
-  bagua_status_t st = copy_members(&r, out, n);
-  bagua__rdzv_round_clear(&r);
-  return st;
-}
-
-int bagua__elastic_drops_member(char *const *members, int n, const char *json) {
-  bagua__rdzv_round_t r;
-  int dropped = 0;
-  if (!members || decode(json, NULL, 0, &r) != 0) return 0;
-  for (int i = 0; i < n && !dropped; i++) dropped = bagua__rdzv_round_find(&r, members[i]) < 0;
-  bagua__rdzv_round_clear(&r);
-  return dropped;
+int64_t bagua__elastic_assign_round(const char *json, const char *key, int64_t mod_rev,
+                                    int *departed) {
+  bagua__rdzv_assign_t a;
+  *departed = 0;
+  if (decode(json, key, mod_rev, &a) != 0) return -1;
+  *departed = a.departed;
+  return a.round;
 }
 
 bagua_status_t bagua__elastic_place(const char *json, const char *key, const char *node_id,
-                                    int local_rank, int64_t *round, int *rank, int *size,
-                                    char ***members_out, int *nmembers_out) {
-  bagua__rdzv_round_t r;
-  if (decode(json, key, 0, &r) != 0) return BAGUA_ERR_ETCD;
-  bagua_status_t st = BAGUA_OK;
-  int group = -1, rk = -1;
-  switch (bagua__rdzv_place(&r, node_id, local_rank, &rk, &group)) {
-    case -1:
-      BAGUA_WARN("elastic: node %s is not a member of round %lld; this worker leaves the job",
-                 node_id, (long long)r.round);
-      st = BAGUA_ERR_ABORTED;
-      goto out;
-    case -2:
-      BAGUA_WARN("elastic: LOCAL_RANK %d is not below the nprocs of node %s in round %lld",
-                 local_rank, node_id, (long long)r.round);
-      st = BAGUA_ERR_ABORTED;
-      goto out;
-    default:
-      break;
+                                    int local_rank, int64_t *round, int *rank, int *size) {
+  bagua__rdzv_assign_t a;
+  if (decode(json, key, 0, &a) != 0) return BAGUA_ERR_ETCD;
+  if (a.index < 0) {
+    BAGUA_WARN("elastic: node %s is not a member of round %lld; this worker leaves the job",
+               node_id, (long long)a.round);
+    return BAGUA_ERR_ABORTED;
   }
-  *round = r.round;
-  *size = r.world_size;
-  *rank = rk;
-  if (members_out) st = copy_members(&r, members_out, nmembers_out);
-out:
-  bagua__rdzv_round_clear(&r);
-  return st;
+  if (local_rank < 0 || local_rank >= a.nproc) {
+    BAGUA_WARN("elastic: LOCAL_RANK %d is not below the nprocs of node %s in round %lld (%d)",
+               local_rank, node_id, (long long)a.round, a.nproc);
+    return BAGUA_ERR_ABORTED;
+  }
+  *round = a.round;
+  *size = a.world_size;
+  *rank = a.rank_base + local_rank;
+  return BAGUA_OK;
 }

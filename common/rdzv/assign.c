@@ -17,6 +17,7 @@ static void common_part(const bagua__rdzv_round_t *r, bagua__rdzv_assign_t *a) {
   a->time_ms = r->time_ms;
   a->world_size = r->world_size;
   a->nmembers = r->nmembers;
+  a->departed = r->departed;
   snprintf(a->master_addr, sizeof(a->master_addr), "%s", r->master_addr);
   a->master_port = r->master_port;
   a->index = -1;
@@ -63,6 +64,7 @@ char *bagua__rdzv_assign_encode(const bagua__rdzv_assign_t *a) {
            cJSON_AddNumberToObject(o, "time_ms", (double)a->time_ms) &&
            cJSON_AddNumberToObject(o, "world_size", a->world_size) &&
            cJSON_AddNumberToObject(o, "nmembers", a->nmembers) &&
+           cJSON_AddNumberToObject(o, "departed", a->departed) &&
            cJSON_AddStringToObject(o, "master_addr", a->master_addr) &&
            cJSON_AddNumberToObject(o, "master_port", a->master_port) &&
            cJSON_AddNumberToObject(o, "index", a->index);
@@ -123,6 +125,7 @@ int bagua__rdzv_assign_decode(const char *json, bagua__rdzv_assign_t *a, char *w
                    get_i64(o, "time_ms", 0, 0, I53, &a->time_ms, &w) ||
                    get_int(o, "world_size", 1, 1, BAGUA_RDZV_WORLD_MAX, &a->world_size, &w) ||
                    get_int(o, "nmembers", 1, 1, BAGUA_RDZV_MEMBERS_MAX, &a->nmembers, &w) ||
+                   get_int(o, "departed", 0, 0, BAGUA_RDZV_MEMBERS_MAX, &a->departed, &w) ||
                    get_str(o, "master_addr", 1, 1, a->master_addr, sizeof(a->master_addr), &w) ||
                    get_int(o, "master_port", 1, 1, PORT_MAX, &a->master_port, &w) ||
                    get_int(o, "index", 1, -1, BAGUA_RDZV_MEMBERS_MAX - 1, &a->index, &w)

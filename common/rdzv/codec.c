@@ -109,7 +109,8 @@ char *bagua__rdzv_round_encode(const bagua__rdzv_round_t *r) {
        cJSON_AddNumberToObject(o, "restart_count", r->restart_count) &&
        cJSON_AddStringToObject(o, "reason", bagua__round_reason_word(r->reason)) &&
        cJSON_AddStringToObject(o, "leader", r->leader) &&
-       cJSON_AddNumberToObject(o, "time_ms", (double)r->time_ms);
+       cJSON_AddNumberToObject(o, "time_ms", (double)r->time_ms) &&
+       cJSON_AddNumberToObject(o, "departed", r->departed);
   return finish(o, ok);
 }
 
@@ -194,7 +195,8 @@ int bagua__rdzv_round_decode(const char *json, bagua__rdzv_round_t *r, char *why
       get_int(o, "restart_count", 0, 0, INT_MAX_, &r->restart_count, &w) ||
       get_reason(o, "reason", &r->reason, &w) ||
       get_id(o, "leader", 0, r->leader, sizeof(r->leader), &w) ||
-      get_i64(o, "time_ms", 0, 0, I53, &r->time_ms, &w))
+      get_i64(o, "time_ms", 0, 0, I53, &r->time_ms, &w) ||
+      get_int(o, "departed", 0, 0, BAGUA_RDZV_MEMBERS_MAX, &r->departed, &w))
     goto fail;
   if (world != r->world_size) {
     fail(&w, "field \"world_size\": %d is not the sum of \"nprocs\" (%lld)", r->world_size,

@@ -155,6 +155,10 @@ typedef struct {
   bagua__round_reason_t reason;
   char leader[BAGUA_RDZV_ID_MAX];
   int64_t time_ms;
+  /* How many members of the round before are not members of this one (0 for the first round,
+   * and in a record without the field): in-process elastic workers abort the round they run
+   * when it is more than 0, since a peer they wait for is gone. */
+  int departed;
 } bagua__rdzv_round_t;
 
 /* The most members one node watches on the liveness ring (an assignment's watch list). */
@@ -181,6 +185,7 @@ typedef struct {
   int64_t time_ms;
   int world_size; /* the round's world and membership */
   int nmembers;
+  int departed; /* the round's (bagua__rdzv_round_t) */
   char master_addr[256];
   int master_port;
   int index;     /* the node's place among the members (its GROUP_RANK); -1: not a member */

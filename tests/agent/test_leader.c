@@ -158,6 +158,7 @@ static void test_initial(void) {
   d = decide(&st2, &s2, 1000);
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   expect_members(&d.round, "x,y");
+  ASSERT_EQ(d.round.departed, 0); /* a first round */
   bagua__rdzv_round_clear(&d.round);
 
   /* Below MIN for the whole timeout. */
@@ -194,6 +195,7 @@ static void test_membership(void) {
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   expect_members(&d.round, "c,b,e");
   ASSERT_EQ(d.round.round, 5);
+  ASSERT_EQ(d.round.departed, 1); /* a; e joined, which is no departure */
   ASSERT_EQ(d.round.restart_count, 1);
   ASSERT_EQ(d.round.reason, BAGUA__ROUND_MEMBERSHIP);
   ASSERT_STREQ(d.round.master_addr, "10.0.0.30");
@@ -279,6 +281,7 @@ static void test_failures(void) {
   ASSERT_EQ(d.round.restart_count, 1);
   ASSERT_EQ(d.round.reason, BAGUA__ROUND_MEMBERSHIP);
   expect_members(&d.round, "a,b");
+  ASSERT_EQ(d.round.departed, 1);
   bagua__rdzv_round_clear(&d.round);
   bagua__agent_snap_clear(&s);
 }

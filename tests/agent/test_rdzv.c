@@ -570,6 +570,7 @@ static void test_assign(void) {
   r.reason = BAGUA__ROUND_MEMBERSHIP;
   snprintf(r.leader, sizeof(r.leader), "n1");
   r.time_ms = 1234;
+  r.departed = 2;
   bagua__rdzv_assign_t all[4], one;
   bagua__rdzv_assign_all(&r, 2, all);
   for (int i = 0; i < 4; i++) {
@@ -581,6 +582,7 @@ static void test_assign(void) {
     ASSERT_EQ(all[i].nproc, m[i].nproc);
     ASSERT_EQ(all[i].rev, m[i].rev);
     ASSERT_EQ(all[i].world_size, 7);
+    ASSERT_EQ(all[i].departed, 2); /* the round's: elastic workers read it */
     /* The ring: the next two members, wrapping. */
     ASSERT_EQ(all[i].nwatch, 2);
     ASSERT_STREQ(all[i].watch[0].id, m[(i + 1) % 4].id);
@@ -614,6 +616,7 @@ static void test_assign(void) {
   ASSERT_EQ(bagua__rdzv_assign_decode(v, &back, NULL, 0), 0);
   ASSERT_EQ(back.index, -1);
   ASSERT_EQ(back.round, 5);
+  ASSERT_EQ(back.departed, 2);
   free(v);
   const char *base =
       "\"round\":5,\"world_size\":4,\"nmembers\":2,\"master_addr\":\"a\",\"master_port\":9";
@@ -634,6 +637,13 @@ static void test_assign(void) {
            "\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"watch_revs\":[1,1,1,1,1,1,1,1,1]}",
            base);
   expect_assign_refused(j, "\"watch\"");
+  snprintf(j, sizeof(j), "{%s,\"index\":-1,\"departed\":-1}", base);
+  expect_assign_refused(j, "\"departed\"");
+  /* A record without the field (an older leader's) has no departures. */
+  snprintf(j, sizeof(j), "{%s,\"index\":-1}", base);
+  memset(&back, 0, sizeof(back));
+  ASSERT_EQ(bagua__rdzv_assign_decode(j, &back, NULL, 0), 0);
+  ASSERT_EQ(back.departed, 0);
   expect_assign_refused("{\"round\":0}", "\"round\"");
   expect_assign_refused("[1]", "JSON object");
 }

@@ -13,7 +13,31 @@
 #include "../test.h"
 #include "common/etcd/etcd.h"
 #include "common/params.h"
+#include "common/rdzv/rdzv.h"
 #include "etcd_fixture.h"
+
+/* The nodes this process has assigned so far (every job alike), and the members of the round
+ * it published last: a node that leaves the round learns it from its assignment, as a
+ * registered node that the leader leaves out does, and `departed` counts those who left. */
+#define KNOWN_MAX 64
+static char g_known[KNOWN_MAX][BAGUA_RDZV_ID_MAX];
+static int g_nknown;
+static char g_prev[KNOWN_MAX][BAGUA_RDZV_ID_MAX];
+static int g_nprev;
+
+static int member_of(const bagua__rdzv_round_t *r, const char *id) {
+  return bagua__rdzv_round_find(r, id) >= 0;
+}
+
+static void put_assign(bagua__etcd_t *c, const char *job, const char *node,
+                       const bagua__rdzv_assign_t *a) {
+  char key[256];
+  ASSERT_TRUE(bagua__rdzv_key(key, sizeof(key), job, BAGUA__RDZV_KEY_ASSIGN, 0, node, 0) == 0);
+  char *v = bagua__rdzv_assign_encode(a);
+  ASSERT_TRUE(v != NULL);
+  ASSERT_OK(bagua__etcd_put(c, key, v, strlen(v), 0, NULL, NULL));
+  free(v);
+}
 
 void rounds_put_json(const char *endpoint, const char *job, const char *json) {
   bagua__etcd_t *c = NULL;
@@ -21,6 +45,31 @@ void rounds_put_json(const char *endpoint, const char *job, const char *json) {
   char key[128];
   snprintf(key, sizeof(key), "/bagua/%s/round", job);
   ASSERT_OK(bagua__etcd_put(c, key, json, strlen(json), 0, NULL, NULL));
+  /* Then what the leader writes after a round: every node's assignment (agent/assign.c). */
+  bagua__rdzv_round_t r;
+  char why[160];
+  if (bagua__rdzv_round_decode(json, &r, why, sizeof(why)) != 0)
+    TEST_FAIL("rounds_put_json: %s: %s", json, why);
+  if (r.departed == 0)
+    for (int i = 0; i < g_nprev; i++) r.departed += !member_of(&r, g_prev[i]);
+  bagua__rdzv_assign_t *place = calloc((size_t)r.nmembers, sizeof(*place));
+  ASSERT_TRUE(place != NULL);
+  bagua__rdzv_assign_all(&r, 3, place);
+  for (int i = 0; i < r.nmembers; i++) put_assign(c, job, r.members[i].id, &place[i]);
+  bagua__rdzv_assign_t spare;
+  bagua__rdzv_assign_of(&r, -1, 0, &spare);
+  for (int i = 0; i < g_nknown; i++)
+    if (!member_of(&r, g_known[i])) put_assign(c, job, g_known[i], &spare);
+  g_nprev = 0;
+  for (int i = 0; i < r.nmembers && i < KNOWN_MAX; i++) {
+    snprintf(g_prev[g_nprev++], BAGUA_RDZV_ID_MAX, "%s", r.members[i].id);
+    int seen = 0;
+    for (int k = 0; k < g_nknown && !seen; k++) seen = strcmp(g_known[k], r.members[i].id) == 0;
+    if (!seen && g_nknown < KNOWN_MAX)
+      snprintf(g_known[g_nknown++], BAGUA_RDZV_ID_MAX, "%s", r.members[i].id);
+  }
+  free(place);
+  bagua__rdzv_round_clear(&r);
   bagua__etcd_destroy(c);
 }
 

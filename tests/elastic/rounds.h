@@ -9,7 +9,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Puts `json` under /bagua/<job>/round through the agent's own etcd client. */
+/* Puts `json` under /bagua/<job>/round through the agent's own etcd client, then, as the
+ * leader does, every node's assign/<node> record: its place for the members, "not a member"
+ * for the nodes an earlier call assigned, and the count of the last round's members that are
+ * gone (unless `json` has "departed"). */
 void rounds_put_json(const char *endpoint, const char *job, const char *json);
 /* Publishes round `round` with members n<first> .. n<first+n-1>, one worker each. */
 void rounds_put(const char *endpoint, const char *job, int round, int first, int n);

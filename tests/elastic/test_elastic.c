@@ -282,6 +282,19 @@ static void test_errors(const etcd_fixture_t *fx) {
   ASSERT_LT(etcd_fixture_now_ms() - t0, 5000);
   ASSERT_TRUE(bagua_elastic_comm(e) == NULL);
   ASSERT_STATUS(bagua_elastic_sync(e), BAGUA_ERR_INVALID_USAGE);
+  /* A worker follows its node's assignment, never the round record (which lists every member:
+   * N workers reading it cost O(N^2) bytes per round): a round record alone changes nothing. */
+  {
+    bagua__etcd_t *c = NULL;
+    ASSERT_OK(bagua__etcd_create(fx->host_port, 5000, &c));
+    const char *only =
+        "{\"round\":9,\"members\":[\"other\"],\"nprocs\":[1],\"world_size\":1,"
+        "\"master_addr\":\"127.0.0.1\",\"master_port\":1}";
+    ASSERT_OK(bagua__etcd_put(c, "/bagua/" JOB "/round", only, strlen(only), 0, NULL, NULL));
+    bagua__etcd_destroy(c);
+    sleep_ms(300);
+    ASSERT_EQ(bagua_elastic_check(e), 0);
+  }
   put_json(fx->host_port,
            "{\"round\":2,\"members\":[\"other\"],\"nprocs\":[1],\"world_size\":1,"
            "\"master_addr\":\"127.0.0.1\",\"master_port\":1}");
