@@ -8,8 +8,9 @@
  * TCP communicator of three or more ranks times both algorithms at two sizes, fits
  * T(S) = a + b*S to each, and starts with the crossover S* = (a_ring - a_rd) / (b_rd - b_ring),
  * kept within what was measured (bagua__calibrate_choose()).
- * Every rank measures the same calls and the ranks agree on the largest estimate, so they all
- * choose alike (both ends of every transfer must). A BAGUA_NET_RING_MIN_BYTES the user set wins,
+ * Every rank measures the same calls and the ranks agree on the times (each probe's median over
+ * the ranks) before choosing, so they all choose alike (both ends of every transfer
+ * must). A BAGUA_NET_RING_MIN_BYTES the user set wins,
  * BAGUA_NET_CALIBRATE=0 keeps the registry's default, and autotuning may change the value later.
  * With two ranks both algorithms send the same bytes and the default stands.
  *
@@ -20,8 +21,12 @@
  * links more streams help or cost nothing. A count the user chose (BAGUA_NET_NSTREAMS or a
  * config's nstreams) is kept; the ranks agree on the largest count any of them chose.
  *
- * Cost: up to 16 ranks, twelve allreduces at creation, the largest of PROBE_LARGE bytes;
- * about 0.2 s on a 100 Mbit/s link, a few ms on a fast one. Beyond, six ring steps and the
+ * Stability: each probe runs once untimed, then PROBE_REPS times; the ranks decide on agreed
+ * times; and a measurement that cannot tell the registry's default from the crossover (within
+ * TIE_FRACTION at every size measured) keeps the default.
+ *
+ * Cost: up to 16 ranks, 24 allreduces at creation, the largest of PROBE_LARGE bytes; about
+ * 0.5 s on a 100 Mbit/s link, a few ms on a fast one. Beyond, ten ring steps and the
  * agreement, whatever n (MEASURED_MAX_RANKS).
  */
 #include <stdint.h>
@@ -37,7 +42,17 @@
 #define PROBE_SMALL (4u << 10)
 #define PROBE_LARGE (256u << 10)
 #define PROBE_CAP (2 * PROBE_LARGE)
-#define PROBE_REPS 3
+/* Each probe is timed this many times in a row (after one untimed call of its algorithm) and
+ * the median kept. The probes run in a row per algorithm and size on purpose: a link that an
+ * algorithm does not use between its calls goes cold (TCP restarts slow start after an idle
+ * period), and interleaving the algorithms made recursive doubling, whose peers at distance 2
+ * the ring never uses, look slower than it runs in training, where one size keeps one
+ * algorithm. */
+#define PROBE_REPS 5
+/* A threshold whose predicted cost is within this fraction of the best one at every size
+ * measured is as good as the measurement can tell: the registry's default is then kept
+ * (bagua__calibrate_choose), so that noise does not move the threshold from run to run. */
+#define TIE_FRACTION 0.10
 /* Up to this many ranks the probes are the two algorithms themselves. Beyond it they would
  * cost 2(n-1) steps per ring probe (at 1024 ranks emulated on 2 CPUs, 35 of a communicator's
  * 43 s of creation), so one ring step is timed at both sizes instead and the algorithms' times
@@ -53,19 +68,31 @@ static int cmp_i64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Median time in ns of PROBE_REPS allreduces of `bytes` with the ring threshold at `ring_min`
- * (0: the ring for every size; SIZE_MAX: recursive doubling). */
+static int64_t median(int64_t *t, int n) {
+  qsort(t, (size_t)n, sizeof(t[0]), cmp_i64);
+  return t[n / 2];
+}
+
+/* One allreduce of `bytes` with the ring threshold at `ring_min` (0: the ring for every size;
+ * SIZE_MAX: recursive doubling); *ns gets its time. */
+static bagua_status_t time_one(bagua_comm_t *c, float *buf, size_t bytes, size_t ring_min,
+                               int64_t *ns) {
+  c->ring_min_bytes = ring_min;
+  int64_t t0 = bagua__now_ns();
+  BAGUA_CHECK(bagua_allreduce(c, buf, buf, bytes / sizeof(float), BAGUA_F32, BAGUA_SUM));
+  *ns = bagua__now_ns() - t0;
+  return BAGUA_OK;
+}
+
+/* Median time in ns of PROBE_REPS allreduces of `bytes` with the ring threshold at `ring_min`,
+ * after one untimed call: the first call of an algorithm opens the links it uses (links open
+ * on first use) and grows their TCP windows. */
 static bagua_status_t time_allreduce(bagua_comm_t *c, float *buf, size_t bytes, size_t ring_min,
                                      int64_t *ns) {
-  int64_t t[PROBE_REPS];
-  c->ring_min_bytes = ring_min;
-  for (int i = 0; i < PROBE_REPS; i++) {
-    int64_t t0 = bagua__now_ns();
-    BAGUA_CHECK(bagua_allreduce(c, buf, buf, bytes / sizeof(float), BAGUA_F32, BAGUA_SUM));
-    t[i] = bagua__now_ns() - t0;
-  }
-  qsort(t, PROBE_REPS, sizeof(t[0]), cmp_i64);
-  *ns = t[PROBE_REPS / 2];
+  int64_t t[PROBE_REPS], warm;
+  BAGUA_CHECK(time_one(c, buf, bytes, ring_min, &warm));
+  for (int i = 0; i < PROBE_REPS; i++) BAGUA_CHECK(time_one(c, buf, bytes, ring_min, &t[i]));
+  *ns = median(t, PROBE_REPS);
   return BAGUA_OK;
 }
 
@@ -81,8 +108,7 @@ static bagua_status_t time_step(bagua_comm_t *c, float *buf, float *in, size_t b
     BAGUA_CHECK(bagua__exchange(c, &snd, 1, &rcv, 1));
     t[i] = bagua__now_ns() - t0;
   }
-  qsort(t, PROBE_REPS, sizeof(t[0]), cmp_i64);
-  *ns = t[PROBE_REPS / 2];
+  *ns = median(t, PROBE_REPS);
   return BAGUA_OK;
 }
 
@@ -112,7 +138,37 @@ static int64_t crossover(const int64_t rd[2], const int64_t ring[2]) {
   return (int64_t)((a_ring - a_rd) / (b_rd - b_ring));
 }
 
+/* The time the fitted line through (PROBE_SMALL, t[0]) and (PROBE_LARGE, t[1]) predicts at
+ * `bytes`. */
+static double line_at(const int64_t t[2], double bytes) {
+  double b = (double)(t[1] - t[0]) / (double)(PROBE_LARGE - PROBE_SMALL);
+  return (double)t[0] + b * (bytes - PROBE_SMALL);
+}
+
+/* The worst ratio, over the sizes measured, of the predicted time with threshold `x` to the
+ * faster algorithm's. Each ratio of two lines is monotone between the sizes where the choice
+ * changes, so the ends of those pieces are the only candidates. */
+static double worst_loss(const int64_t rd[2], const int64_t ring[2], double x) {
+  double at[4] = {PROBE_SMALL, PROBE_LARGE, x, x}, worst = 1.0;
+  for (int i = 0; i < 4; i++) {
+    double s = at[i];
+    if (s < PROBE_SMALL || s > PROBE_LARGE) continue;
+    double a = line_at(rd, s), b = line_at(ring, s);
+    double best = a < b ? a : b;
+    /* At the threshold itself both sides count: just below it recursive doubling runs. */
+    double mine = i == 2 ? a : (s >= x ? b : a);
+    if (best > 0 && mine / best > worst) worst = mine / best;
+  }
+  return worst;
+}
+
 int64_t bagua__calibrate_choose(const int64_t rd[2], const int64_t ring[2]) {
+  /* Where the measurement cannot tell the registry's default from the best threshold, the
+   * default stands: on links where the two algorithms are close, the fitted crossover swings
+   * with every run's noise (from 0 to the cap), and a threshold of 0 cost 16-64 KiB
+   * allreduces 20-28 % against recursive doubling. */
+  int64_t def = bagua__param_int_default(BAGUA_P_NET_RING_MIN_BYTES);
+  if (worst_loss(rd, ring, (double)def) <= 1.0 + TIE_FRACTION) return def;
   int64_t want = crossover(rd, ring);
   /* Where the ring already wins at the small probe, the threshold is at most that size: the
    * fitted lines only say where they cross, and noise in the intercepts can put that above a
@@ -135,6 +191,32 @@ int bagua__calibrate_streams(const int64_t ring[2], int size, int nstreams) {
   if (per_byte_ns <= 0) return nstreams; /* noise: no estimate */
   double bps = 2.0 * (size - 1) / size * 8e9 / per_byte_ns;
   return bps < SLOW_LINK_BPS && ring[0] < NEAR_RING_NS ? 1 : nstreams;
+}
+
+/* Replaces rd and ring by each probe's median over the ranks of `t` (the same on every rank).
+ * Beyond MEASURED_MAX_RANKS, by their largest value: a median would gather O(n) bytes on every
+ * rank, and the times there come from one ring step, which every rank times alike. */
+static bagua_status_t agree_times(bagua_comm_t *t, int64_t rd[2], int64_t ring[2]) {
+  int n = t->size;
+  int64_t mine[4] = {rd[0], rd[1], ring[0], ring[1]};
+  if (n > MEASURED_MAX_RANKS) {
+    t->ring_min_bytes = SIZE_MAX;
+    BAGUA_CHECK(bagua_allreduce(t, mine, mine, 4, BAGUA_I64, BAGUA_MAX));
+    rd[0] = mine[0], rd[1] = mine[1], ring[0] = mine[2], ring[1] = mine[3];
+    return BAGUA_OK;
+  }
+  int64_t *all = calloc((size_t)n * 4, sizeof(*all)), *col = calloc((size_t)n, sizeof(*col));
+  bagua_status_t st = all && col ? BAGUA_OK : BAGUA_ERR_NO_MEMORY;
+  t->ring_min_bytes = SIZE_MAX;
+  if (st == BAGUA_OK) st = bagua_allgather(t, mine, all, 4, BAGUA_I64);
+  for (int k = 0; st == BAGUA_OK && k < 4; k++) {
+    for (int q = 0; q < n; q++) col[q] = all[q * 4 + k];
+    mine[k] = median(col, n);
+  }
+  if (st == BAGUA_OK) rd[0] = mine[0], rd[1] = mine[1], ring[0] = mine[2], ring[1] = mine[3];
+  free(all);
+  free(col);
+  return st;
 }
 
 /* Measures and sets the threshold of TCP communicator `t` (every rank of `t` calls it), and its
@@ -162,16 +244,22 @@ static bagua_status_t calibrate_tcp(bagua_comm_t *t, int keep_streams) {
                      st, out);
     bagua__calibrate_model(t->size, step, rd, ring);
   }
+  /* Every rank decides on the same times: each probe's median over the ranks. (Each rank
+   * deciding on its own times, and the ranks then taking the largest threshold, let one rank's
+   * noise win: 512 KiB on links where the ring won at every size. Neither end of the ranks'
+   * times is the collective's cost: the rank that entered a call last found part of its data
+   * already received, and timed recursive doubling's 256 KiB at half what it costs; the first
+   * one timed its wait for the others too.) */
+  BAGUA_CHECK_GOTO(agree_times(t, rd, ring), st, out);
   int64_t lo = 0, hi = 0, want = bagua__calibrate_choose(rd, ring);
   bagua__param_bounds(BAGUA_P_NET_RING_MIN_BYTES, &lo, &hi);
   if (want > hi) want = hi;
   if (want < lo) want = lo;
   int streams = bagua__comm_streams(t);
   if (streams > 0 && !keep_streams) streams = bagua__calibrate_streams(ring, t->size, streams);
-  /* One value for every rank: the largest estimate of each (the ranks timed the same calls;
-   * a rank that saw a fast link keeps the streams). */
+  /* One value for every rank (the threshold is already; the stream counts the ranks started
+   * from may differ: the largest wins). */
   int64_t agreed[2] = {want, streams};
-  t->ring_min_bytes = SIZE_MAX;
   BAGUA_CHECK_GOTO(bagua_allreduce(t, agreed, agreed, 2, BAGUA_I64, BAGUA_MAX), st, out);
   want = agreed[0];
   t->sig_by_parent = old_sig;

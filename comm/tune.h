@@ -45,9 +45,11 @@ bagua_status_t bagua__comm_set_ring_min(bagua_comm_t *c, size_t bytes);
 
 /* The ring threshold a TCP communicator starts with (comm/calibrate.c), from the median times
  * in ns of recursive doubling (rd) and the ring at the two probe sizes, 4 KiB ([0]) and 256 KiB
- * ([1]): where the fitted lines cross, at most 4 KiB when the ring already won at 4 KiB, and
- * at most 512 KiB (one doubling past the largest size measured). A pure function of the
- * times, so that every rule is tested without a network. */
+ * ([1]): the registry's default (BAGUA_NET_RING_MIN_BYTES) when the fitted lines predict it
+ * within 10 % of the faster algorithm at every size from 4 KiB to 256 KiB; else where the
+ * lines cross, at most 4 KiB when the ring already won at 4 KiB, and at most 512 KiB (one
+ * doubling past the largest size measured). A pure function of the times, so that every rule
+ * is tested without a network. */
 int64_t bagua__calibrate_choose(const int64_t rd[2], const int64_t ring[2]);
 
 /* How many of the `nstreams` streams per peer a TCP communicator of `size` ranks starts with,
@@ -60,7 +62,7 @@ int bagua__calibrate_streams(const int64_t ring[2], int size, int nstreams);
  * step (each rank sends to rank + 1 and reduces from rank - 1) at the two probe sizes, the
  * times recursive doubling (ceil(log2 n) steps of the message, two more to fold a world that is
  * not a power of two) and the ring (2(n-1) steps of 1/n of it) would take, for the two rules
- * above. Creation then costs six steps at any n instead of rings of 2(n-1) steps. */
+ * above. Creation then costs ten steps at any n instead of rings of 2(n-1) steps. */
 void bagua__calibrate_model(int n, const int64_t step[2], int64_t rd[2], int64_t ring[2]);
 
 /* bagua_comm_split() whose new communicator opens `nstreams` streams to each peer on another
