@@ -90,6 +90,11 @@ static bagua_status_t resolve_config(const bagua_elastic_config_t *cfg, bagua_el
     BAGUA_WARN("bagua_elastic_create: job id \"%.64s...\" and node id are too long", e->job_id);
     return BAGUA_ERR_INVALID_ARG;
   }
+  if (bagua__rdzv_key(e->round_key, sizeof(e->round_key), e->job_id, BAGUA__RDZV_KEY_ROUND, 0, NULL,
+                      0) != 0) {
+    BAGUA_WARN("bagua_elastic_create: job id \"%.64s...\" is too long", e->job_id);
+    return BAGUA_ERR_INVALID_ARG;
+  }
   return BAGUA_OK;
 }
 
@@ -134,6 +139,8 @@ void bagua_elastic_destroy(bagua_elastic_t *e) {
   if (!e) return;
   bagua__elastic_timer_stop(e);
   bagua__etcd_watch_stop(e->watch);
+  /* After the assignment's watch, whose callback may have started this one. */
+  bagua__etcd_watch_stop(e->round_watch);
   bagua__etcd_destroy(e->etcd);
   bagua_comm_destroy(e->comm);
   bagua__elastic_registry_free(e);

@@ -39,8 +39,10 @@ struct bagua_elastic_s {
   bagua_comm_t *comm;
   bagua__etcd_t *etcd;
   bagua__etcd_watch_t *watch;
-  /* This node's assignment, assign/<node> (record.c), which the worker follows. */
-  char assign_key[512];
+  /* This node's assignment, assign/<node> (record.c), which the worker follows; and the round
+   * key, followed (round_watch) only once the assignment is gone (record.c says why). */
+  char assign_key[512], round_key[512];
+  bagua__etcd_watch_t *round_watch; /* under `lock` */
   /* Highest round number the watch has seen; read without the lock by check(). */
   _Atomic int64_t seen_round;
   /* The communicator being bootstrapped, so that the watch can cut a bootstrap short when
@@ -84,6 +86,12 @@ int64_t bagua__elastic_assign_round(const char *json, const char *key, int64_t m
  */
 bagua_status_t bagua__elastic_place(const char *json, const char *key, const char *node_id,
                                     int local_rank, int64_t *round, int *rank, int *size);
+/* The assignment the round record `json` (of `key` at `mod_rev`) gives node `node_id`, as the
+ * leader would write it (malloc'ed JSON; "not a member" when the round does not list it), with
+ * the round's number and its departures (1 when the node is not a member); NULL with a warning
+ * when the record is refused. */
+char *bagua__elastic_assign_from_round(const char *json, const char *key, int64_t mod_rev,
+                                       const char *node_id, int64_t *round, int *departed);
 
 /* ---- commit registry (registry.c) ---- */
 

@@ -98,9 +98,48 @@ static void note_round(bagua_elastic_t *e, int64_t r, int departed) {
   pthread_mutex_unlock(&e->lock);
 }
 
+/* The round watch of a node that lost its assignment (see record.c). */
+static int on_round_event(void *arg, const bagua__etcd_event_t *ev) {
+  bagua_elastic_t *e = arg;
+  if (ev->type != BAGUA__ETCD_EVENT_PUT) return 0;
+  int64_t r = -1;
+  int departed = 0;
+  free(bagua__elastic_assign_from_round(ev->value, e->round_key, ev->mod_revision, e->node_id, &r,
+                                        &departed));
+  BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: round key now holds round %lld (%s)", (long long)r,
+             departed ? "a member left" : "no member left");
+  if (r >= 0) note_round(e, r, departed);
+  return 0;
+}
+
+/* The node's assignment is gone: its agent left the job or lost its lease, and the leader
+ * writes assignments for registered nodes only. Follow the round record from `rev` on, to
+ * learn whether the next round still has this node; once per context. */
+static void follow_round(bagua_elastic_t *e, int64_t rev) {
+  pthread_mutex_lock(&e->lock);
+  int started = e->round_watch != NULL;
+  pthread_mutex_unlock(&e->lock);
+  if (started) return;
+  BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: %s is gone; following %s", e->assign_key, e->round_key);
+  bagua__etcd_watch_t *w = NULL;
+  bagua__etcd_watch_opts_t wo = {0, rev, 0};
+  if (bagua__etcd_watch_start(e->etcd, e->round_key, &wo, on_round_event, e, &w) != BAGUA_OK) {
+    BAGUA_WARN(
+        "elastic: cannot watch %s: a round without this node is noticed only at the "
+        "next rebuild",
+        e->round_key);
+    return;
+  }
+  pthread_mutex_lock(&e->lock);
+  e->round_watch = w;
+  pthread_mutex_unlock(&e->lock);
+}
+
 static int on_assign_event(void *arg, const bagua__etcd_event_t *ev) {
   bagua_elastic_t *e = arg;
-  if (ev->type == BAGUA__ETCD_EVENT_PUT) {
+  if (ev->type == BAGUA__ETCD_EVENT_DELETE) {
+    follow_round(e, ev->mod_revision);
+  } else if (ev->type == BAGUA__ETCD_EVENT_PUT) {
     int departed = 0;
     int64_t r = bagua__elastic_assign_round(ev->value, e->assign_key, ev->mod_revision, &departed);
     BAGUA_INFO(BAGUA_SUBSYS_COMM, "elastic: assignment now of round %lld (%d member(s) left)",
@@ -219,6 +258,23 @@ static bagua_status_t wait_new_round(bagua_elastic_t *e, char **json) {
         bagua__etcd_kv_clear(&kv);
         return BAGUA_OK;
       }
+    } else if (st == BAGUA_OK) {
+      /* No assignment: this node is not registered (record.c); the round says where it is. */
+      bagua__etcd_kv_clear(&kv);
+      st = bagua__etcd_get(e->etcd, e->round_key, &kv, &found, NULL);
+      int64_t r = -1;
+      int departed = 0;
+      char *a = st == BAGUA_OK && found
+                    ? bagua__elastic_assign_from_round(kv.value, e->round_key, kv.mod_revision,
+                                                       e->node_id, &r, &departed)
+                    : NULL;
+      if (a && r > e->round) {
+        note_round(e, r, departed);
+        *json = a;
+        bagua__etcd_kv_clear(&kv);
+        return BAGUA_OK;
+      }
+      free(a);
     }
     bagua__etcd_kv_clear(&kv);
     /* etcd being briefly unreachable is retried like an absent round, within the bound. */

@@ -6,7 +6,13 @@
  * which lists every member: N workers reading an O(N) record at every round cost O(N^2) bytes
  * per round. Decoding is common/rdzv's (the one schema), so a record the agent would refuse is
  * refused here too, with a warning naming the key and the field.
+ *
+ * A node that is no longer registered (its agent left the job, or lost its lease) has no
+ * assignment: the leader writes them for registered nodes only. Its workers then fall back to
+ * the round record, rarely and for that node only, to learn whether a newer round still has
+ * it (bagua__elastic_assign_from_round).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -49,4 +55,25 @@ bagua_status_t bagua__elastic_place(const char *json, const char *key, const cha
   *size = a.world_size;
   *rank = a.rank_base + local_rank;
   return BAGUA_OK;
+}
+
+char *bagua__elastic_assign_from_round(const char *json, const char *key, int64_t mod_rev,
+                                       const char *node_id, int64_t *round, int *departed) {
+  bagua__rdzv_round_t r;
+  char why[160];
+  *round = -1;
+  *departed = 0;
+  if (bagua__rdzv_round_decode(json, &r, why, sizeof(why)) != 0) {
+    bagua__rdzv_reject(key, mod_rev, "a round record", why);
+    return NULL;
+  }
+  bagua__rdzv_assign_t a;
+  int idx = bagua__rdzv_round_find(&r, node_id);
+  bagua__rdzv_assign_of(&r, idx, 0, &a);
+  snprintf(a.node, sizeof(a.node), "%s", node_id);
+  *round = r.round;
+  /* A round without this node is, for this node's workers, one that lost a member. */
+  *departed = idx < 0 ? 1 : r.departed;
+  bagua__rdzv_round_clear(&r);
+  return bagua__rdzv_assign_encode(&a);
 }
