@@ -11,7 +11,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       clang libclang-rt-dev libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev zlib1g-dev
       etcd-server etcd-client iproute2 dataset-fashion-mnist
       python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
-      python3-yaml yamllint redis-server python3-redis)
+      python3-yaml yamllint redis-server python3-redis
+      debhelper dh-python help2man)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,7 +3,8 @@
 # UndefinedBehaviorSanitizer build. Then compiles the tree warning-free (-Werror) in the
 # builds users make: GCC Release (-O3 finds what -O2 does not) and Clang Release and Debug.
 # Last, the continuous checks (docs/testing.md): a ThreadSanitizer build of the threaded tests
-# and every libFuzzer target for a bounded time (BAGUA_FUZZ_SECONDS each, default 30).
+# and every libFuzzer target for a bounded time (BAGUA_FUZZ_SECONDS each, default 30); then
+# the Debian packages (scripts/package-test.sh).
 # BAGUA_TEST_ONLY=tsan,fuzz runs just those two sections.
 # A failure in one build does not stop the others: every build runs, every failing test is
 # listed at the end, and the exit status is non-zero if anything failed (a build that does not
@@ -115,6 +116,10 @@ if command -v clang >/dev/null; then
 else
   failed+=("clang is not installed (scripts/install-deps.sh installs it)")
 fi
+# The Debian packages, built in a copy of the tree and checked from their installed files only
+# (a real two-worker job, the Python import, pkg-config and find_package; docs/packaging.md).
+echo "=== packages"
+if ! scripts/package-test.sh; then failed+=("packages (scripts/package-test.sh)"); fi
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "=== FAILED (${#failed[@]}):"
