@@ -43,12 +43,15 @@
 /*
  * A follower's keys: config, failure and leader (one range up to nodes/), its own node,
  * progress and assignment records (its place in the round: not the round itself, whose member
- * list is O(N) bytes), and secret and status (one range from "rounds0", just past every rounds/
- * key, to the end of the prefix). Five ranges over one watch stream.
+ * list is O(N) bytes), secret and status (one range from "rounds0", just past every rounds/
+ * key, to the end of the prefix), and its own clash/<id> (another agent refused its id: the
+ * name sorts before "config", so other nodes' records stay out of the first range). Six ranges
+ * over one watch stream.
  */
+#define FOLLOWER_RANGES 6
 static size_t follower_ranges(const bagua__agent_t *a, bagua__mirror_range_t *r) {
   char rounds[BAGUA_RDZV_KEY_MAX];
-  memset(r, 0, 5 * sizeof(*r));
+  memset(r, 0, FOLLOWER_RANGES * sizeof(*r));
   bagua__agent_key(a, r[0].key, sizeof(r[0].key), BAGUA__RDZV_KEY_CONFIG, 0, NULL);
   bagua__agent_key(a, r[0].end, sizeof(r[0].end), BAGUA__RDZV_KEY_NODES_DIR, 0, NULL);
   bagua__agent_key(a, r[1].key, sizeof(r[1].key), BAGUA__RDZV_KEY_NODE, 0, a->cfg->node_id);
@@ -57,11 +60,12 @@ static size_t follower_ranges(const bagua__agent_t *a, bagua__mirror_range_t *r)
   bagua__agent_key(a, rounds, sizeof(rounds), BAGUA__RDZV_KEY_ROUNDS_DIR, 0, NULL);
   bagua__rdzv_key_end(r[4].key, sizeof(r[4].key), rounds);
   bagua__rdzv_key_end(r[4].end, sizeof(r[4].end), a->prefix);
-  return 5;
+  bagua__agent_key(a, r[5].key, sizeof(r[5].key), BAGUA__RDZV_KEY_CLASH, 0, a->cfg->node_id);
+  return FOLLOWER_RANGES;
 }
 
 static void follow_keys(bagua__agent_t *a, int full) {
-  bagua__mirror_range_t r[5];
+  bagua__mirror_range_t r[FOLLOWER_RANGES];
   size_t n = 1;
   if (full) {
     memset(r, 0, sizeof(r[0]));
@@ -114,6 +118,9 @@ static int step(bagua__agent_t *a, const bagua__agent_snap_t *s) {
   bagua__agent_ring_deaths(a, s);
   int rc = bagua__agent_check_registration(a, s);
   if (rc) return rc;
+  /* Before the round is followed: a node whose id another agent was refused must not start
+   * workers for a job it is about to leave. */
+  if ((rc = bagua__agent_check_clash(a, s)) >= 0) return rc;
   bagua__agent_check_secret(a, s);
   bagua__agent_ring_follow(a, s);
   bagua__agent_check_leadership(a, s);
@@ -267,20 +274,27 @@ int bagua__agent_run(bagua__agent_config_t *cfg, int sigfd, int endfd) {
     BAGUA_INFO(BAGUA_SUBSYS_AGENT, "agent: metrics at http://%s:%d/metrics", cfg->metrics_addr,
                bagua__metrics_port(a.metrics));
   }
-  /* Auto mode learns from marks in a private directory which workers run the elastic API, and
-   * the workers' progress files live there too; without one auto mode can only restart the
-   * workers, and they report no progress. */
-  if ((cfg->elastic_mode == BAGUA__ELASTIC_AUTO || cfg->progress_interval_ms > 0) &&
-      bagua__marks_create(cfg->node_id, a.mark_dir, sizeof(a.mark_dir)) != 0) {
+  /* Auto mode learns from marks in a private directory which workers run the elastic API; the
+   * workers' progress files and their TORCHELASTIC_ERROR_FILEs live there too. Without one
+   * auto mode can only restart the workers, they report no progress, and a failure is
+   * reported without the worker's own message. */
+  if (bagua__marks_create(cfg->node_id, a.mark_dir, sizeof(a.mark_dir)) != 0) {
     int e = errno;
     bagua__agent_say(
         "cannot create the agent's private directory under %s: %s; the workers report no "
-        "progress%s",
+        "progress and get no TORCHELASTIC_ERROR_FILE%s",
         bagua__marks_parent(), strerror(e),
         cfg->elastic_mode == BAGUA__ELASTIC_AUTO
             ? ", and --elastic-mode auto restarts them on every new round"
             : "");
   }
+  /* torchrun's warning, once per agent start (cli.c decided). */
+  if (cfg->omp_default)
+    bagua__agent_say(
+        "setting OMP_NUM_THREADS=1 for each of this node's %d workers (the variable is not set), "
+        "as torchrun does, to avoid overloading the node; tune it for your program: export "
+        "OMP_NUM_THREADS=N before starting the agent (bagua-launch: -x OMP_NUM_THREADS=N)",
+        cfg->nproc);
   a.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (a.wake_fd < 0) {
     bagua__agent_say("eventfd failed: %s", strerror(errno));

@@ -68,6 +68,11 @@ typedef struct {
   bagua__elastic_mode_t elastic_mode; /* --elastic-mode */
   int metrics_port;                   /* --metrics-port: Prometheus endpoint (metrics.h); 0: off */
   const char *metrics_addr;           /* --metrics-addr: the address it binds (default 127.0.0.1) */
+  /* --role (BAGUA_ROLE, default "default"): the workers' ROLE_NAME, torchrun's --role. */
+  char role[BAGUA_AGENT_ID_MAX];
+  /* 1: the workers get OMP_NUM_THREADS=1, as torchrun gives them: more than one worker runs
+   * on this node and the agent's environment does not set OMP_NUM_THREADS (cli.c). */
+  int omp_default;
   /* BAGUA_PROGRESS_INTERVAL_MS: how often the workers' progress is read and published; 0:
    * off (progress.c). */
   int progress_interval_ms;

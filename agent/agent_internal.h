@@ -98,6 +98,11 @@ typedef struct bagua__agent_s {
   int reported;    /* ... and written to etcd */
   /* The last round this node acknowledged (follow.c): progress/<node> naming it is written. */
   int64_t acked_round;
+  /* This node has been a member of a round (started workers for it): from then on the job runs
+   * with it, and another agent refused its node id is only warned about (register.c). */
+  int joined;
+  /* The clash/<node> record (its mod_revision) already acted on, so each is said once. */
+  int64_t clash_rev;
   bagua__rdzv_done_t report;
 
   int is_leader;
@@ -175,6 +180,11 @@ int bagua__agent_register(bagua__agent_t *a);
 int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t *s);
 /* Updates the node record (new master port) under the current lease. */
 void bagua__agent_refresh_record(bagua__agent_t *a);
+/* Another agent was refused this node's id and said so in clash/<node> (its own lease): before
+ * this node has joined a round the agent stops (exit 2: the id is the user's mistake, and the
+ * job could only wait for a node that never comes); afterwards it warns once. Returns -1 to go
+ * on, or the exit status. */
+int bagua__agent_check_clash(bagua__agent_t *a, const bagua__agent_snap_t *s);
 /* Campaigns for leadership when the leader key is free; updates a->is_leader. */
 void bagua__agent_check_leadership(bagua__agent_t *a, const bagua__agent_snap_t *s);
 /* Stops the keeper and revokes the lease (deleting nodes/<id> and a held leader key). */

@@ -28,6 +28,8 @@
 #include "common/rdzv/rdzv.h"
 #include "common/validate.h"
 
+extern char **environ;
+
 _Static_assert(BAGUA_AGENT_ID_MAX > BAGUA_ID_MAX_LEN, "an agent id buffer holds any valid id");
 _Static_assert(sizeof(((bagua__agent_config_t *)0)->secret) == BAGUA_RDZV_SECRET_HEX + 1,
                "the config holds a job secret and its NUL");
@@ -119,6 +121,17 @@ static arg_desc_t k_args[] = {
      .help = "the job secret (64 hex digits) in a file only its owner can read (chmod 600); "
              "default: BAGUA_JOB_SECRET, else the job's in etcd, else a new random one"},
     {SHARED(ELASTIC_MODE), .kind = AK_CHOICE, .env = 1, .field = CFG(elastic_mode), .missing = ""},
+    /* torchrun's --role: one role per job here (the workers' ROLE_NAME). An id's alphabet, so
+     * that the value printed in messages and passed to workers is one plain word. */
+    {.flag = "--role",
+     .kind = AK_ID,
+     .param = BAGUA_P_ROLE,
+     .env = 1,
+     .field = CFG(role),
+     .missing = "",
+     .metavar = "NAME",
+     .help = "the workers' role, ROLE_NAME (torchrun's --role), 1-64 of [A-Za-z0-9._-]; "
+             "default: default"},
     {SHARED(METRICS_PORT), .kind = AK_INT, .env = 1, .field = CFG(metrics_port), .missing = ""},
     {SHARED(METRICS_ADDR), .kind = AK_STR, .env = 1, .field = CFG(metrics_addr), .missing = ""},
     /* read by read_env_stdin() first */
@@ -416,6 +429,16 @@ static int wants_env_stdin(int argc, char **argv) {
   return 0;
 }
 
+/* Whether the environment holds `name` (set, even to ""). A walk of environ, as the workers'
+ * environment is built (workers.c): the variable is the workers', not a Bagua parameter, so
+ * the registry does not declare it. */
+static int env_has(const char *name) {
+  size_t n = strlen(name);
+  for (char **e = environ; e && *e; e++)
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return 1;
+  return 0;
+}
+
 /* 0 when `path` is a file this process may execute, else an errno value. */
 static int runnable(const char *path) {
   struct stat st;
@@ -625,6 +648,7 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
     const char *text = given[i];
     /* The node id defaults to the host name, which must pass as an id too. */
     if (!text && d->field == CFG(node_id)) text = host;
+    if (!text && d->field == CFG(role)) text = bagua__param_str_default(BAGUA_P_ROLE);
     if (!text && d->missing[0]) {
       if (d->kind == AK_INT) {
         int64_t lo = 0, hi = 0;
@@ -640,6 +664,10 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
     if (d->field == CFG(node_id) && d->kind == AK_ID) bagua__agent_set_name(cfg->node_id);
   }
   if (cfg->log_dir && !cfg->log_dir[0]) cfg->log_dir = NULL;
+  /* torchrun's rule: several workers of one node each running as many OpenMP threads as the
+   * node has cores would overload it, so unless the user chose a value (any value, even an
+   * empty one: torchrun tests for presence too) each worker gets one thread. agent.c warns. */
+  cfg->omp_default = cfg->nproc > 1 && !env_has("OMP_NUM_THREADS");
   if (check_program(cfg->argv[0]) != 0) return 2;
   if (check_log_dir(cfg->log_dir) != 0 || load_secret(cfg) != 0) return 2;
   return 0;

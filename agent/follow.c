@@ -132,6 +132,7 @@ static void start_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
       .bootstrap = a->bootstrap[0] ? a->bootstrap : NULL,
       .mark_dir = a->mark_dir[0] && cfg->elastic_mode == BAGUA__ELASTIC_AUTO ? a->mark_dir : NULL,
       .progress_dir = a->mark_dir[0] && cfg->progress_interval_ms > 0 ? a->mark_dir : NULL,
+      .error_dir = a->mark_dir[0] ? a->mark_dir : NULL,
       .secret = a->secret[0] ? a->secret : NULL,
   };
   /* Marks (and progress files) of the workers just stopped must not speak for the ones
@@ -142,6 +143,8 @@ static void start_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
                    P->restart_count, idx, P->nmembers, base, base + cfg->nproc - 1, P->world_size,
                    P->master_addr, P->master_port);
   a->member = 1;
+  /* The job now runs with this node: a duplicate of its id no longer stops it (register.c). */
+  a->joined = 1;
   /* From now on workers hold the job secret this agent exported (agent.c, check_secret). */
   a->secret_used = 1;
   bagua_status_t started = bagua__workers_start(&a->ws, cfg, &as, a->out);
@@ -174,6 +177,8 @@ static void start_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
   if (idx == 0) bagua__agent_refresh_record(a);
 }
 
+/* The failure of worker `w` as the done record and the failure key report it, with the
+ * message of its error file when it left one (torch's @record). */
 static void fill_failure(const bagua__agent_t *a, const bagua__worker_t *w,
                          bagua__rdzv_failure_t *f) {
   memset(f, 0, sizeof(*f));
@@ -188,6 +193,7 @@ static void fill_failure(const bagua__agent_t *a, const bagua__worker_t *w,
     f->signal = WTERMSIG(w->wait_status);
   else
     f->exit_code = WEXITSTATUS(w->wait_status);
+  bagua__workers_error_message(a->mark_dir, w->local_rank, w->rank, f->error, sizeof(f->error));
 }
 
 /* Another member's failure in our round, or NULL: the job's failure key (which every member
@@ -231,7 +237,7 @@ static void report(bagua__agent_t *a, const bagua__agent_snap_t *s) {
       a->report.state = BAGUA__DONE_FAILED;
       a->report.kept = a->kept;
       fill_failure(a, w, &a->report.f);
-      char when[40], what[512];
+      char when[40], what[1024];
       bagua__agent_format_time(w->exit_ms, when, sizeof(when));
       bagua__agent_failure_describe(&a->report.f, what, sizeof(what));
       bagua__agent_say("worker failed at %s on host %s: %s", when, a->host, what);

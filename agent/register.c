@@ -74,6 +74,43 @@ static char *node_record(const bagua__agent_t *a) {
   return bagua__rdzv_node_encode(&n);
 }
 
+/*
+ * This agent was refused node id cfg->node_id: `holder` (its node record, created at revision
+ * `holder_rev`) is a live registration of another agent. Tells that agent through
+ * clash/<node>, on this agent's lease (docs/agent.md, "A duplicate node id"): one put, and
+ * the holder reads it through the watch it has anyway, so the duplicate costs each of them
+ * O(1) requests. Returns 1 when the record was written (the lease must then be left to
+ * expire rather than revoked), else 0.
+ */
+static int clash_holder(bagua__agent_t *a, int64_t holder_rev, const bagua__rdzv_node_t *holder) {
+  const bagua__agent_config_t *cfg = a->cfg;
+  bagua__rdzv_clash_t c;
+  memset(&c, 0, sizeof(c));
+  snprintf(c.host, sizeof(c.host), "%s", a->host);
+  snprintf(c.addr, sizeof(c.addr), "%s", cfg->node_addr[0] ? cfg->node_addr : a->host);
+  c.pid = (int)getpid();
+  c.time_ms = bagua__wall_ms();
+  c.holder_rev = holder_rev;
+  char key[BAGUA_RDZV_KEY_MAX];
+  bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_CLASH, 0, cfg->node_id);
+  char *v = bagua__rdzv_clash_encode(&c);
+  bagua_status_t st =
+      v ? bagua__etcd_put(a->etcd, key, v, strlen(v), a->lease, NULL, NULL) : BAGUA_ERR_NO_MEMORY;
+  free(v);
+  char told[BAGUA_RDZV_KEY_MAX + 96];
+  if (st == BAGUA_OK)
+    snprintf(told, sizeof(told), "told that agent through etcd (%s)", key);
+  else
+    snprintf(told, sizeof(told), "could not tell that agent through etcd (%s: %s)", key,
+             bagua_strerror(st));
+  bagua__agent_say(
+      "node id \"%s\" is in use by a live agent of job %s (pid %d on host %s, address %s); this "
+      "agent is refused, and %s; accepted: a --node-id (or BAGUA_NODE_ID) that no other agent "
+      "of the job uses, one per agent (default: the host name)",
+      cfg->node_id, cfg->job_id, holder->pid, holder->host, holder->addr, told);
+  return st == BAGUA_OK;
+}
+
 int bagua__agent_register(bagua__agent_t *a) {
   const bagua__agent_config_t *cfg = a->cfg;
   char key[BAGUA_RDZV_KEY_MAX];
@@ -93,7 +130,9 @@ int bagua__agent_register(bagua__agent_t *a) {
   /* A key with our id on another lease is another agent, or a dead one whose lease has not
    * expired yet: give it one TTL (plus etcd's expiry tick) to go away. */
   int64_t deadline = bagua__now_ms() + (int64_t)cfg->lease_ttl_s * 1000 + 1500;
-  int said = 0, rc = 3;
+  const int64_t ttl_ms = (granted > 0 ? granted : cfg->lease_ttl_s) * 1000;
+  int64_t renewed = bagua__now_ms();
+  int said = 0, rc = 3, keep_lease = 0;
   for (;;) {
     int created = 0;
     bagua__etcd_kv_t cur;
@@ -107,13 +146,23 @@ int bagua__agent_register(bagua__agent_t *a) {
     }
     bagua__rdzv_node_t other;
     memset(&other, 0, sizeof(other));
-    bagua__rdzv_node_decode(cur.value, &other, NULL, 0);
+    int valid = bagua__rdzv_node_decode(cur.value, &other, NULL, 0) == 0;
+    int64_t holder_lease = cur.lease, holder_rev = cur.create_revision;
     bagua__etcd_kv_clear(&cur);
     if (bagua__now_ms() > deadline) {
-      bagua__agent_say(
-          "node id \"%s\" is in use by a live agent (pid %d on host %s) of job %s; "
-          "give every agent its own --node-id",
-          cfg->node_id, other.pid, other.host, cfg->job_id);
+      if (valid && holder_lease != 0 && holder_lease != a->lease) {
+        /* A live registration of another agent: tell it (clash_holder), so that it does not
+         * wait for ever for a job that cannot start with two agents claiming one id. */
+        keep_lease = clash_holder(a, holder_rev, &other);
+      } else {
+        /* Nothing renews what holds the key (it is on no lease, or not a node record): no
+         * agent to tell, and no expiry to wait for. */
+        bagua__agent_say(
+            "node id \"%s\": %s holds %s that no agent renews; accepted: remove it (etcdctl del "
+            "%s) or give this agent another --node-id",
+            cfg->node_id, key,
+            valid ? "a node record on no lease" : "a value that is no node record", key);
+      }
       rc = 2;
       break;
     }
@@ -126,10 +175,21 @@ int bagua__agent_register(bagua__agent_t *a) {
     }
     bagua__agent_wait(a, 200);
     if (a->term_sig) break;
+    /* The wait outlasts a TTL and the keeper starts only once the record is written: renew
+     * the lease meanwhile (every third of the TTL, as the keeper does), or the record, or the
+     * clash record telling the holder, could not be put on it. */
+    if (bagua__now_ms() - renewed >= ttl_ms / 3) {
+      int64_t left = -1;
+      if (bagua__etcd_lease_keepalive_once(a->etcd, a->lease, &left) == BAGUA_OK && left > 0)
+        renewed = bagua__now_ms();
+    }
   }
   free(rec);
   if (rc != 0) {
-    bagua__etcd_lease_revoke(a->etcd, a->lease);
+    /* The clash record lives on this lease: revoked now, it could vanish before the holder's
+     * watch shows it in a snapshot. Nothing renews it once this agent exits, so it expires
+     * after --lease-ttl, taking the record with it. */
+    if (!keep_lease) bagua__etcd_lease_revoke(a->etcd, a->lease);
     a->lease = 0;
     return rc;
   }
@@ -239,6 +299,40 @@ int bagua__agent_check_registration(bagua__agent_t *a, const bagua__agent_snap_t
   bagua__etcd_kv_clear(&cur);
   free(rec);
   return 0;
+}
+
+int bagua__agent_check_clash(bagua__agent_t *a, const bagua__agent_snap_t *s) {
+  if (!s->has_clash || s->clash_mod_rev == a->clash_rev) return -1;
+  const bagua__agent_config_t *cfg = a->cfg;
+  const bagua__rdzv_clash_t *c = &s->clash;
+  const bagua__rdzv_node_t *me = bagua__agent_snap_node(s, cfg->node_id);
+  /* About another registration of this id (one this agent held before it lost its lease, say):
+   * not about this one, whose id nobody was refused. Looked at again on a later pass only if
+   * the record changes or this registration shows up. */
+  if (!me || me->lease != a->lease || me->create_rev != c->holder_rev) return -1;
+  a->clash_rev = s->clash_mod_rev;
+  char when[40], who[1024];
+  bagua__agent_format_time(c->time_ms, when, sizeof(when));
+  snprintf(who, sizeof(who),
+           "another agent (pid %d on host %s, address %s) was started with this node's id \"%s\" "
+           "for job %s and refused at %s",
+           c->pid, c->host, c->addr, cfg->node_id, cfg->job_id, when);
+  /* Joined: the job runs with this node (a round named it under this registration), and the
+   * refused agent disturbs nothing: stopping this one would only end its workers. */
+  int named =
+      s->has_place && s->place.index >= 0 && (!s->place.rev || s->place.rev == me->create_rev);
+  if (a->joined || named) {
+    bagua__agent_say(
+        "%s; this node keeps running (the job runs with it); give that agent its own --node-id",
+        who);
+    return -1;
+  }
+  bagua__agent_say(
+      "%s; stopping this agent too, before the job starts: two agents cannot share one node id; "
+      "accepted: a --node-id (or BAGUA_NODE_ID) that no other agent of the job uses, one per "
+      "agent (default: the host name)",
+      who);
+  return BAGUA_AGENT_EXIT_USAGE;
 }
 
 /*

@@ -20,8 +20,11 @@ void bagua__agent_failure_describe(const bagua__rdzv_failure_t *f, char *out, si
   } else {
     snprintf(tail, sizeof(tail), "exited with code %d", f->exit_code);
   }
-  snprintf(out, len, "rank %d (node %s, host %s, local rank %d, pid %d, round %lld) %s", f->rank,
-           f->node, f->host[0] ? f->host : "?", f->local_rank, f->pid, (long long)f->round, tail);
+  /* The worker's own account (its error file) last: it is the longest part, and the one a
+   * cut-short line can best lose. */
+  snprintf(out, len, "rank %d (node %s, host %s, local rank %d, pid %d, round %lld) %s%s%s",
+           f->rank, f->node, f->host[0] ? f->host : "?", f->local_rank, f->pid, (long long)f->round,
+           tail, f->error[0] ? ": " : "", f->error);
 }
 
 int bagua__agent_failure_exit_code(const bagua__rdzv_failure_t *f) {

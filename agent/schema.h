@@ -18,7 +18,8 @@
 #include "common/rdzv/rdzv.h"
 
 /* One line describing a failure, e.g. "rank 3 (node n2, host h, local rank 1, pid 77) exited
- * with code 7" or "... was killed by signal 9 (Killed)". */
+ * with code 7" or "... was killed by signal 9 (Killed)", followed by ": <message>" when the
+ * worker left an error file (torch's @record). */
 void bagua__agent_failure_describe(const bagua__rdzv_failure_t *f, char *out, size_t len);
 /* The exit status an agent reports for a failure: its code, or 128 + signal. */
 int bagua__agent_failure_exit_code(const bagua__rdzv_failure_t *f);
@@ -112,6 +113,12 @@ typedef struct {
   /* Distinct round numbers that still have keys under rounds/ (for clean-up). */
   int64_t *old_rounds;
   size_t nold_rounds;
+
+  /* clash/<self>: another agent was refused this node's id (rdzv.h); clash_mod_rev is the
+   * key's mod_revision (0: absent or refused). Only this node's own record is taken. */
+  int has_clash;
+  bagua__rdzv_clash_t clash;
+  int64_t clash_mod_rev;
 
   /* Full snapshots: the assign/<node> records that the schema accepts. */
   bagua__agent_assigned_t *assigned;

@@ -28,6 +28,7 @@ struct bagua__agent_rec {
     bagua__rdzv_status_t status;
     bagua__rdzv_jobcfg_t jobcfg;
     bagua__rdzv_assign_t assign;
+    bagua__rdzv_clash_t clash;
     char text[BAGUA_RDZV_SECRET_HEX + BAGUA_RDZV_ID_MAX + 1]; /* the leader id or the secret */
   } u;
   char why[160];
@@ -177,6 +178,12 @@ static void decode(const char *prefix, const bagua__etcd_kv_t *kv, bagua__agent_
       bagua__rdzv_progress_clear(&p);
       break;
     }
+    case BAGUA__RDZV_KEY_CLASH:
+      if (!name_ok(kv, ki.name, "a clash record")) break;
+      snprintf(r->u.clash.node, sizeof(r->u.clash.node), "%s", ki.name);
+      r->ok = bagua__rdzv_clash_decode(kv->value, &r->u.clash, why, sizeof(why)) == 0;
+      if (!r->ok) bagua__rdzv_reject(kv->key, kv->mod_revision, "a clash record", why);
+      break;
     case BAGUA__RDZV_KEY_ASSIGN:
       if (!name_ok(kv, ki.name, "an assignment")) break;
       snprintf(r->u.assign.node, sizeof(r->u.assign.node), "%s", ki.name);
@@ -238,6 +245,14 @@ static void take(bagua__agent_snap_t *s, const char *self, const bagua__etcd_kv_
       break;
     case BAGUA__RDZV_KEY_NODE:
       if (r->ok) s->nodes[s->nnodes++] = r->u.node;
+      break;
+    case BAGUA__RDZV_KEY_CLASH:
+      /* The leader's copy holds every node's; only this node's own concerns this agent. */
+      if (r->ok && self && strcmp(r->u.clash.node, self) == 0) {
+        s->has_clash = 1;
+        s->clash = r->u.clash;
+        s->clash_mod_rev = kv->mod_revision;
+      }
       break;
     case BAGUA__RDZV_KEY_LEADER:
       s->has_leader = 1;

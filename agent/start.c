@@ -102,11 +102,15 @@ void bagua__agent_describe_end(const bagua__agent_t *a, const bagua__rdzv_status
     bagua__agent_say("job %s %ssucceeded at %s (round %lld)", a->cfg->job_id, how, when,
                      (long long)st->round);
   } else if (st->state == BAGUA__JOB_FAILED && st->has_root) {
-    char what[512], at[40];
-    bagua__agent_failure_describe(&st->root, what, sizeof(what));
+    char what[1024], at[40];
+    /* The worker's own message (its error file) after the time, so that the time is not read
+     * as part of it. */
+    bagua__rdzv_failure_t root = st->root;
+    root.error[0] = '\0';
+    bagua__agent_failure_describe(&root, what, sizeof(what));
     bagua__agent_format_time(st->root.time_ms, at, sizeof(at));
-    bagua__agent_say("job %s %sfailed at %s: root cause: %s at %s; %s", a->cfg->job_id, how, when,
-                     what, at, st->message);
+    bagua__agent_say("job %s %sfailed at %s: root cause: %s at %s%s%s; %s", a->cfg->job_id, how,
+                     when, what, at, st->root.error[0] ? ": " : "", st->root.error, st->message);
   } else {
     bagua__agent_say("job %s %s%s at %s: %s", a->cfg->job_id, how,
                      bagua__rdzv_job_state_name(st->state), when, st->message);

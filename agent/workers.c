@@ -25,6 +25,7 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/params.h"
+#include "common/rdzv/rdzv.h"
 #include "common/sock.h"
 #include "marks.h"
 #include "progress.h"
@@ -34,11 +35,19 @@
 extern char **environ;
 
 /* Whether an inherited "NAME=VALUE" entry gives way to the agent's value: every variable of
- * the worker contract, except one the user may choose when the agent does not set it. */
-static int owned(const char *entry, const char *bootstrap) {
+ * the worker contract, except one the user may choose (USER_FIRST, DEFAULT) when the agent
+ * does not set it. */
+static int owned(const bagua__agent_config_t *cfg, const char *entry, const char *bootstrap) {
   int v = bagua__worker_var_find(entry, strcspn(entry, "="));
   if (v < 0) return 0;
-  return bagua__worker_var_kind((bagua__worker_var_t)v) != BAGUA__WV_USER_FIRST || bootstrap;
+  switch (bagua__worker_var_kind((bagua__worker_var_t)v)) {
+    case BAGUA__WV_USER_FIRST:
+      return bootstrap != NULL;
+    case BAGUA__WV_DEFAULT:
+      return cfg->omp_default; /* the one DEFAULT row; chosen only when the user set none */
+    default:
+      return 1;
+  }
 }
 
 typedef struct {
@@ -133,6 +142,17 @@ static int add_var(const bagua__agent_config_t *cfg, const bagua__worker_assign_
       /* Every wait of the workers' library for a round (bagua_elastic_rebuild) is bounded by
        * the job's rendezvous timeout. */
       return vec_add(sv, "%s=%lld", name, (long long)cfg->rdzv_timeout_s * 1000);
+    case BAGUA__WV_TE_USE_AGENT_STORE:
+      /* torchrun writes str(bool): workers compare with "True". */
+      return vec_add(sv, "%s=False", name);
+    case BAGUA__WV_TE_ERROR_FILE:
+      if (!a->error_dir) return 0;
+      if (bagua__workers_error_path(a->error_dir, local_rank, path, sizeof(path)) != 0) return -1;
+      return vec_add(sv, "%s=%s", name, path);
+    case BAGUA__WV_ROLE_NAME:
+      return vec_add(sv, "%s=%s", name, cfg->role[0] ? cfg->role : "default");
+    case BAGUA__WV_OMP_NUM_THREADS:
+      return cfg->omp_default ? vec_add(sv, "%s=1", name) : 0;
     case BAGUA__WV_JOB_SECRET:
       /* The job secret goes through the environment only, never a command line. */
       return a->secret && a->secret[0] ? vec_add(sv, "%s=%s", name, a->secret) : 0;
@@ -146,10 +166,71 @@ static int add_var(const bagua__agent_config_t *cfg, const bagua__worker_assign_
 static int build_env(const bagua__agent_config_t *cfg, const bagua__worker_assign_t *a,
                      int local_rank, strvec_t *sv) {
   for (char **e = environ; e && *e; e++)
-    if (!owned(*e, a->bootstrap) && vec_add(sv, "%s", *e) != 0) return -1;
+    if (!owned(cfg, *e, a->bootstrap) && vec_add(sv, "%s", *e) != 0) return -1;
   int rc = 0;
   for (int i = 0; i < BAGUA__WV_COUNT && rc == 0; i++) rc = add_var(cfg, a, local_rank, i, sv);
   return rc ? -1 : 0;
+}
+
+int bagua__workers_error_path(const char *dir, int local_rank, char *buf, size_t len) {
+  int n = snprintf(buf, len, "%s/error.%d.json", dir, local_rank);
+  return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+int bagua__workers_error_message(const char *dir, int local_rank, int rank, char *out, size_t len) {
+  char path[4200], err[4400], why[256];
+  char *buf = NULL;
+  int fd = -1, rc = 0;
+  if (len) out[0] = '\0';
+  if (!dir || !dir[0] || bagua__workers_error_path(dir, local_rank, path, sizeof(path)) != 0)
+    return 0;
+  /* Without blocking, and never through a link: the worker chose what lies at this name. */
+  fd = bagua__open_regular(path, O_RDONLY | O_NOFOLLOW, 0, err, sizeof(err));
+  if (fd < 0) {
+    if (errno == ENOENT) goto out; /* no file: the program wrote none, as most do */
+    if (errno == ELOOP) snprintf(err, sizeof(err), "%s: it is a symbolic link", path);
+    BAGUA_WARN(
+        "agent: ignoring the error file of rank %d: %s; accepted: a regular file holding "
+        "torch's error record (JSON, at most %d bytes)",
+        rank, err, BAGUA_RDZV_ERROR_FILE_MAX);
+    goto out;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    BAGUA_WARN("agent: ignoring the error file %s of rank %d: cannot stat it: %s", path, rank,
+               strerror(errno));
+    goto out;
+  }
+  if (st.st_size > BAGUA_RDZV_ERROR_FILE_MAX) {
+    BAGUA_WARN(
+        "agent: ignoring the error file %s of rank %d: %lld bytes; accepted: torch's error "
+        "record of at most %d bytes",
+        path, rank, (long long)st.st_size, BAGUA_RDZV_ERROR_FILE_MAX);
+    goto out;
+  }
+  /* One byte more than the bound, so a file that grew since fstat is still caught. */
+  buf = malloc(BAGUA_RDZV_ERROR_FILE_MAX + 1);
+  if (!buf) goto out;
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + n, BAGUA_RDZV_ERROR_FILE_MAX + 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += (size_t)r;
+    if (n > BAGUA_RDZV_ERROR_FILE_MAX) break;
+  }
+  if (bagua__rdzv_error_file_decode(buf, n, out, len, why, sizeof(why)) != 0) {
+    BAGUA_WARN(
+        "agent: ignoring the error file %s of rank %d: %s; accepted: torch's error record, "
+        "{\"message\": {\"message\": \"...\", \"extraInfo\": {...}}} or {\"message\": \"...\"}",
+        path, rank, why);
+    goto out;
+  }
+  rc = 1;
+out:
+  if (fd >= 0) close(fd);
+  free(buf);
+  return rc;
 }
 
 /* mkdir -p DIR; returns 0 or -1 with errno. */

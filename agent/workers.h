@@ -29,6 +29,9 @@ typedef struct {
   const char *secret;    /* BAGUA_JOB_SECRET for the workers (64 hex digits), or NULL */
   /* BAGUA_PROGRESS_FILE goes under it (progress.h); NULL: progress reports are off. */
   const char *progress_dir;
+  /* TORCHELASTIC_ERROR_FILE goes under it (bagua__workers_error_path); NULL: the agent has no
+   * private directory, and the workers get none. */
+  const char *error_dir;
 } bagua__worker_assign_t;
 
 typedef struct {
@@ -70,6 +73,23 @@ int bagua__workers_log_path(const char *log_dir, const char *node, int local_ran
  * "=== bagua-agent: job J round N restart K rank R<how> ===\n". */
 void bagua__workers_log_header(const char *job, int64_t round, int restart_count, int rank,
                                const char *how, char *buf, size_t len);
+
+/*
+ * The worker's TORCHELASTIC_ERROR_FILE: "<dir>/error.<local rank>.json", in the agent's
+ * private directory, where torch's @record decorator writes the exception that ended the
+ * worker. The directory is emptied before workers start (marks.h), so a file there was written
+ * by the worker that holds the slot now. Returns 0, or -1 when it does not fit.
+ */
+int bagua__workers_error_path(const char *dir, int local_rank, char *buf, size_t len);
+/*
+ * The message of the error file the worker of `local_rank` (rank `rank`, for messages) left
+ * in `dir`, made one bounded line by bagua__rdzv_error_file_decode(), into out[len]. The file
+ * is the worker's writing, so it is read as untrusted input: only a regular file (never a FIFO,
+ * a device or a symbolic link, and without blocking) of at most BAGUA_RDZV_ERROR_FILE_MAX
+ * bytes holding torch's record is used; anything else is ignored with a warning that names it.
+ * Returns 1 with the message, 0 without one (no file, or one that was refused: out is "").
+ */
+int bagua__workers_error_message(const char *dir, int local_rank, int rank, char *out, size_t len);
 
 /* Records that `pid` ended with `wait_status`. Returns 1 if it was one of ours. */
 int bagua__workers_on_exit(bagua__workers_t *ws, pid_t pid, int wait_status);

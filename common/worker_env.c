@@ -36,5 +36,5 @@ int bagua__worker_var_find(const char *name, size_t n) {
 /* The agent derives these from its own state: nobody else may choose them. */
 int bagua__worker_var_agent_owned(const char *name) {
   int v = bagua__worker_var_find(name, strlen(name));
-  return v >= 0 && g_vars[v].kind != BAGUA__WV_SETTING;
+  return v >= 0 && g_vars[v].kind != BAGUA__WV_SETTING && g_vars[v].kind != BAGUA__WV_DEFAULT;
 }

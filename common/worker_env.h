@@ -18,7 +18,8 @@ typedef enum {
   BAGUA__WV_PER_WORKER,
   BAGUA__WV_JOB,
   BAGUA__WV_SETTING,
-  BAGUA__WV_USER_FIRST
+  BAGUA__WV_USER_FIRST,
+  BAGUA__WV_DEFAULT
 } bagua__worker_var_kind_t;
 
 const char *bagua__worker_var_name(bagua__worker_var_t v);

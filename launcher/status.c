@@ -45,6 +45,7 @@ int bagua__launch_parse_status(const char *json, size_t len, bagua__launch_statu
     out->signal = st.root.signal;
     out->exit_code = st.root.signal > 0 ? -1 : st.root.exit_code;
     snprintf(out->reason, sizeof(out->reason), "%s", st.root.reason);
+    snprintf(out->error, sizeof(out->error), "%s", st.root.error);
   }
   return 0;
 }

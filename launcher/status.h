@@ -14,7 +14,8 @@
 
 /*
  * /bagua/<job>/status: {state, exit_code, message, root_cause: {time_ms, node, host, rank,
- * exit_code | signal, round, reason}}. Only `state` is required; the rest is used when present.
+ * exit_code | signal, round, reason, error}}. Only `state` is required; the rest is used when
+ * present.
  */
 typedef struct {
   int found;
@@ -31,6 +32,9 @@ typedef struct {
   int64_t signal;    /* 0 when it exited */
   int64_t round;     /* -1 when not recorded */
   char reason[256];  /* why the worker never started (its exec error); "" otherwise */
+  /* The worker's own account of its failure, from its error file (torch's @record); "" when it
+   * left none. */
+  char error[BAGUA_RDZV_ERROR_MAX];
 } bagua__launch_status_t;
 
 /* /bagua/<job>/round: {round, members: [...], world_size, ...}. */

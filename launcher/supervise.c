@@ -438,10 +438,11 @@ static int outcome(sup_t *s) {
       bagua__launch_format_code((int)st.signal, 1, what, sizeof(what));
     else
       bagua__launch_format_code(rc, 0, what, sizeof(what));
+    /* The worker's own message (its error file) last, as the agents print it. */
     say("job %s failed; root cause at %s on host %s (node %s), rank %lld: "
-        "%s (round %lld)",
+        "%s (round %lld)%s%s",
         job, when, host ? host : "?", st.node[0] ? st.node : "?", (long long)st.rank, what,
-        (long long)st.round);
+        (long long)st.round, st.error[0] ? ": " : "", st.error);
     return rc ? rc : 1;
   }
   if (st.found && strcmp(st.state, "running") != 0 && st.message[0]) {

@@ -226,6 +226,8 @@ static int add_failure(cJSON *o, const bagua__rdzv_failure_t *f) {
   if (!ok) return 0;
   if (f->reason[0] && !cJSON_AddStringToObject(o, "reason", f->reason)) return 0;
   if (f->permanent && !cJSON_AddTrueToObject(o, "permanent")) return 0;
+  /* Optional, so a record without an error file is byte for byte what it always was. */
+  if (f->error[0] && !cJSON_AddStringToObject(o, "error", f->error)) return 0;
   if (f->signal) return cJSON_AddNumberToObject(o, "signal", f->signal) != NULL;
   return cJSON_AddNumberToObject(o, "exit_code", f->exit_code) != NULL;
 }
@@ -242,7 +244,8 @@ static int get_failure(const cJSON *o, bagua__rdzv_failure_t *f, why_t *w) {
                  get_int(o, "signal", 0, 0, 127, &f->signal, w) ||
                  get_int(o, "exit_code", 0, 0, 255, &f->exit_code, w) ||
                  get_str(o, "reason", 0, 0, f->reason, sizeof(f->reason), w) ||
-                 get_bool(o, "permanent", &f->permanent, w)
+                 get_bool(o, "permanent", &f->permanent, w) ||
+                 get_str(o, "error", 0, 0, f->error, sizeof(f->error), w)
              ? -1
              : 0;
 }
@@ -518,6 +521,179 @@ int bagua__rdzv_jobcfg_decode(const char *json, bagua__rdzv_jobcfg_t *c, char *w
     rc = fail(&w, "field \"nnodes_max\": %d is below nnodes_min %d", c->nnodes_max, c->nnodes_min);
   cJSON_Delete(o);
   return rc ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* clash/<node> and the workers' error files                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+char *bagua__rdzv_clash_encode(const bagua__rdzv_clash_t *c) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  int ok = cJSON_AddStringToObject(o, "host", c->host) &&
+           cJSON_AddStringToObject(o, "addr", c->addr) &&
+           cJSON_AddNumberToObject(o, "pid", c->pid) &&
+           cJSON_AddNumberToObject(o, "time_ms", (double)c->time_ms) &&
+           cJSON_AddNumberToObject(o, "holder_rev", (double)c->holder_rev);
+  return finish(o, ok);
+}
+
+int bagua__rdzv_clash_decode(const char *json, bagua__rdzv_clash_t *c, char *why, size_t len) {
+  why_t w = {why, len};
+  char node[BAGUA_RDZV_ID_MAX];
+  memcpy(node, c->node, sizeof(node)); /* the node comes from the key, not the value */
+  memset(c, 0, sizeof(*c));
+  memcpy(c->node, node, sizeof(node));
+  cJSON *o = parse_object(json, &w);
+  if (!o) return -1;
+  int rc = get_str(o, "host", 1, 1, c->host, sizeof(c->host), &w) ||
+           get_str(o, "addr", 1, 1, c->addr, sizeof(c->addr), &w) ||
+           get_int(o, "pid", 1, 0, INT_MAX_, &c->pid, &w) ||
+           get_i64(o, "time_ms", 0, 0, I53, &c->time_ms, &w) ||
+           get_i64(o, "holder_rev", 1, 1, I53, &c->holder_rev, &w);
+  cJSON_Delete(o);
+  return rc ? -1 : 0;
+}
+
+/* The length of the UTF-8 character at p (at most n bytes there), or 0 when the bytes are not
+ * one (overlong forms, surrogates and code points above U+10FFFF included). */
+static size_t utf8_char(const unsigned char *p, size_t n) {
+  if (p[0] < 0x80) return 1;
+  size_t len = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+  if (len == 0 || len > n || p[0] > 0xf4) return 0;
+  for (size_t i = 1; i < len; i++)
+    if ((p[i] & 0xc0) != 0x80) return 0;
+  if (len == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) return 0;
+  if (len == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))) return 0;
+  return len;
+}
+
+/* Copies `text` into out[outlen] (outlen >= 8) as one line of printable UTF-8 (see rdzv.h).
+ * The message goes into a record that people read in a terminal and bagua-launch prints: a
+ * newline or an escape sequence in it would forge or garble lines of the job's output.
+ * Returns 0, or -1 when out of memory. */
+static int one_line(const char *text, char *out, size_t outlen) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t n = strlen(text), o = 0;
+  char *clean = malloc(n + 1); /* each byte in gives at most one byte out */
+  if (!clean) return -1;
+  for (size_t i = 0; i < n;) {
+    size_t len = utf8_char(p + i, n - i);
+    if (len == 1 && (p[i] < 0x20 || p[i] == 0x7f || p[i] == ' ')) {
+      if (o > 0 && clean[o - 1] != ' ') clean[o++] = ' ';
+      i++;
+    } else if (len == 0) {
+      clean[o++] = '?';
+      i++;
+    } else {
+      memcpy(clean + o, p + i, len);
+      o += len;
+      i += len;
+    }
+  }
+  while (o > 0 && clean[o - 1] == ' ') o--;
+  if (o < outlen) {
+    memcpy(out, clean, o);
+    out[o] = '\0';
+  } else {
+    /* Cut at a character boundary, leaving room for "..." and the NUL. */
+    size_t cut = outlen - 4;
+    while (cut > 0 && ((unsigned char)clean[cut] & 0xc0) == 0x80) cut--;
+    while (cut > 0 && clean[cut - 1] == ' ') cut--;
+    memcpy(out, clean, cut);
+    memcpy(out + cut, "...", 4);
+  }
+  free(clean);
+  return 0;
+}
+
+/* The last line of a traceback that holds anything but blanks: "ValueError: bad lr". */
+static const char *last_line(const char *text, char *buf, size_t len) {
+  const char *end = text + strlen(text), *best = NULL, *best_end = NULL;
+  for (const char *p = text; p < end;) {
+    const char *q = memchr(p, '\n', (size_t)(end - p));
+    if (!q) q = end;
+    for (const char *c = p; c < q; c++)
+      if (*c != ' ' && *c != '\t' && *c != '\r') {
+        best = p;
+        best_end = q;
+        break;
+      }
+    if (q == end) break;
+    p = q + 1;
+  }
+  if (!best) return NULL;
+  size_t n = (size_t)(best_end - best);
+  if (n >= len) n = len - 1;
+  memcpy(buf, best, n);
+  buf[n] = '\0';
+  return buf;
+}
+
+int bagua__rdzv_error_file_decode(const char *buf, size_t len, char *out, size_t outlen, char *why,
+                                  size_t whylen) {
+  why_t w = {why, whylen};
+  if (outlen) out[0] = '\0';
+  if (outlen < 8) return fail(&w, "no room for the message");
+  if (len > BAGUA_RDZV_ERROR_FILE_MAX)
+    return fail(&w, "%zu bytes, more than %d", len, BAGUA_RDZV_ERROR_FILE_MAX);
+  if (len == 0) return fail(&w, "it is empty");
+  if (memchr(buf, '\0', len)) return fail(&w, "it holds a NUL byte");
+  char *text = malloc(len + 1);
+  if (!text) return fail(&w, "out of memory");
+  memcpy(text, buf, len);
+  text[len] = '\0';
+  cJSON *o = parse_object(text, &w);
+  free(text);
+  if (!o) return -1;
+  int rc = -1;
+  char line[BAGUA_RDZV_ERROR_MAX * 2];
+  const char *msg = NULL;
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "message");
+  if (cJSON_IsString(m)) {
+    msg = m->valuestring; /* the simple form torch's own handler also reads */
+  } else if (cJSON_IsObject(m)) {
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(m, "message");
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(m, "extraInfo");
+    const cJSON *stack =
+        cJSON_IsObject(extra) ? cJSON_GetObjectItemCaseSensitive(extra, "py_callstack") : NULL;
+    if (inner && !cJSON_IsString(inner)) {
+      fail(&w, "field \"message\".\"message\" is not a string");
+      goto out;
+    }
+    if (extra && !cJSON_IsObject(extra)) {
+      fail(&w, "field \"message\".\"extraInfo\" is not an object");
+      goto out;
+    }
+    if (stack && !cJSON_IsString(stack)) {
+      fail(&w, "field \"message\".\"extraInfo\".\"py_callstack\" is not a string");
+      goto out;
+    }
+    if (inner && inner->valuestring[0])
+      msg = inner->valuestring;
+    else if (stack)
+      msg = last_line(stack->valuestring, line, sizeof(line));
+  } else {
+    fail(&w, "field \"message\" is %s; accepted: a string, or an object with a \"message\" string",
+         m ? "neither a string nor an object" : "missing");
+    goto out;
+  }
+  if (!msg || !msg[0]) {
+    fail(&w, "field \"message\" holds no text");
+    goto out;
+  }
+  if (one_line(msg, out, outlen) != 0) {
+    fail(&w, "out of memory");
+    goto out;
+  }
+  if (!out[0]) {
+    fail(&w, "field \"message\" holds nothing but blanks");
+    goto out;
+  }
+  rc = 0;
+out:
+  cJSON_Delete(o);
+  return rc;
 }
 
 int bagua__rdzv_leader_decode(const char *value, char *out, size_t outlen, char *why,

@@ -68,6 +68,9 @@ int bagua__rdzv_key(char *buf, size_t len, const char *job, bagua__rdzv_key_kind
     case BAGUA__RDZV_KEY_ROUNDS_DIR:
       n = snprintf(buf, len, "/bagua/%s/rounds/", job);
       break;
+    case BAGUA__RDZV_KEY_CLASH:
+      n = snprintf(buf, len, "/bagua/%s/clash/%s", job, name);
+      break;
     case BAGUA__RDZV_KEY_OTHER:
       break;
   }
@@ -141,6 +144,13 @@ int bagua__rdzv_key_parse(const char *prefix, const char *key, bagua__rdzv_key_i
     if (segment(k + 9)) {
       out->kind = BAGUA__RDZV_KEY_PROGRESS;
       out->name = k + 9;
+    }
+    return 0;
+  }
+  if (strncmp(k, "clash/", 6) == 0) {
+    if (segment(k + 6)) {
+      out->kind = BAGUA__RDZV_KEY_CLASH;
+      out->name = k + 6;
     }
     return 0;
   }

@@ -33,6 +33,11 @@
 #define BAGUA_RDZV_NPROC_MAX 4096
 #define BAGUA_RDZV_MEMBERS_MAX 65536
 #define BAGUA_RDZV_WORLD_MAX 1048576
+/* Room for the error-file message of a failure (bagua__rdzv_failure_t.error) and its NUL. */
+#define BAGUA_RDZV_ERROR_MAX 512
+/* The largest worker error file that is read at all: torch's record holds the whole Python
+ * traceback, which a deep recursion makes long, but never megabytes. */
+#define BAGUA_RDZV_ERROR_FILE_MAX (1 << 20)
 /* The per-job secret: 32 random bytes, hex-encoded. */
 #define BAGUA_RDZV_SECRET_BYTES 32
 #define BAGUA_RDZV_SECRET_HEX (2 * BAGUA_RDZV_SECRET_BYTES)
@@ -61,7 +66,11 @@ typedef enum {
   BAGUA__RDZV_KEY_ASSIGN,        /* assign/<name>: the node's place in the current round */
   BAGUA__RDZV_KEY_NODES_DIR,     /* nodes/ (a prefix, and a range bound) */
   BAGUA__RDZV_KEY_ROUNDS_DIR,    /* rounds/ */
-  BAGUA__RDZV_KEY_OTHER          /* under the prefix, but none of the above */
+  /* clash/<name>: an agent refused node id <name> because a live agent holds it; the record
+   * (on the refused agent's lease) tells the holder. The name sorts before "config", outside
+   * every range a follower watches but its own (agent/agent.c). */
+  BAGUA__RDZV_KEY_CLASH,
+  BAGUA__RDZV_KEY_OTHER /* under the prefix, but none of the above */
 } bagua__rdzv_key_kind_t;
 
 /*
@@ -231,6 +240,11 @@ typedef struct {
   /* 1: running the program again cannot help (it cannot be executed), so the leader fails the
    * job instead of spending restarts on it (JSON "permanent": true). */
   int permanent;
+  /* The message the worker left in its TORCHELASTIC_ERROR_FILE (torch's @record: the
+   * exception's type and text), already cut to fit and made one line of printable text by
+   * bagua__rdzv_error_file_decode(); "" when it left none (JSON "error", omitted when empty,
+   * so readers that predate it see the record they always did). */
+  char error[BAGUA_RDZV_ERROR_MAX];
 } bagua__rdzv_failure_t;
 
 typedef struct {
@@ -311,6 +325,43 @@ int bagua__rdzv_secret_decode(const char *value, size_t len, char *out, char *wh
 /* Fills out[BAGUA_RDZV_SECRET_HEX + 1] with a fresh secret from getrandom() (or /dev/urandom).
  * BAGUA_ERR_SYSTEM when the kernel gives no randomness. */
 bagua_status_t bagua__rdzv_secret_generate(char *out);
+
+/*
+ * clash/<node>: agent B was started with node id <node>, found nodes/<node> held by the live
+ * registration of agent A, and was refused. B writes this record on its own lease (which then
+ * expires, no keeper renewing it) before it exits, so that A learns of it through the watch it
+ * already has: A exits too while the job has not run with it (a clear error on both nodes
+ * instead of one that waits for ever), and only warns once it has (docs/agent.md, "A duplicate
+ * node id"). `holder_rev` names the registration B found (the create revision of A's node key),
+ * so a record about an earlier registration of the id is ignored.
+ */
+typedef struct {
+  char node[BAGUA_RDZV_ID_MAX]; /* from the key, not the value */
+  char host[256];               /* B's host, address and pid */
+  char addr[256];
+  int pid;
+  int64_t time_ms;    /* when B was refused (wall clock) */
+  int64_t holder_rev; /* the create revision of the nodes/<node> key B found */
+} bagua__rdzv_clash_t;
+
+char *bagua__rdzv_clash_encode(const bagua__rdzv_clash_t *c);
+/* Keeps c->node (it comes from the key). */
+int bagua__rdzv_clash_decode(const char *json, bagua__rdzv_clash_t *c, char *why, size_t len);
+
+/*
+ * A worker's TORCHELASTIC_ERROR_FILE, as torch's @record decorator (and torch's error handler)
+ * writes it: {"message": {"message": "ValueError: ...", "extraInfo": {"py_callstack": "...",
+ * "timestamp": "1700000000"}}}, or the simpler {"message": "text", "timestamp": N}. The worker
+ * writes these bytes, so they are untrusted: `len` bytes at `buf` (at most
+ * BAGUA_RDZV_ERROR_FILE_MAX, no NUL byte, one JSON object) must hold a "message" that is a
+ * non-empty string, or an object whose "message" is one (without one, the last line of
+ * "extraInfo"."py_callstack" stands in); anything else is refused with the reason. The message
+ * is copied into out[outlen] as one line: control characters become spaces, runs of spaces
+ * one, bytes that are not UTF-8 '?', and a message that does not fit is cut at a character
+ * boundary and ends in "...". Returns 0, or -1 (out is then "").
+ */
+int bagua__rdzv_error_file_decode(const char *buf, size_t len, char *out, size_t outlen, char *why,
+                                  size_t whylen);
 
 /* leader: the leader's node id as plain text. Checks the id (not whether the node lives). */
 int bagua__rdzv_leader_decode(const char *value, char *out, size_t outlen, char *why,

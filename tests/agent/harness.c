@@ -109,10 +109,15 @@ void h_fini(harness_t *h) {
 
 void h_spawn_cmd(harness_t *h, agent_proc_t *ap, const char *node, const char *endpoint,
                  const char *const *args, const char *const *cmd) {
+  h_spawn_files(h, ap, node, node, endpoint, args, cmd);
+}
+
+void h_spawn_files(harness_t *h, agent_proc_t *ap, const char *node, const char *files,
+                   const char *endpoint, const char *const *args, const char *const *cmd) {
   memset(ap, 0, sizeof(*ap));
   snprintf(ap->node, sizeof(ap->node), "%s", node);
-  snprintf(ap->out_path, sizeof(ap->out_path), "%s/%s.out", h->dir, node);
-  snprintf(ap->err_path, sizeof(ap->err_path), "%s/%s.err", h->dir, node);
+  snprintf(ap->out_path, sizeof(ap->out_path), "%s/%s.out", h->dir, files);
+  snprintf(ap->err_path, sizeof(ap->err_path), "%s/%s.err", h->dir, files);
   const char *argv[96];
   int n = 0;
   argv[n++] = AGENT_BIN;

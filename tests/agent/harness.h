@@ -49,6 +49,10 @@ void h_spawn(harness_t *h, agent_proc_t *ap, const char *node, const char *endpo
 /* Like h_spawn with an arbitrary program (NULL-terminated; NULL: no "--" and no program). */
 void h_spawn_cmd(harness_t *h, agent_proc_t *ap, const char *node, const char *endpoint,
                  const char *const *args, const char *const *cmd);
+/* Like h_spawn_cmd, with the agent's output in dir/<files>.out and .err instead of files named
+ * after the node (two agents given one node id). */
+void h_spawn_files(harness_t *h, agent_proc_t *ap, const char *node, const char *files,
+                   const char *endpoint, const char *const *args, const char *const *cmd);
 /* Waits for the agent to exit; fails the test after `timeout_ms`. Returns its exit code. */
 int h_wait_exit(agent_proc_t *ap, int timeout_ms);
 /* 1 if the agent has exited (without waiting). */

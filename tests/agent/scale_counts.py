@@ -99,7 +99,11 @@ def main():
         at_most("liveness sockets of one agent", live, 8)
         # Kill k nodes that are not the leader: one revocation each, O(N) in all.
         leader = etcd.get(f"/bagua/{job.job}/leader")
-        victims = [x for x in nodes[3::N // k] if x != leader][:k]
+        # Spread over the registrations, with spares: the leader may be one of the first
+        # picks, and k victims must still die (else k revocations cannot be asked for).
+        victims = [x for x in nodes[3::N // k] + nodes[4::N // k] if x != leader][:k]
+        if len(victims) != k:
+            fail(f"could not pick {k} victims other than the leader {leader}")
         survivors = [x for x in nodes if x not in victims]
         a = scale.Reading(etcd, [])
         for v in victims:

@@ -702,6 +702,272 @@ static void test_torch(void) {
   h_fini(&h);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* torchrun's habits: a duplicate node id, the worker environment, the error file            */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Two agents given one node id before the job has run: the second is refused once the first's
+ * registration outlives a lease TTL, says whose it is, and tells the first through etcd; the
+ * first then exits 2 too, naming the second, instead of waiting for the job for ever (before
+ * the fix it waited until --rdzv-timeout, 600 s by default). */
+static void test_dup_id(void) {
+  harness_t h;
+  h_init(&h, "dupid", 1);
+  /* Two nodes needed: with one node id between them the job can never form its first round. */
+  const char *a[] = {"--nnodes", "2", "--nproc-per-node", "1", FAST, NULL};
+  const char *cmd[] = {WORKER_BIN, "--out", h.wdir, NULL};
+  agent_proc_t first, second;
+  h_spawn(&h, &first, "n1", NULL, a, NULL);
+  h_wait_registered(&h, "n1", 10000);
+  long long t0 = etcd_fixture_now_ms();
+  h_spawn_files(&h, &second, "n1", "n1-second", NULL, a, cmd);
+  /* The second waits one TTL (2 s) + 1.5 s for the registration it found to expire. */
+  ASSERT_EQ(h_wait_exit(&second, 10000), 2);
+  ASSERT_EQ(h_wait_exit(&first, 5000), 2);
+  long long second_ms = second.exit_ms - t0, first_ms = first.exit_ms - second.exit_ms;
+  printf("duplicate node id: the second agent exits 2 after %lld ms, the first %lld ms later\n",
+         second_ms, first_ms);
+  ASSERT_LT(first_ms, 5000);
+  char pid[64];
+  snprintf(pid, sizeof(pid), "(pid %d on host ", (int)first.pid);
+  h_expect_stderr(&second, "node id \"n1\" is in use by a live agent of job dupid");
+  h_expect_stderr(&second, pid);
+  h_expect_stderr(&second, "address 127.0.0.1)");
+  h_expect_stderr(&second, "told that agent through etcd (/bagua/dupid/clash/n1)");
+  h_expect_stderr(&second, "accepted: a --node-id");
+  snprintf(pid, sizeof(pid), "another agent (pid %d on host ", (int)second.pid);
+  h_expect_stderr(&first, pid);
+  h_expect_stderr(&first, "address 127.0.0.1)");
+  h_expect_stderr(&first, "with this node's id \"n1\" for job dupid and refused at ");
+  h_expect_stderr(&first, "; stopping this agent too, before the job starts");
+  h_expect_stderr(&first, "accepted: a --node-id");
+  ASSERT_EQ(h_count_round_files(&h, 1), 0);
+  /* The first revoked its lease on the way out: nothing of either stays registered. */
+  bagua__etcd_kv_t kv;
+  int found = 1;
+  ASSERT_OK(bagua__etcd_get(h.c, "/bagua/dupid/nodes/n1", &kv, &found, NULL));
+  ASSERT_EQ(found, 0);
+  h_fini(&h);
+}
+
+/* The same once the job runs with the first agent: it only warns, and its job goes on to
+ * succeed; the second is refused as before. */
+static void test_dup_id_running(void) {
+  harness_t h;
+  h_init(&h, "dupidrun", 1);
+  char release[400];
+  h_path(&h, "release", release, sizeof(release));
+  const char *a[] = {"--nnodes", "1", "--nproc-per-node", "1", FAST, NULL};
+  const char *w[] = {"--wait", release, NULL};
+  const char *cmd[] = {WORKER_BIN, "--out", h.wdir, NULL};
+  agent_proc_t first, second;
+  h_spawn(&h, &first, "n1", NULL, a, w);
+  h_wait_round_files(&h, 1, 1, 15000);
+  h_spawn_files(&h, &second, "n1", "n1-second", NULL, a, cmd);
+  ASSERT_EQ(h_wait_exit(&second, 10000), 2);
+  h_expect_stderr(&second, "node id \"n1\" is in use by a live agent of job dupidrun");
+  char pid[64];
+  snprintf(pid, sizeof(pid), "another agent (pid %d on host ", (int)second.pid);
+  h_wait_stderr(&first, "; this node keeps running (the job runs with it)", 5000);
+  h_expect_stderr(&first, pid);
+  ASSERT_EQ(h_poll_exit(&first), 0);
+  h_touch(&h, "release", release, sizeof(release));
+  ASSERT_EQ(h_wait_exit(&first, 15000), 0);
+  char *err = h_slurp(first.err_path);
+  ASSERT_EQ(h_count_in(err, "; this node keeps running (the job runs with it)"), 1);
+  free(err);
+  bagua__rdzv_status_t st;
+  ASSERT_EQ(h_status(&h, &st), 0);
+  ASSERT_EQ(st.state, BAGUA__JOB_SUCCEEDED);
+  ASSERT_EQ(st.round, 1);
+  h_fini(&h);
+}
+
+/* 1 when the env file of (round, node, local rank) sets `key` at all. */
+static int env_sets(harness_t *h, int round, const char *node, int lr, const char *key) {
+  char path[700], needle[128];
+  snprintf(path, sizeof(path), "%s/r%d.%s.%d.env", h->wdir, round, node, lr);
+  snprintf(needle, sizeof(needle), "\n%s=", key);
+  return h_file_contains(path, needle);
+}
+
+/* Every variable torchrun's elastic agent gives a worker, with torchrun's meaning. */
+static void test_torchrun_env(void) {
+  harness_t h;
+  h_init(&h, "torchenv", 1);
+  unsetenv("OMP_NUM_THREADS");
+  unsetenv("BAGUA_ROLE");
+  /* Inherited copies of what the agent sets are replaced. */
+  setenv("ROLE_NAME", "inherited", 1);
+  setenv("TORCHELASTIC_ERROR_FILE", "/inherited/error.json", 1);
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  const char *a[] = {"--nnodes", "1",       "--nproc-per-node", "2",
+                     "--role",   "trainer", "--max-restarts",   "2",
+                     FAST,       NULL};
+  agent_proc_t ap;
+  h_spawn(&h, &ap, "n1", NULL, a, NULL);
+  ASSERT_EQ(h_wait_exit(&ap, 20000), 0);
+  bagua__rdzv_round_t r;
+  ASSERT_EQ(h_round(&h, &r), 0);
+  char port[16], file[2][600];
+  snprintf(port, sizeof(port), "%d", r.master_port);
+  bagua__rdzv_round_clear(&r);
+  for (int lr = 0; lr < 2; lr++) {
+    char want[16];
+    snprintf(want, sizeof(want), "%d", lr);
+    h_expect_env(&h, 1, "n1", lr, "ROLE_NAME", "trainer");
+    h_expect_env(&h, 1, "n1", lr, "ROLE_RANK", want);
+    h_expect_env(&h, 1, "n1", lr, "ROLE_WORLD_SIZE", "2");
+    h_expect_env(&h, 1, "n1", lr, "GROUP_RANK", "0");
+    h_expect_env(&h, 1, "n1", lr, "GROUP_WORLD_SIZE", "1");
+    h_expect_env(&h, 1, "n1", lr, "LOCAL_WORLD_SIZE", "2");
+    h_expect_env(&h, 1, "n1", lr, "TORCHELASTIC_RESTART_COUNT", "0");
+    h_expect_env(&h, 1, "n1", lr, "TORCHELASTIC_MAX_RESTARTS", "2");
+    h_expect_env(&h, 1, "n1", lr, "TORCHELASTIC_RUN_ID", "torchenv");
+    h_expect_env(&h, 1, "n1", lr, "TORCHELASTIC_USE_AGENT_STORE", "False");
+    h_expect_env(&h, 1, "n1", lr, "MASTER_ADDR", "127.0.0.1");
+    h_expect_env(&h, 1, "n1", lr, "MASTER_PORT", port);
+    h_expect_env(&h, 1, "n1", lr, "OMP_NUM_THREADS", "1");
+    /* The error file: per worker, in the agent's private directory under TMPDIR. */
+    h_env(&h, 1, "n1", lr, "TORCHELASTIC_ERROR_FILE", file[lr], sizeof(file[lr]));
+    char dir[400], tail[64];
+    snprintf(dir, sizeof(dir), "%s/bagua-agent.n1.%d.", h.dir, (int)ap.pid);
+    snprintf(tail, sizeof(tail), "/error.%d.json", lr);
+    if (strncmp(file[lr], dir, strlen(dir)) != 0 || strlen(file[lr]) < strlen(tail) ||
+        strcmp(file[lr] + strlen(file[lr]) - strlen(tail), tail) != 0)
+      TEST_FAIL("TORCHELASTIC_ERROR_FILE=%s is not %s*%s", file[lr], dir, tail);
+  }
+  ASSERT_TRUE(strcmp(file[0], file[1]) != 0);
+  /* torchrun's warning, once per agent start, naming the variable and how to override it. */
+  char *err = h_slurp(ap.err_path);
+  ASSERT_EQ(h_count_in(err, "setting OMP_NUM_THREADS=1 for each of this node's 2 workers"), 1);
+  ASSERT_EQ(h_count_in(err, "export OMP_NUM_THREADS=N"), 1);
+  free(err);
+  unsetenv("ROLE_NAME");
+  unsetenv("TORCHELASTIC_ERROR_FILE");
+  unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+
+  /* The user's OMP_NUM_THREADS is kept and not warned about; BAGUA_ROLE is the role's
+   * default. */
+  snprintf(h.job, sizeof(h.job), "torchenv2");
+  setenv("OMP_NUM_THREADS", "3", 1);
+  setenv("BAGUA_ROLE", "ps", 1);
+  const char *b[] = {"--nnodes", "1", "--nproc-per-node", "2", FAST, NULL};
+  h_spawn_files(&h, &ap, "m1", "m1", NULL, b,
+                (const char *const[]){WORKER_BIN, "--out", h.wdir, NULL});
+  ASSERT_EQ(h_wait_exit(&ap, 20000), 0);
+  h_expect_env(&h, 1, "m1", 1, "OMP_NUM_THREADS", "3");
+  h_expect_env(&h, 1, "m1", 1, "ROLE_NAME", "ps");
+  ASSERT_TRUE(!h_file_contains(ap.err_path, "OMP_NUM_THREADS"));
+  unsetenv("OMP_NUM_THREADS");
+  unsetenv("BAGUA_ROLE");
+
+  /* One worker per node: no OMP_NUM_THREADS, no warning; the role is "default". */
+  snprintf(h.job, sizeof(h.job), "torchenv3");
+  const char *c[] = {"--nnodes", "1", "--nproc-per-node", "1", FAST, NULL};
+  h_spawn(&h, &ap, "k1", NULL, c, NULL);
+  ASSERT_EQ(h_wait_exit(&ap, 20000), 0);
+  ASSERT_EQ(env_sets(&h, 1, "k1", 0, "OMP_NUM_THREADS"), 0);
+  ASSERT_EQ(env_sets(&h, 1, "k1", 0, "TORCHELASTIC_ERROR_FILE"), 1);
+  h_expect_env(&h, 1, "k1", 0, "ROLE_NAME", "default");
+  ASSERT_TRUE(!h_file_contains(ap.err_path, "OMP_NUM_THREADS"));
+
+  /* A role that is not one word is refused before anything starts, flag or variable. */
+  const char *bad[] = {"--nnodes", "1", "--nproc-per-node", "1", "--role", "a b", NULL};
+  h_spawn(&h, &ap, "k2", NULL, bad, NULL);
+  ASSERT_EQ(h_wait_exit(&ap, 5000), 2);
+  h_expect_stderr(&ap, "--role \"a b\" is invalid");
+  h_expect_stderr(&ap, "accepted: 1 to 64 characters");
+  setenv("BAGUA_ROLE", "../x", 1);
+  h_spawn(&h, &ap, "k2", NULL, c, NULL);
+  ASSERT_EQ(h_wait_exit(&ap, 5000), 2);
+  h_expect_stderr(&ap, "--role \"../x\" is invalid");
+  unsetenv("BAGUA_ROLE");
+  h_fini(&h);
+}
+
+/* Runs a one-node job of `nproc` workers whose local rank 0 runs the shell command `fail`
+ * (with $TORCHELASTIC_ERROR_FILE at hand) and exits `code`; the others wait. Returns the
+ * agent, which has exited with `code`. */
+static void error_file_job(harness_t *h, agent_proc_t *ap, const char *job, const char *fail,
+                           int code) {
+  snprintf(h->job, sizeof(h->job), "%s", job);
+  char script[4096];
+  snprintf(script, sizeof(script), "if [ \"$LOCAL_RANK\" = 0 ]; then %s; exit %d; fi; sleep 30",
+           fail, code);
+  const char *a[] = {"--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "0", FAST, NULL};
+  const char *cmd[] = {"/bin/sh", "-c", script, NULL};
+  h_spawn_files(h, ap, "n1", job, NULL, a, cmd);
+  ASSERT_EQ(h_wait_exit(ap, 20000), code);
+}
+
+/* A worker's TORCHELASTIC_ERROR_FILE (torch's @record) reaches the failure summary: the agent's
+ * failure line, the job's root cause and the failure record carry its message. A file that is
+ * not torch's record (not a regular file, not JSON, too large) is ignored with a warning that
+ * names it, and never blocks the agent. */
+static void test_error_file(void) {
+  harness_t h;
+  h_init(&h, "errfile", 1);
+  agent_proc_t ap;
+  error_file_job(&h, &ap, "errfile",
+                 "printf '%s' '{\"message\": {\"message\": \"ValueError: bad learning rate 7\", "
+                 "\"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n"
+                 "ValueError: bad learning rate 7\\n\", \"timestamp\": \"1700000000\"}}}' "
+                 "> \"$TORCHELASTIC_ERROR_FILE\"",
+                 3);
+  h_expect_stderr(&ap, "exited with code 3: ValueError: bad learning rate 7");
+  h_expect_stderr(&ap, "root cause: rank 0 (node n1");
+  char *err = h_slurp(ap.err_path);
+  ASSERT_EQ(h_count_in(err, ": ValueError: bad learning rate 7"), 2); /* failure, root cause */
+  free(err);
+  bagua__rdzv_status_t st;
+  ASSERT_EQ(h_status(&h, &st), 0);
+  ASSERT_EQ(st.state, BAGUA__JOB_FAILED);
+  ASSERT_EQ(st.root.exit_code, 3);
+  ASSERT_STREQ(st.root.error, "ValueError: bad learning rate 7");
+  bagua__etcd_kv_t kv;
+  int found = 0;
+  ASSERT_OK(bagua__etcd_get(h.c, "/bagua/errfile/failure", &kv, &found, NULL));
+  ASSERT_EQ(found, 1);
+  bagua__rdzv_done_t d;
+  ASSERT_EQ(bagua__rdzv_done_decode(kv.value, &d, NULL, 0), 0);
+  ASSERT_STREQ(d.f.error, "ValueError: bad learning rate 7");
+  bagua__etcd_kv_clear(&kv);
+
+  /* Files the agent refuses: each job still ends with the worker's code, and its summary
+   * carries no message. */
+  struct {
+    const char *job, *fail, *warning;
+    int code;
+  } bad[] = {
+      {"errfifo", "mkfifo \"$TORCHELASTIC_ERROR_FILE\"", "FIFO", 4},
+      {"errjunk", "printf 'not json' > \"$TORCHELASTIC_ERROR_FILE\"", "not a JSON object", 5},
+      {"errlink", "ln -s /etc/hostname \"$TORCHELASTIC_ERROR_FILE\"", "symbolic link", 6},
+      {"errhuge", "head -c 1100000 /dev/zero | tr '\\0' ' ' > \"$TORCHELASTIC_ERROR_FILE\"",
+       "1100000 bytes", 7},
+      {"errnone", "true", NULL, 8},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    long long t0 = etcd_fixture_now_ms();
+    error_file_job(&h, &ap, bad[i].job, bad[i].fail, bad[i].code);
+    printf("%s: agent exit %d after %lld ms\n", bad[i].job, ap.code, etcd_fixture_now_ms() - t0);
+    if (bad[i].warning) {
+      h_expect_stderr(&ap, "ignoring the error file");
+      h_expect_stderr(&ap, bad[i].warning);
+      h_expect_stderr(&ap, "accepted:");
+    } else {
+      ASSERT_TRUE(!h_file_contains(ap.err_path, "error file"));
+    }
+    char code[32];
+    snprintf(code, sizeof(code), "exited with code %d\n", bad[i].code);
+    h_expect_stderr(&ap, code); /* the line ends with the code: no message after it */
+    ASSERT_EQ(h_status(&h, &st), 0);
+    ASSERT_EQ(st.root.exit_code, bad[i].code);
+    ASSERT_STREQ(st.root.error, "");
+  }
+  h_fini(&h);
+}
+
 int main(int argc, char **argv) {
   TEST_RUN_SCENARIOS(
       argc, argv, {"ranks", test_ranks}, {"exitcode", test_exitcode}, {"signal", test_signal},
@@ -710,5 +976,7 @@ int main(int argc, char **argv) {
       {"sigint", test_sigint}, {"belowmin", test_belowmin}, {"badcli", test_badcli},
       {"unreachable", test_unreachable}, {"etcd_frozen", test_etcd_frozen},
       {"etcd_restart", test_etcd_restart}, {"stale", test_stale}, {"scale", test_scale},
-      {"lease_lost", test_lease_lost}, {"libbagua", test_libbagua}, {"torch", test_torch});
+      {"lease_lost", test_lease_lost}, {"libbagua", test_libbagua}, {"torch", test_torch},
+      {"dup_id", test_dup_id}, {"dup_id_running", test_dup_id_running},
+      {"torchrun_env", test_torchrun_env}, {"error_file", test_error_file});
 }

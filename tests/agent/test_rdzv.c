@@ -733,6 +733,218 @@ static void test_round_large(void) {
   free(m);
 }
 
+/* clash/<node>: the key is built and classified, the record survives a round trip, a record
+ * with one bad field is refused naming it, and a snapshot keeps only this node's own. */
+static void expect_clash_refused(const char *json, const char *field) {
+  bagua__rdzv_clash_t c;
+  char why[160] = "";
+  memset(&c, 0, sizeof(c));
+  if (bagua__rdzv_clash_decode(json, &c, why, sizeof(why)) != -1)
+    TEST_FAIL("clash record accepted: %s", json);
+  if (!strstr(why, field)) TEST_FAIL("reason \"%s\" does not name %s", why, field);
+}
+
+static void test_clash(void) {
+  char k[BAGUA_RDZV_KEY_MAX];
+  ASSERT_EQ(bagua__rdzv_key(k, sizeof(k), "j", BAGUA__RDZV_KEY_CLASH, 0, "n1", 0), 0);
+  ASSERT_STREQ(k, "/bagua/j/clash/n1");
+  /* Before "config": outside the first range a follower watches (agent.c). */
+  ASSERT_TRUE(strcmp(k, "/bagua/j/config") < 0);
+  bagua__rdzv_key_info_t ki;
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/clash/n1", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_CLASH);
+  ASSERT_STREQ(ki.name, "n1");
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/clash/a/b", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_OTHER);
+  ASSERT_EQ(bagua__rdzv_key_parse("/bagua/j/", "/bagua/j/clash/", &ki), 0);
+  ASSERT_EQ(ki.kind, BAGUA__RDZV_KEY_OTHER);
+
+  bagua__rdzv_clash_t c = {.node = "n1",
+                           .host = "h2",
+                           .addr = "10.0.0.2",
+                           .pid = 4242,
+                           .time_ms = 1732000000123LL,
+                           .holder_rev = 17};
+  char *js = bagua__rdzv_clash_encode(&c);
+  ASSERT_TRUE(js != NULL);
+  bagua__rdzv_clash_t back;
+  memset(&back, 0, sizeof(back));
+  snprintf(back.node, sizeof(back.node), "from-key");
+  ASSERT_EQ(bagua__rdzv_clash_decode(js, &back, NULL, 0), 0);
+  ASSERT_STREQ(back.node, "from-key"); /* the node comes from the key */
+  ASSERT_STREQ(back.host, "h2");
+  ASSERT_STREQ(back.addr, "10.0.0.2");
+  ASSERT_EQ(back.pid, 4242);
+  ASSERT_EQ(back.time_ms, 1732000000123LL);
+  ASSERT_EQ(back.holder_rev, 17);
+  free(js);
+
+  expect_clash_refused("{\"garbage\":", "JSON");
+  expect_clash_refused("{\"addr\":\"a\",\"pid\":1,\"holder_rev\":3}", "host");
+  expect_clash_refused("{\"host\":\"\",\"addr\":\"a\",\"pid\":1,\"holder_rev\":3}", "host");
+  expect_clash_refused("{\"host\":\"h\",\"pid\":1,\"holder_rev\":3}", "addr");
+  expect_clash_refused("{\"host\":\"h\",\"addr\":\"a\",\"holder_rev\":3}", "pid");
+  expect_clash_refused("{\"host\":\"h\",\"addr\":\"a\",\"pid\":\"1\",\"holder_rev\":3}", "pid");
+  expect_clash_refused("{\"host\":\"h\",\"addr\":\"a\",\"pid\":1}", "holder_rev");
+  expect_clash_refused("{\"host\":\"h\",\"addr\":\"a\",\"pid\":1,\"holder_rev\":0}", "holder_rev");
+  expect_clash_refused("{\"host\":\"h\",\"addr\":\"a\",\"pid\":1,\"holder_rev\":2.5}",
+                       "holder_rev");
+  expect_clash_refused("{\"host\":\"h\",\"addr\":\"a\",\"pid\":1,\"holder_rev\":3,\"time_ms\":-1}",
+                       "time_ms");
+
+  /* A snapshot takes the record of its own node only; a refused one counts as absent. */
+  const char *rec = "{\"host\":\"h2\",\"addr\":\"10.0.0.2\",\"pid\":7,\"holder_rev\":4}";
+  bagua__etcd_kv_t kvs[] = {
+      kv("/bagua/j/clash/a", rec, 8, 55),
+      kv("/bagua/j/clash/b", rec, 9, 56),
+      kv("/bagua/j/clash/c", "{\"host\":\"h\"}", 10, 57),
+  };
+  bagua__agent_entry_t e[3];
+  memset(e, 0, sizeof(e));
+  for (int i = 0; i < 3; i++) e[i].kv = kvs[i];
+  bagua__agent_snap_t s;
+  ASSERT_EQ(bagua__agent_snap_build("/bagua/j/", "b", e, 3, NULL, 0, 1, &s), 0);
+  ASSERT_EQ(s.has_clash, 1);
+  ASSERT_STREQ(s.clash.node, "b");
+  ASSERT_EQ(s.clash.pid, 7);
+  ASSERT_EQ(s.clash.holder_rev, 4);
+  ASSERT_EQ(s.clash_mod_rev, 9);
+  bagua__agent_snap_clear(&s);
+  ASSERT_EQ(bagua__agent_snap_build("/bagua/j/", "c", e, 3, NULL, 0, 0, &s), 0);
+  ASSERT_EQ(s.has_clash, 0);
+  bagua__agent_snap_clear(&s);
+  ASSERT_EQ(bagua__agent_snap_build("/bagua/j/", "z", e, 3, NULL, 0, 0, &s), 0);
+  ASSERT_EQ(s.has_clash, 0);
+  bagua__agent_snap_clear(&s);
+  for (int i = 0; i < 3; i++) bagua__agent_rec_free(e[i].rec);
+}
+
+/* The worker's error file (torch's @record): every form torch writes is read, the message is
+ * made one bounded line of printable UTF-8, and anything else is refused with the reason. */
+static void expect_error_file(const char *file, const char *want) {
+  char out[BAGUA_RDZV_ERROR_MAX], why[256] = "";
+  if (bagua__rdzv_error_file_decode(file, strlen(file), out, sizeof(out), why, sizeof(why)) != 0)
+    TEST_FAIL("error file refused (%s): %s", why, file);
+  ASSERT_STREQ(out, want);
+}
+
+/* `len` (size_t)-1: the file is the string `file`. */
+static void expect_error_file_refused(const char *file, size_t len, const char *reason) {
+  char out[BAGUA_RDZV_ERROR_MAX], why[256] = "";
+  if (len == (size_t)-1) len = strlen(file);
+  snprintf(out, sizeof(out), "stale");
+  if (bagua__rdzv_error_file_decode(file, len, out, sizeof(out), why, sizeof(why)) != -1)
+    TEST_FAIL("error file accepted: %.*s", (int)len, file);
+  ASSERT_STREQ(out, "");
+  if (!strstr(why, reason)) TEST_FAIL("reason \"%s\" does not say %s", why, reason);
+}
+
+static void test_error_file(void) {
+  /* What torch's ErrorHandler.record_exception writes (torch 1.13 and later). */
+  expect_error_file(
+      "{\"message\": {\"message\": \"ValueError: bad learning rate\", \"extraInfo\": "
+      "{\"py_callstack\": \"Traceback (most recent call last):\\n  File \\\"t.py\\\", line 3\\n"
+      "ValueError: bad learning rate\\n\", \"timestamp\": \"1700000000\"}}}",
+      "ValueError: bad learning rate");
+  /* The simple form torch's ChildFailedError also reads, with its "errorCode" kin ignored. */
+  expect_error_file("{\"message\": \"out of memory\", \"timestamp\": 1700000000}", "out of memory");
+  expect_error_file("{\"message\": {\"message\": \"E\", \"errorCode\": 7}}", "E");
+  /* No message text: the traceback's last line stands in. */
+  expect_error_file(
+      "{\"message\": {\"extraInfo\": {\"py_callstack\": \"Traceback:\\n  x\\nKeyError: 'lr'\\n\\n"
+      "\"}}}",
+      "KeyError: 'lr'");
+  /* One line: newlines, tabs and escape sequences become single spaces, ends are trimmed. */
+  expect_error_file("{\"message\": \"  a\\nb\\t\\tc\\u001b[31m d \\r\\n\"}", "a b c [31m d");
+  /* Bytes that are not UTF-8 become '?'; UTF-8 is kept. */
+  expect_error_file("{\"message\": \"caf\xc3\xa9 \xff\xfe ok\"}", "caf\xc3\xa9 ?? ok");
+
+  /* A message longer than the record's field is cut at a character boundary, with "...". */
+  char big[4096];
+  size_t o = (size_t)snprintf(big, sizeof(big), "{\"message\": \"");
+  for (int i = 0; i < 600; i++) o += (size_t)snprintf(big + o, sizeof(big) - o, "\xc3\xa9");
+  snprintf(big + o, sizeof(big) - o, "\"}");
+  char out[BAGUA_RDZV_ERROR_MAX];
+  ASSERT_EQ(bagua__rdzv_error_file_decode(big, strlen(big), out, sizeof(out), NULL, 0), 0);
+  size_t n = strlen(out);
+  ASSERT_TRUE(n < BAGUA_RDZV_ERROR_MAX);
+  ASSERT_TRUE(n >= BAGUA_RDZV_ERROR_MAX - 8);
+  ASSERT_STREQ(out + n - 3, "...");
+  ASSERT_EQ((n - 3) % 2, 0); /* whole two-byte characters before the dots */
+  for (size_t i = 0; i + 3 < n; i += 2) ASSERT_TRUE(memcmp(out + i, "\xc3\xa9", 2) == 0);
+  /* One that fits exactly is not cut. */
+  char fit[BAGUA_RDZV_ERROR_MAX + 32];
+  o = (size_t)snprintf(fit, sizeof(fit), "{\"message\": \"");
+  memset(fit + o, 'x', BAGUA_RDZV_ERROR_MAX - 1);
+  snprintf(fit + o + BAGUA_RDZV_ERROR_MAX - 1, sizeof(fit) - o - BAGUA_RDZV_ERROR_MAX + 1, "\"}");
+  ASSERT_EQ(bagua__rdzv_error_file_decode(fit, strlen(fit), out, sizeof(out), NULL, 0), 0);
+  ASSERT_EQ(strlen(out), BAGUA_RDZV_ERROR_MAX - 1);
+  ASSERT_TRUE(strstr(out, "...") == NULL);
+
+  expect_error_file_refused("", (size_t)-1, "empty");
+  expect_error_file_refused("not json", (size_t)-1, "JSON");
+  expect_error_file_refused("[\"message\"]", (size_t)-1, "JSON");
+  expect_error_file_refused("{\"msg\": \"x\"}", (size_t)-1, "missing");
+  expect_error_file_refused("{\"message\": 7}", (size_t)-1, "neither a string nor an object");
+  expect_error_file_refused("{\"message\": \"\"}", (size_t)-1, "no text");
+  expect_error_file_refused("{\"message\": \" \\n\\t \"}", (size_t)-1, "blanks");
+  expect_error_file_refused("{\"message\": {\"message\": 3}}", (size_t)-1,
+                            "\"message\".\"message\"");
+  expect_error_file_refused("{\"message\": {\"extraInfo\": 3}}", (size_t)-1, "extraInfo");
+  expect_error_file_refused("{\"message\": {\"extraInfo\": {\"py_callstack\": 1}}}", (size_t)-1,
+                            "py_callstack");
+  expect_error_file_refused("{\"message\": {}}", (size_t)-1, "no text");
+  expect_error_file_refused("{\"message\": \"a\0b\"}", 18, "NUL");
+  /* Larger than the bound: refused without being parsed. */
+  size_t huge = (size_t)BAGUA_RDZV_ERROR_FILE_MAX + 1;
+  char *h = malloc(huge);
+  ASSERT_TRUE(h != NULL);
+  memset(h, ' ', huge);
+  expect_error_file_refused(h, huge, "more than");
+  free(h);
+}
+
+/* The failure record's optional "error" (the worker's own message): written only when there
+ * is one, kept by a round trip through the done record and the status's root cause, shown
+ * last in the failure's line, and refused when it would not fit. */
+static void test_failure_error(void) {
+  bagua__rdzv_done_t d = {.state = BAGUA__DONE_FAILED};
+  snprintf(d.f.node, sizeof(d.f.node), "n2");
+  d.f.rank = 3;
+  d.f.exit_code = 1;
+  char *js = bagua__rdzv_done_encode(&d);
+  ASSERT_TRUE(js != NULL && strstr(js, "\"error\"") == NULL);
+  free(js);
+  snprintf(d.f.error, sizeof(d.f.error), "ValueError: bad learning rate");
+  js = bagua__rdzv_done_encode(&d);
+  ASSERT_TRUE(strstr(js, "\"error\":\"ValueError: bad learning rate\"") != NULL);
+  bagua__rdzv_done_t db;
+  ASSERT_EQ(bagua__rdzv_done_decode(js, &db, NULL, 0), 0);
+  ASSERT_STREQ(db.f.error, "ValueError: bad learning rate");
+  char line[1024];
+  bagua__agent_failure_describe(&db.f, line, sizeof(line));
+  ASSERT_TRUE(strstr(line, "exited with code 1: ValueError: bad learning rate") != NULL);
+  free(js);
+  bagua__rdzv_status_t st = {.state = BAGUA__JOB_FAILED, .exit_code = 1, .has_root = 1};
+  st.root = d.f;
+  js = bagua__rdzv_status_encode(&st);
+  bagua__rdzv_status_t sb;
+  ASSERT_EQ(bagua__rdzv_status_decode(js, &sb, NULL, 0), 0);
+  ASSERT_STREQ(sb.root.error, "ValueError: bad learning rate");
+  free(js);
+  /* Strict: a string that does not fit, or no string, refuses the record. */
+  char why[160] = "", big[BAGUA_RDZV_ERROR_MAX + 128];
+  int o = snprintf(big, sizeof(big), "{\"state\":\"failed\",\"node\":\"n\",\"error\":\"");
+  memset(big + o, 'x', BAGUA_RDZV_ERROR_MAX);
+  snprintf(big + o + BAGUA_RDZV_ERROR_MAX, sizeof(big) - (size_t)o - BAGUA_RDZV_ERROR_MAX, "\"}");
+  ASSERT_EQ(bagua__rdzv_done_decode(big, &db, why, sizeof(why)), -1);
+  ASSERT_TRUE(strstr(why, "\"error\"") != NULL);
+  ASSERT_EQ(bagua__rdzv_done_decode("{\"state\":\"failed\",\"node\":\"n\",\"error\":5}", &db, why,
+                                    sizeof(why)),
+            -1);
+  ASSERT_TRUE(strstr(why, "\"error\"") != NULL);
+}
+
 int main(void) {
   test_progress();
   test_assign();
@@ -748,6 +960,9 @@ int main(void) {
   test_rejects();
   test_snapshot();
   test_snapshot_order();
+  test_clash();
+  test_error_file();
+  test_failure_error();
   printf("PASS rdzv\n");
   return 0;
 }

@@ -264,8 +264,8 @@ def tr(*argv, gpus=0):
 
 
 def test_run_defaults():
-    # --nproc_per_node auto: the CPUs without CUDA, the GPUs with it.
-    assert tr() == ["--nproc-per-node", str(os.cpu_count()), *PROGRAM]
+    # --nproc_per_node auto: the CPUs without CUDA, the GPUs with it; torchrun's 0 restarts.
+    assert tr() == ["--nproc-per-node", str(os.cpu_count()), "--max-restarts", "0", *PROGRAM]
     assert tr(gpus=8)[:2] == ["--nproc-per-node", "8"]
 
 

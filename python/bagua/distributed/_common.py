@@ -3,7 +3,9 @@ options that upstream's launch and run both take, the worker program, and handin
 bagua-launch.
 
 Nothing here reads the environment: libbagua's parameter registry is the one place that does,
-and bagua-launch reads its own variables (BAGUA_NPROC_PER_NODE, BAGUA_PYTHON, ...) itself.
+and bagua-launch reads its own variables (BAGUA_NPROC_PER_NODE, BAGUA_PYTHON, ...) itself. The
+environment is handed on to bagua-launch as it is, plus what an option sets for the agents
+(run's --role: BAGUA_ROLE).
 """
 
 import argparse
@@ -175,16 +177,22 @@ def program_argv(script, script_args, module=False, no_python=False, python=None
     return out + ["--", python, script, *script_args]
 
 
-def execute(prog, parse, build, argv=None):
+def execute(prog, parse, build, argv=None, environ=None):
     """Parses `argv`, builds bagua-launch's arguments and executes bagua-launch in this process
     (its signals and exit status become the command's); exit 2 with the reason when an option
-    is refused or bagua-launch cannot be found."""
+    is refused or bagua-launch cannot be found. `environ`, when given, maps the parsed options
+    to variables bagua-launch gets on top of this process's environment (settings the agents
+    read from the registry, such as BAGUA_ROLE)."""
     try:
-        words = build(parse(argv))
+        args = parse(argv)
+        words = build(args)
+        extra = environ(args) if environ else {}
         launcher = find_launcher()
     except (OptionError, FileNotFoundError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         sys.exit(2)
     sys.stdout.flush()
     sys.stderr.flush()
+    if extra:
+        os.execve(launcher, [launcher, *words], {**os.environ, **extra})
     os.execv(launcher, [launcher, *words])

@@ -21,6 +21,7 @@ The table of every option is in docs/launcher.md ("Upstream's launch commands").
 import argparse
 import math
 import os
+import re
 
 from bagua.distributed._common import (OptionError, add_bagua_options, add_option,
                                        add_program, bagua_flags, check_port, check_range,
@@ -64,13 +65,14 @@ def parser():
     add_option(p, "--standalone", action="store_true",
                help="a private etcd on this machine (--rdzv_backend, --rdzv_endpoint and "
                     "--rdzv_id are ignored, as upstream does)")
-    add_option(p, "--max_restarts", type=int, default=None,
-               help="worker-failure restarts before the job fails (default 3)")
+    add_option(p, "--max_restarts", type=int, default=0,
+               help="worker-failure restarts before the job fails (default 0, as torchrun)")
     add_option(p, "--monitor_interval", type=float, default=5.0,
                help="accepted, no effect: the agent watches its workers continuously")
     add_option(p, "--start_method", default="spawn", choices=["spawn", "fork", "forkserver"],
                help="accepted, no effect: every worker is a fresh process")
-    add_option(p, "--role", default="default", help="accepted, no effect: one role per job")
+    add_option(p, "--role", default="default",
+               help="the workers' ROLE_NAME (default: default); one role per job")
     add_option(p, "-m", "--module", action="store_true",
                help="the script is a module, run as python -m")
     add_option(p, "--no_python", action="store_true",
@@ -253,14 +255,15 @@ def build_argv(args, python=None, gpu_count=_gpu_count):
     """
     min_nodes, max_nodes = parse_nnodes(args.nnodes or "1:1")
     out = ["--nproc-per-node", str(local_world_size(args.nproc_per_node, gpu_count))]
+    # torchrun's default is 0 (a failed worker ends the job), not bagua-launch's 3: a script
+    # written for torchrun must not be run again behind its author's back.
+    check_range("--max_restarts", args.max_restarts, *MAX_RESTARTS_RANGE,
+                variable="BAGUA_MAX_RESTARTS")
+    out += ["--max-restarts", str(args.max_restarts)]
     if args.nnodes is not None:
         out += ["--nnodes", args.nnodes]
     out += rendezvous_flags(args, min_nodes, max_nodes)
     out += rdzv_conf_flags(args.rdzv_conf)
-    if args.max_restarts is not None:
-        check_range("--max_restarts", args.max_restarts, *MAX_RESTARTS_RANGE,
-                    variable="BAGUA_MAX_RESTARTS")
-        out += ["--max-restarts", str(args.max_restarts)]
     check_range("--monitor_interval", args.monitor_interval, *MONITOR_INTERVAL_RANGE,
                 " seconds (no effect here)")
     if not 0 <= args.node_rank < max_nodes:
@@ -288,9 +291,28 @@ def build_argv(args, python=None, gpu_count=_gpu_count):
     return out
 
 
+# --role becomes the agents' BAGUA_ROLE (common/params.def), whose values are an id's:
+# 1 to 64 of these characters, neither "." nor "..".
+ROLE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def launch_env(args):
+    """The variables bagua-launch gets in its environment for parsed run options.
+
+    --role reaches every agent as BAGUA_ROLE, a registry parameter that bagua-launch passes on
+    (local agents inherit it, remote ones get it with the other BAGUA_* settings) and the agent
+    reads as the default of its --role; each worker gets it as ROLE_NAME. OptionError for a role
+    the agents would refuse."""
+    role = args.role
+    if not ROLE.fullmatch(role) or role in (".", ".."):
+        raise OptionError("--role", f"{role!r} is not a role name here; accepted: 1 to 64 "
+                          "characters from A-Z a-z 0-9 . _ - (not . or ..)")
+    return {"BAGUA_ROLE": role}
+
+
 def main(argv=None):
     """Entry point: translate the command line and execute bagua-launch."""
-    execute(PROG, parse_args, build_argv, argv)
+    execute(PROG, parse_args, build_argv, argv, environ=launch_env)
 
 
 if __name__ == "__main__":
