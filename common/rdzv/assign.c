@@ -112,10 +112,7 @@ static int get_watch(const cJSON *o, bagua__rdzv_assign_t *a, why_t *w) {
 
 int bagua__rdzv_assign_decode(const char *json, bagua__rdzv_assign_t *a, char *why, size_t len) {
   why_t w = {why, len};
-  char node[BAGUA_RDZV_ID_MAX];
-  memcpy(node, a->node, sizeof(node)); /* the node comes from the key, not the value */
-  memset(a, 0, sizeof(*a));
-  memcpy(a->node, node, sizeof(node));
+  CLEAR_KEEPING(a, node);
   cJSON *o = parse_object(json, &w);
   if (!o) return -1;
   int rc = get_i64(o, "round", 1, 1, I53, &a->round, &w) ||

@@ -37,10 +37,7 @@ char *bagua__rdzv_node_encode(const bagua__rdzv_node_t *n) {
 
 int bagua__rdzv_node_decode(const char *json, bagua__rdzv_node_t *n, char *why, size_t len) {
   why_t w = {why, len};
-  char id[BAGUA_RDZV_ID_MAX];
-  memcpy(id, n->id, sizeof(id)); /* the id comes from the key, not the value */
-  memset(n, 0, sizeof(*n));
-  memcpy(n->id, id, sizeof(id));
+  CLEAR_KEEPING(n, id);
   cJSON *o = parse_object(json, &w);
   if (!o) return -1;
   int rc = get_str(o, "host", 1, 1, n->host, sizeof(n->host), &w) ||
@@ -413,10 +410,7 @@ char *bagua__rdzv_progress_encode(const bagua__rdzv_progress_t *p) {
 int bagua__rdzv_progress_decode(const char *json, bagua__rdzv_progress_t *p, char *why,
                                 size_t len) {
   why_t w = {why, len};
-  char node[BAGUA_RDZV_ID_MAX];
-  memcpy(node, p->node, sizeof(node)); /* the node comes from the key, not the value */
-  memset(p, 0, sizeof(*p));
-  memcpy(p->node, node, sizeof(node));
+  CLEAR_KEEPING(p, node);
   cJSON *o = parse_object(json, &w);
   if (!o) return -1;
   int rc = get_i64(o, "round", 1, 1, I53, &p->round, &w) ||
@@ -540,10 +534,7 @@ char *bagua__rdzv_clash_encode(const bagua__rdzv_clash_t *c) {
 
 int bagua__rdzv_clash_decode(const char *json, bagua__rdzv_clash_t *c, char *why, size_t len) {
   why_t w = {why, len};
-  char node[BAGUA_RDZV_ID_MAX];
-  memcpy(node, c->node, sizeof(node)); /* the node comes from the key, not the value */
-  memset(c, 0, sizeof(*c));
-  memcpy(c->node, node, sizeof(node));
+  CLEAR_KEEPING(c, node);
   cJSON *o = parse_object(json, &w);
   if (!o) return -1;
   int rc = get_str(o, "host", 1, 1, c->host, sizeof(c->host), &w) ||

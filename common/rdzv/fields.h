@@ -19,6 +19,16 @@ typedef struct {
   size_t len;
 } why_t;
 
+/* Zeroes record *rec before a decode, except its `field` (a node id): that comes from the
+ * record's key, which the caller filled in, not from the value being decoded. */
+#define CLEAR_KEEPING(rec, field)               \
+  do {                                          \
+    char keep_[sizeof((rec)->field)];           \
+    memcpy(keep_, (rec)->field, sizeof(keep_)); \
+    memset((rec), 0, sizeof(*(rec)));           \
+    memcpy((rec)->field, keep_, sizeof(keep_)); \
+  } while (0)
+
 static inline int fail(why_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static inline int fail(why_t *w, const char *fmt, ...) {
   if (w->buf && w->len) {
