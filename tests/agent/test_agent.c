@@ -262,8 +262,8 @@ static void test_sigkill_leader(void) {
 }
 
 /* A SIGKILLed node (agent and workers) under a 10 s lease: the others see its liveness
- * connection end, revoke its lease and publish a round without it within 2 s, long before the
- * lease would expire. */
+ * connection end, revoke its lease and publish a round without it within half the TTL (about
+ * 0.3 s on a quiet machine), long before the lease would expire. */
 static void test_fast_death(void) {
   harness_t h;
   h_init(&h, "fastdeath", 1);
@@ -280,15 +280,18 @@ static void test_fast_death(void) {
   pid_t pids[8];
   int n = h_children(ap[victim].pid, pids, 8);
   ASSERT_EQ(n, 2);
-  /* No wait for the liveness connections: every agent connected to the others on the
-   * snapshots that formed round 1, well before all six workers wrote their files. */
+  /* No wait for the liveness connections: each agent connects to its ring successors once it
+   * has its assignment of round 1, usually before all six workers wrote their files; when the
+   * kill comes first, the connect attempts find the port closed and report the death a little
+   * later (seen at 2.6 s on a loaded 2-vCPU machine). The bound below is half the lease TTL:
+   * only the liveness path can meet it, the lease expiry takes the whole TTL. */
 
   long long t0 = etcd_fixture_now_ms();
   h_kill(&ap[victim], SIGKILL);
   for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
   ASSERT_EQ(h_wait_exit(&ap[victim], 5000), 128 + SIGKILL);
   long long reform = -1;
-  while (etcd_fixture_now_ms() - t0 < 5000) {
+  while (etcd_fixture_now_ms() - t0 < 8000) {
     bagua__rdzv_round_t r;
     if (h_round(&h, &r) == 0) {
       int done = r.round == 2 && r.nmembers == 2 && bagua__rdzv_round_find(&r, "n2") < 0;
@@ -301,9 +304,9 @@ static void test_fast_death(void) {
     usleep(10000);
   }
   printf("round without n2 published %lld ms after SIGKILL (lease TTL 10000 ms)\n", reform);
-  if (reform < 0 || reform >= 2000) {
+  if (reform < 0 || reform >= 5000) {
     h_dump(ap, 3);
-    TEST_FAIL("no round without the killed node within 2 s");
+    TEST_FAIL("no round without the killed node within 5 s (half the lease TTL)");
   }
   h_wait_round_files(&h, 2, 4, 10000);
   h_touch(&h, "release", release, sizeof(release));
