@@ -28,8 +28,6 @@
 #include "common/rdzv/rdzv.h"
 #include "common/validate.h"
 
-extern char **environ;
-
 _Static_assert(BAGUA_AGENT_ID_MAX > BAGUA_ID_MAX_LEN, "an agent id buffer holds any valid id");
 _Static_assert(sizeof(((bagua__agent_config_t *)0)->secret) == BAGUA_RDZV_SECRET_HEX + 1,
                "the config holds a job secret and its NUL");
@@ -429,16 +427,6 @@ static int wants_env_stdin(int argc, char **argv) {
   return 0;
 }
 
-/* Whether the environment holds `name` (set, even to ""). A walk of environ, as the workers'
- * environment is built (workers.c): the variable is the workers', not a Bagua parameter, so
- * the registry does not declare it. */
-static int env_has(const char *name) {
-  size_t n = strlen(name);
-  for (char **e = environ; e && *e; e++)
-    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return 1;
-  return 0;
-}
-
 /* 0 when `path` is a file this process may execute, else an errno value. */
 static int runnable(const char *path) {
   struct stat st;
@@ -667,7 +655,7 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   /* torchrun's rule: several workers of one node each running as many OpenMP threads as the
    * node has cores would overload it, so unless the user chose a value (any value, even an
    * empty one: torchrun tests for presence too) each worker gets one thread. agent.c warns. */
-  cfg->omp_default = cfg->nproc > 1 && !env_has("OMP_NUM_THREADS");
+  cfg->omp_default = cfg->nproc > 1 && !bagua__param_is_set(BAGUA_P_OMP_NUM_THREADS);
   if (check_program(cfg->argv[0]) != 0) return 2;
   if (check_log_dir(cfg->log_dir) != 0 || load_secret(cfg) != 0) return 2;
   return 0;

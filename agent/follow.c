@@ -135,7 +135,7 @@ static void start_round(bagua__agent_t *a, const bagua__rdzv_assign_t *P,
       .error_dir = a->mark_dir[0] ? a->mark_dir : NULL,
       .secret = a->secret[0] ? a->secret : NULL,
   };
-  /* Marks (and progress files) of the workers just stopped must not speak for the ones
+  /* Marks, progress and error files of the workers just stopped must not speak for the ones
    * started now. */
   bagua__marks_clear(a->mark_dir);
   bagua__agent_say("round %lld (%s, restart %d): node %d of %d, ranks %d..%d of %d, master %s:%d",
