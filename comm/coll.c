@@ -13,6 +13,7 @@
 #include "comm_internal.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "kernels/kernels.h"
 
 /* Point-to-point kinds, after the collective ones of wire.h. */
 enum { P2P_SEND = 32, P2P_RECV, P2P_SENDRECV, P2P_NEIGHBOR };
@@ -326,12 +327,22 @@ static bagua_status_t collective(bagua_comm_t *c, const call_t *a) {
   c->sig_mismatch = 0;
   if (on_shm)
     bagua__shm_expect(c->shm, &sig); /* published and compared in the call's first round */
-  else if (!c->sig_by_parent)
-    st = bagua__sig_agree(c, &sig);
+  size_t bytes = a->count * (size_t)((f & F_NODTYPE) ? 0 : bagua_dtype_size(a->dt));
+  /* A small allreduce over TCP rides in the agreement's own rounds (comm/sig.c): the 8-byte
+   * allreduce then costs log2 n rounds, not twice that. Every rank decides alike: the choice
+   * reads only c and the call, which the agreement itself then checks. */
+  int ride = !on_shm && !c->sig_by_parent && mine == BAGUA_OK && a->kind == BAGUA_COLL_ALLREDUCE &&
+             a->count > 0 && c->ops == &bagua__generic_ops && bagua__sig_can_ride(c, bytes);
+  bagua__sig_ride_t rd = {a->s, a->r, a->count, a->dt, (bagua_op_t)a->op};
+  if (!on_shm && !c->sig_by_parent) st = bagua__sig_agree(c, &sig, ride ? &rd : NULL);
   /* A refused call moves no data here; on shared memory bagua__shm_sig_done then runs the
    * signature round by itself, which the others' first round meets. */
-  if (st == BAGUA_OK && mine == BAGUA_OK && (a->count > 0 || a->kind == BAGUA_COLL_BARRIER))
+  if (st == BAGUA_OK && ride) {
+    if (a->op == BAGUA_AVG) bagua__div(a->dt, a->r, a->count, c->size);
+  } else if (st == BAGUA_OK && mine == BAGUA_OK &&
+             (a->count > 0 || a->kind == BAGUA_COLL_BARRIER)) {
     st = dispatch(c, a);
+  }
   if (on_shm) st = bagua__shm_sig_done(c->shm, st);
   if (st != BAGUA_OK && c->sig_mismatch) { /* logged by bagua__sig_compare, not a failure */
     st = (bagua_status_t)c->sig_mismatch;

@@ -299,9 +299,26 @@ const char *bagua__coll_name(int kind);
  * BAGUA_ERR_INVALID_ARG; otherwise on a difference logs the first one (the same text on every
  * rank) and returns BAGUA_ERR_PROTOCOL. Either way c->sig_mismatch gets the status. */
 bagua_status_t bagua__sig_compare(bagua_comm_t *c, const char *base, size_t stride, int rot);
-/* Gathers every rank's signature over the TCP mesh and compares them (all ranks agree on the
- * verdict; the streams stay in step either way). */
-bagua_status_t bagua__sig_agree(bagua_comm_t *c, const bagua__coll_sig_t *sig);
+/* A small allreduce that rides in the agreement's frames (bagua__sig_agree): `count` elements
+ * of `dt` from `send`, combined with `op` (BAGUA_AVG sums; the caller divides), into `out`,
+ * which is written only once the agreement's rounds are done. */
+#define BAGUA__SIG_SLOT 64 /* bytes of payload an agreement frame carries (wire version 5) */
+typedef struct {
+  const void *send;
+  void *out;
+  size_t count;
+  bagua_dtype_t dt;
+  bagua_op_t op;
+} bagua__sig_ride_t;
+/* Whether an allreduce of `bytes` can ride in c's agreement: c's size is a power of two (its
+ * rounds are then recursive doubling) and the data fits the slot. Depends on c and the call
+ * only, never on other ranks' calls: the frames are the same size whether or not data rides. */
+int bagua__sig_can_ride(const bagua_comm_t *c, size_t bytes);
+/* Agrees on every rank's signature over the TCP mesh and compares them (all ranks agree on the
+ * verdict; the streams stay in step either way). With `ride` (only where
+ * bagua__sig_can_ride), the allreduce is done too, valid where the agreement returns OK. */
+bagua_status_t bagua__sig_agree(bagua_comm_t *c, const bagua__coll_sig_t *sig,
+                                const bagua__sig_ride_t *ride);
 /* Shared memory: `sig` (which must outlive the call) is published with the next round this
  * rank starts and compared after that round's arrival. bagua__shm_sig_done() ends the call:
  * given the transport's status, it runs a round of its own for a call that moved no data and

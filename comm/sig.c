@@ -6,7 +6,8 @@
  *
  * Shared memory compares the signatures each rank publishes in the arena's control area in the
  * call's first round (comm/shm/shm.c). TCP (and the hierarchical mix) first spreads the
- * bytewise minimum and maximum of the signatures in ceil(log2 n) rounds of 48 bytes; only when
+ * bytewise minimum and maximum of the signatures in ceil(log2 n) rounds (48 bytes; 112 on a
+ * power of two, where the frame has a slot for a small allreduce to ride in); only when
  * they differ does it gather every signature on every rank (a Bruck allgather) to name the
  * difference. Message sizes never depend on the signatures, so a mismatch leaves every stream
  * in step and the communicator usable. (Gathering the table every time cost O(n) bytes per rank
@@ -22,6 +23,7 @@
 #include "comm_internal.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "kernels/kernels.h"
 
 const char *bagua__coll_name(int kind) {
   static const char *const names[] = {
@@ -171,25 +173,72 @@ out:
   return st;
 }
 
-bagua_status_t bagua__sig_agree(bagua_comm_t *c, const bagua__coll_sig_t *sig) {
+/* The rounds of the agreement on a world whose size is a power of two: recursive doubling, each
+ * frame the range so far and a fixed slot a small allreduce rides in (bagua__sig_agree). The
+ * frame's size is the same for every call, so a mismatch still leaves the streams in step. */
+typedef struct {
+  sig_range_t range;
+  unsigned char slot[BAGUA__SIG_SLOT];
+} sig_frame_t;
+
+static void widen(sig_range_t *acc, const sig_range_t *in) {
+  for (size_t i = 0; i < sizeof(acc->lo); i++) {
+    if (in->lo[i] < acc->lo[i]) acc->lo[i] = in->lo[i];
+    if (in->hi[i] > acc->hi[i]) acc->hi[i] = in->hi[i];
+  }
+}
+
+static bagua_status_t agree_doubling(bagua_comm_t *c, sig_range_t *range,
+                                     const bagua__sig_ride_t *ride) {
+  int n = c->size, r = c->rank;
+  size_t used = ride ? ride->count * bagua_dtype_size(ride->dt) : 0;
+  sig_frame_t acc, in;
+  memset(&acc, 0, sizeof(acc));
+  acc.range = *range;
+  if (ride) memcpy(acc.slot, ride->send, used);
+  for (int mask = 1; mask < n; mask <<= 1) {
+    int peer = r ^ mask;
+    bagua__send_t snd = {peer, &acc, sizeof(acc)};
+    bagua__recv_t rcv = {peer, &in, sizeof(in), NULL, 0, 0};
+    BAGUA_CHECK(bagua__exchange(c, &snd, 1, &rcv, 1));
+    /* The range is not payload; the slot's used bytes are, as in any allreduce round. */
+    atomic_fetch_sub_explicit(&c->bytes_sent, sizeof(acc) - used, memory_order_relaxed);
+    widen(&acc.range, &in.range);
+    /* Both partners combine the same two operands (commutative ops), so every rank ends with
+     * bit-identical values, as in the transport's own recursive doubling. */
+    if (ride) bagua__reduce(ride->dt, ride->op, acc.slot, in.slot, ride->count);
+  }
+  *range = acc.range;
+  if (ride) memcpy(ride->out, acc.slot, used);
+  return BAGUA_OK;
+}
+
+int bagua__sig_can_ride(const bagua_comm_t *c, size_t bytes) {
+  return c->size > 1 && (c->size & (c->size - 1)) == 0 && bytes <= BAGUA__SIG_SLOT;
+}
+
+bagua_status_t bagua__sig_agree(bagua_comm_t *c, const bagua__coll_sig_t *sig,
+                                const bagua__sig_ride_t *ride) {
   int n = c->size, r = c->rank;
   if (n == 1) return BAGUA_OK;
-  /* Dissemination of the signatures' bytewise range: ceil(log2 n) rounds of 48 bytes, the
-   * partners of the Bruck allgather. Every rank ends with the range over all ranks, so they
-   * all agree whether the table is needed; only a mismatch gathers it, to name the first
-   * difference (the common case no longer sends O(n) bytes per rank per collective). */
+  /* The signatures' bytewise range reaches every rank in ceil(log2 n) rounds: recursive
+   * doubling on a power of two (where a small allreduce rides along), else the partners of
+   * the Bruck allgather. Every rank ends with the range over all ranks, so they all agree
+   * whether the table is needed; only a mismatch gathers it, to name the first difference (the
+   * common case sends O(log n) bytes per rank per collective, not O(n)). */
   sig_range_t acc, in;
   memcpy(acc.lo, sig, sizeof(*sig));
   memcpy(acc.hi, sig, sizeof(*sig));
-  for (int d = 1; d < n; d <<= 1) {
-    bagua__send_t snd = {bagua__mod(r - d, n), &acc, sizeof(acc)};
-    bagua__recv_t rcv = {bagua__mod(r + d, n), &in, sizeof(in), NULL, 0, 0};
-    BAGUA_CHECK(bagua__exchange(c, &snd, 1, &rcv, 1));
-    /* Like the message headers, signatures are not payload: bytes_sent counts data only. */
-    atomic_fetch_sub_explicit(&c->bytes_sent, snd.bytes, memory_order_relaxed);
-    for (size_t i = 0; i < sizeof(acc.lo); i++) {
-      if (in.lo[i] < acc.lo[i]) acc.lo[i] = in.lo[i];
-      if (in.hi[i] > acc.hi[i]) acc.hi[i] = in.hi[i];
+  if ((n & (n - 1)) == 0) {
+    BAGUA_CHECK(agree_doubling(c, &acc, ride));
+  } else {
+    for (int d = 1; d < n; d <<= 1) {
+      bagua__send_t snd = {bagua__mod(r - d, n), &acc, sizeof(acc)};
+      bagua__recv_t rcv = {bagua__mod(r + d, n), &in, sizeof(in), NULL, 0, 0};
+      BAGUA_CHECK(bagua__exchange(c, &snd, 1, &rcv, 1));
+      /* Like the message headers, signatures are not payload: bytes_sent counts data only. */
+      atomic_fetch_sub_explicit(&c->bytes_sent, snd.bytes, memory_order_relaxed);
+      widen(&acc, &in);
     }
   }
   if (memcmp(acc.lo, acc.hi, sizeof(acc.lo)) == 0) return BAGUA_OK;

@@ -17,8 +17,10 @@
  * (bagua__wire_auth_t) and the server's reply proof follow (comm/bootstrap.h, "Handshake").
  * 3: every collective starts with the exchange of its signature (bagua__coll_sig_t).
  * 4: a signature's `refused` byte marks a rank whose own argument check failed, and an
- * endpoint record carries the rank's stream count (`nstreams`, where `pad` was). */
-#define BAGUA_WIRE_VERSION 4u
+ * endpoint record carries the rank's stream count (`nstreams`, where `pad` was).
+ * 5: on a power-of-two world the signature rounds are recursive doubling, each frame with a
+ * 64-byte slot a small allreduce rides in (comm/sig.c). */
+#define BAGUA_WIRE_VERSION 5u
 
 enum {
   BAGUA_MSG_BOOT_HELLO = 1, /* rank -> bootstrap root: my endpoint record */

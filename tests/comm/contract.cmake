@@ -21,3 +21,8 @@ foreach(cfg "shm;3;0;BAGUA_SHM_SLOT_BYTES=8192" "shm;4" "tcp;3;1" "auto;5;2")
 endforeach()
 # Nine ranks: the TCP signature exchange's Bruck rounds with a partial last round.
 bagua_mp_test(comm_contract_mismatch_tcp_9 EXE test_coll_contract ARGS mismatch tcp 9 TIMEOUT 60)
+# Eight ranks, one per emulated node: the recursive-doubling agreement a small allreduce rides
+# in (comm/sig.c), against calls that ride differently or not at all, and random calls.
+bagua_mp_test(comm_contract_mismatch_tcp_8_1 EXE test_coll_contract ARGS mismatch tcp 8 1
+              TIMEOUT 90)
+bagua_mp_test(coll_property_tcp_8_1 EXE test_coll_contract ARGS property tcp 8 1 TIMEOUT 90)
