@@ -6,6 +6,8 @@ Run it under bagua-launch or torchrun (or alone, one rank):
     bagua-launch --nproc-per-node 2 examples/torch/train.py --algorithm bytegrad
     bagua-launch --config job.ini examples/torch/train.py    # [algorithm] name = bytegrad
     torchrun --nproc_per_node 2 examples/torch/train.py --ddp        # plain torch DDP (Gloo)
+    torchrun --nproc_per_node 2 examples/torch/train.py --ddp --ddp-hook powersgd \
+        --powersgd-rank 8                                        # DDP with torch's PowerSGD hook
 
 It trains on the GPU of its local rank when torch sees one (``--device cuda``, the default
 then: ``torch.cuda.set_device(LOCAL_RANK)``, the model and batches on that device, libbagua's
@@ -32,6 +34,12 @@ import torch.nn.functional as F
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 ALGORITHMS = ["gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
               "qadam", "async"]
+# torch DDP's own communication hooks (torch.distributed.algorithms.ddp_comm_hooks), the
+# compression a torch user has without Bagua: --ddp-hook NAME.
+DDP_HOOKS = ["fp16", "powersgd"]
+# --powersgd-start's default: the first 10 steps allreduce uncompressed (torch's default, 1000,
+# is longer than the benchmarks' runs; its documentation suggests about 10% of training).
+POWERSGD_START = 10
 
 
 def read_idx(path):
@@ -151,6 +159,16 @@ def parse():
     ap.add_argument("--ddp", action="store_true",
                     help="plain torch.nn.parallel.DistributedDataParallel instead (Gloo on "
                          "the CPU, NCCL on a GPU)")
+    ap.add_argument("--ddp-hook", default=None, choices=DDP_HOOKS,
+                    help="with --ddp: register one of torch DDP's communication hooks: fp16 "
+                         "(fp16_compress_hook) or powersgd (powerSGD_hook, with error "
+                         "feedback and warm start, as torch's defaults)")
+    ap.add_argument("--powersgd-rank", type=int, default=None, metavar="R",
+                    help="--ddp-hook powersgd: matrix_approximation_rank (default 1, torch's)")
+    ap.add_argument("--powersgd-start", type=int, default=None, metavar="K",
+                    help="--ddp-hook powersgd: start_powerSGD_iter: the first K steps "
+                         f"allreduce uncompressed (default {POWERSGD_START}; torch requires 2 "
+                         "or more with error feedback or warm start)")
     ap.add_argument("--plain", action="store_true",
                     help="one process, no data parallelism: the plain torch loop (the baseline "
                          "of the front end's own per-step overhead, bench/torch_overhead.sh)")
@@ -196,6 +214,28 @@ def parse():
         ap.error(f"--width {args.width}: accepted 1 to 65536")
     if args.width != 3072 and args.model != "wide":
         ap.error(f"--width is a setting of --model wide, not of --model {args.model}")
+    if args.ddp_hook and not args.ddp:
+        ap.error(f"--ddp-hook {args.ddp_hook} is a hook of torch DDP: it needs --ddp (a "
+                 "with_bagua run communicates through its --algorithm, not through DDP)")
+    if args.ddp_hook != "powersgd":
+        for flag, value in (("--powersgd-rank", args.powersgd_rank),
+                            ("--powersgd-start", args.powersgd_start)):
+            if value is not None:
+                ap.error(f"{flag} is a setting of --ddp-hook powersgd, not of "
+                         f"{'--ddp-hook ' + args.ddp_hook if args.ddp_hook else 'this run'}")
+    else:
+        if args.powersgd_rank is None:
+            args.powersgd_rank = 1
+        if args.powersgd_start is None:
+            args.powersgd_start = POWERSGD_START
+        if args.powersgd_rank < 1:
+            ap.error(f"--powersgd-rank {args.powersgd_rank}: accepted 1 or more")
+        # torch's PowerSGDState refuses start_powerSGD_iter <= 1 when error feedback or warm
+        # start is on (both are, as its defaults): DDP's first iterations build its buckets.
+        if args.powersgd_start < 2:
+            ap.error(f"--powersgd-start {args.powersgd_start}: accepted 2 or more (torch's "
+                     "PowerSGDState refuses start_powerSGD_iter < 2 with error feedback and "
+                     "warm start on)")
     if args.timing_warmup < 0:
         ap.error(f"--timing-warmup {args.timing_warmup}: accepted 0 or more steps")
     # Without --algorithm the launcher's choice applies (flag > environment > default); the
@@ -313,6 +353,33 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
+def register_ddp_hook(model, args):
+    """Registers --ddp-hook's communication hook on the DDP model; returns the hook's state
+    (PowerSGD's, whose counters say what it did), or None."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    if args.ddp_hook == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif args.ddp_hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None,
+                                            matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=args.powersgd_start)
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return state
+    return None
+
+
+def ddp_hook_report(model, args, state):
+    """What DDP says of its hook: the name it logged (torch's own record of the registered
+    hook, "builtin" without one), and for PowerSGD its step count and compression."""
+    name = model._get_ddp_logging_data().get("comm_hook") or "builtin allreduce"
+    text = f"ddp comm hook {name}"
+    if state is not None:
+        rate, before, after = state.compression_stats()
+        text += (f" (rank {args.powersgd_rank}, start {args.powersgd_start}): {state.iter} "
+                 f"steps, {before} elements compressed to {after}, rate {rate:.1f}")
+    return text
+
+
 def main():
     args = parse()
     torch.manual_seed(args.seed)
@@ -347,6 +414,7 @@ def main():
     if args.ddp:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
+        hook_state = register_ddp_hook(model, args)
     elif use_bagua:
         from bagua.torch_api import algorithms
         if args.fuse:
@@ -410,6 +478,8 @@ def main():
     if use_bagua and args.algorithm == "async":
         algorithm.abort(model)
     net = model.module if args.ddp else model
+    if args.ddp and rank == 0:
+        print(ddp_hook_report(model, args, hook_state), flush=True)
     acc = evaluate(net, test)
     secs = time.monotonic() - t0
     print(f"rank {rank}: {step} steps in {secs:.2f} s, {samples * world / secs:.0f} samples/s, "
