@@ -20,9 +20,13 @@
 #                                  one host: libbagua then uses shared memory (default: each
 #                                  rank its own node, so compression crosses "nodes" over TCP)
 #          [--record-dir DIR]
+# --algorithms may also name torch DDP's communication hooks, "ddp:hook=fp16" and
+# "ddp:hook=powersgd+rank=R[+start=K]" (bench/variants.sh): they run interleaved with the
+# others, the table's "vs DDP" ratios are still to plain DDP, which always runs first.
 set -euo pipefail
 . "$(dirname "$0")/record.sh"
 . "$(dirname "$0")/free_port.sh"
+. "$(dirname "$0")/variants.sh"
 record_argv "$0" "$@"
 cd "$(dirname "$0")/.."
 build=build nranks="2 4" models="cnn wide" steps=150 repeat=3 test_limit=10000 same_node=0
@@ -47,6 +51,17 @@ case $build in /*) ;; *) build=$PWD/$build ;; esac
 export PYTHONPATH=$build/python OMP_NUM_THREADS=1
 [[ $repeat =~ ^[1-9][0-9]*$ ]] ||
   { echo "--repeat \"$repeat\" is not a positive integer" >&2; exit 2; }
+declare -A ddp_args_of=([ddp]=--ddp)
+for algo in $algorithms; do
+  if [ "$algo" = ddp ]; then
+    echo "torch_vs_ddp: --algorithms: ddp always runs first (the baseline); name only" \
+      "Bagua algorithms and ddp:hook=... variants there" >&2
+    exit 2
+  fi
+  if variant_is_ddp "$algo"; then
+    ddp_args_of[$algo]=$(ddp_variant_args "$algo" torch_vs_ddp) || exit 2
+  fi
+done
 record_open torch_vs_ddp torch nranks model samples_per_s:samples/s steady_ms:ms/step \
   fwd_bwd_ms:ms/step comm_wait_ms:ms/step bytes_per_step:bytes test_acc:fraction
 tmp=$(mktemp -d)
@@ -58,7 +73,7 @@ run() {
   local n=$1 model=$2 algo=$3 port pids=()
   port=$(free_port)
   local extra=(--algorithm "$algo")
-  [ "$algo" = ddp ] && extra=(--ddp)
+  variant_is_ddp "$algo" && mapfile -t extra <<<"${ddp_args_of[$algo]}"
   for ((r = 0; r < n; r++)); do
     local lr=0 lws=1 node=node$r
     [ "$same_node" = 1 ] && { lr=$r; lws=$n; node=node0; }
@@ -92,7 +107,7 @@ for n in $nranks; do
         run "$n" "$model" "$algo"
         s=$(field '[0-9]+ samples/s, fwd') t=$(field 'steady [0-9.]+') f=$(field 'fwd\+bwd [0-9.]+')
         w=$(field 'communication [0-9.]+') b=$(field '[0-9]+ bytes/step') a=$(field 'test_acc=[0-9.]+')
-        [ "$algo" = ddp ] && { w=n/a; b=n/a; }
+        variant_is_ddp "$algo" && { w=n/a; b=n/a; }
         record_row "$algo" "$i" "$n" "$model" "$s" "$t" "$f" "$w" "$b" "$a"
         sps[$algo]+="$s " std[$algo]+="$t " fb[$algo]+="$f " wait[$algo]+="$w "
         bytes[$algo]+="$b " acc[$algo]+="$a "

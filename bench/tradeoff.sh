@@ -34,7 +34,7 @@
 # usage: bench/tradeoff.sh [--build build] [--rates "10gbit 1gbit 100mbit"]
 #          [--workloads "c-wide torch-cnn torch-wide"] [--variants "ddp gradient_allreduce ..."]
 #          [--steps 8] [--batch 64] [--repeat 1] [--delay MS] [--csv FILE] [--log-dir DIR]
-#          [--record-dir DIR] [--lr LR]
+#          [--record-dir DIR] [--lr LR] [--print-variants]
 # --lr sets the learning rate of every torch variant (train.py's --lr; its default otherwise:
 # 0.05, 4e-3 for qadam) and is written into the workload column ("torch-mlp/lr0.0125").
 # --log-dir keeps every job's output as DIR/RATE-WORKLOAD-VARIANT-REPEAT.log (the per-step
@@ -50,14 +50,23 @@
 # variant runs with those variables set, as a job configured by an INI file or the environment
 # does: train.py without --algorithm builds the algorithm with from_env(). Unknown options and
 # refused values stop the script before anything starts.
+# "ddp" takes exactly one kind of option, torch DDP's own communication hooks (the compression
+# a torch user has without Bagua): "ddp:hook=fp16" (fp16_compress_hook) and
+# "ddp:hook=powersgd+rank=R[+start=K]" (powerSGD_hook, rank R >= 1, the first K >= 2 steps
+# uncompressed, default 10; train.py's --ddp-hook). They run and are recorded like any other
+# variant, the variant column holding the whole spec; bench/variants.sh parses every variant.
+# They are not in the default list (each adds a DDP-length run per workload and rate).
+# --print-variants prints what each variant runs (train.py's arguments, the variables) and
+# exits, without root and without starting anything.
 set -uo pipefail
 . "$(dirname "$0")/record.sh"
+. "$(dirname "$0")/variants.sh"
 record_argv "$0" "$@"
 cd "$(dirname "$0")/.." || exit 2
 build=build rates="10gbit 1gbit 100mbit" workloads="c-wide torch-cnn torch-wide" steps=8
 repeat=1 csv=/dev/null delay=0 batch=64 batch_set= logdir= lr=
 variants="ddp gradient_allreduce bytegrad decentralized low_precision_decentralized qadam async"
-inner=0
+inner=0 print_variants=0
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -72,6 +81,7 @@ while [ $# -gt 0 ]; do
     --log-dir) logdir=$2; shift 2 ;;
     --lr) lr=$2; shift 2 ;;
     --record-dir) export BENCH_RECORD_DIR=$2; shift 2 ;;
+    --print-variants) print_variants=1; shift ;;
     --inner) inner=1; shift ;;
     *) echo "tradeoff: unknown argument \"$1\"; see the header of $0" >&2; exit 2 ;;
   esac
@@ -89,44 +99,29 @@ if [ -n "$logdir" ]; then
 fi
 py=/usr/bin/python3
 
-# variant_env VARIANT -> the BAGUA_* words ("VAR=VALUE", one per line) of a variant with options
-# (bagua.torch_api.algorithms.env_of, which checks them against libbagua's registry); nothing
-# for a plain algorithm name.
-variant_env() {
-  [[ $1 == *:* ]] || return 0
-  PYTHONPATH=$build/python "$py" - "$1" <<'PY'
-import sys
-name, _, opts = sys.argv[1].partition(":")
-if name == "ddp":
-    sys.exit("tradeoff: variant \"ddp\" takes no options (it is torch DDP)")
-try:
-    from bagua import _C
-    from bagua.torch_api.algorithms import env_of
-    options = dict(o.split("=", 1) if "=" in o else (o, None) for o in opts.split("+"))
-    bare = [o for o, v in options.items() if v is None]
-    if bare:
-        raise ValueError(f"option {bare[0]!r} has no =VALUE")
-    variables = {o: v for o, v in options.items() if o.startswith("BAGUA_")}
-    if "BAGUA_ALGORITHM" in variables:
-        raise ValueError("BAGUA_ALGORITHM is the variant's NAME, not an option")
-    for var, value in variables.items():
-        if _C.param_check(var, value):
-            raise ValueError(_C.param_check(var, value))
-    env = env_of(name, **{o: v for o, v in options.items() if o not in variables})
-    for var, value in {**env, **variables}.items():
-        print(f"{var}={value}")
-except ValueError as e:
-    sys.exit(f"tradeoff: variant \"{sys.argv[1]}\": {e}")
-except ImportError as e:
-    sys.exit(f"tradeoff: variant options need the Python module of --build: {e}")
-PY
-}
-# Each variant's variables, worked out once before anything starts (a Python start with torch
-# takes seconds), which also refuses a bad option.
-declare -A venv_of
+# Each variant's train.py arguments (ddp and its hooks) or variables (a Bagua algorithm with
+# options), worked out once before anything starts (a Python start with torch takes seconds),
+# which also refuses a bad option (bench/variants.sh).
+declare -A venv_of ddp_args_of
 for variant in $variants; do
-  venv_of[$variant]=$(variant_env "$variant") || exit 2
+  if variant_is_ddp "$variant"; then
+    ddp_args_of[$variant]=$(ddp_variant_args "$variant" tradeoff) || exit 2
+  else
+    venv_of[$variant]=$(variant_env "$build" "$variant" tradeoff) || exit 2
+  fi
 done
+if [ "$print_variants" = 1 ]; then
+  for variant in $variants; do
+    if variant_is_ddp "$variant"; then
+      echo "$variant: train.py $(echo ${ddp_args_of[$variant]})"
+    elif [ -n "${venv_of[$variant]}" ]; then
+      echo "$variant: $(echo ${venv_of[$variant]}) train.py"
+    else
+      echo "$variant: train.py --algorithm $variant"
+    fi
+  done
+  exit 0
+fi
 
 if [ "$inner" = 0 ]; then
   [ "$(id -u)" = 0 ] || { echo "tradeoff: needs root (network namespaces)" >&2; exit 77; }
@@ -168,9 +163,11 @@ first() { grep -E '\[[^]/]+/0\]' "$out" | grep -oE "$1" | head -1 | grep -oE '[0
 for workload in $workloads; do
   for ((i = 0; i < repeat; i++)); do
     for variant in $variants; do
-      [ "$workload" = c-wide ] && [ "$variant" = ddp ] && continue # DDP runs torch scripts
+      is_ddp=0
+      variant_is_ddp "$variant" && is_ddp=1
+      [ "$workload" = c-wide ] && [ $is_ddp = 1 ] && continue # DDP runs torch scripts
       venv=()
-      [ -n "${venv_of[$variant]}" ] && mapfile -t venv <<<"${venv_of[$variant]}"
+      [ -n "${venv_of[$variant]:-}" ] && mapfile -t venv <<<"${venv_of[$variant]}"
       algo=${variant%%:*}
       b0=64 # the workload's own batch per rank
       [ "$workload" = torch-mlp ] && b0=8
@@ -193,8 +190,8 @@ for workload in $workloads; do
           esac
           [ -n "$lr" ] && args+=(--lr "$lr")
           # With options, the variables choose the algorithm (from_env), not --algorithm.
-          if [ "$variant" = ddp ]; then
-            args+=(--ddp)
+          if [ $is_ddp = 1 ]; then
+            mapfile -t -O ${#args[@]} args <<<"${ddp_args_of[$variant]}"
           elif [ ${#venv[@]} = 0 ]; then
             args+=(--algorithm "$variant")
           fi
@@ -212,7 +209,7 @@ for workload in $workloads; do
         tail -20 "$out" >&2
         sps=fail acc=fail
       fi
-      [ "$variant" = ddp ] && bytes=n/a
+      [ $is_ddp = 1 ] && bytes=n/a
       label=$NETSIM_RATE
       [ "${NETSIM_DELAY_MS:-0}" != 0 ] && label="$NETSIM_RATE+${NETSIM_DELAY_MS}ms"
       name=$workload

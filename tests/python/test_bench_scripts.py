@@ -166,7 +166,8 @@ def test_tradeoff_refuses_bad_arguments_before_anything_starts():
                            "BAGUA_COMMUNICATION_INTERVAL"),
                           (["--variants", "decentralized:communication_interval"],
                            "option 'communication_interval' has no =VALUE"),
-                          (["--variants", "ddp:lr=1"], 'variant "ddp" takes no options'),
+                          (["--variants", "ddp:lr=1"],
+                           'variant "ddp:lr=1": ddp has no option "lr"'),
                           (["--variants", "gradient_allreduce:BAGUA_NET_NSTREAMS=99"],
                            "BAGUA_NET_NSTREAMS=99 is out of range; accepted: an integer in "
                            "[1, 16]"),
