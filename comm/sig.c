@@ -189,7 +189,7 @@ static void widen(sig_range_t *acc, const sig_range_t *in) {
 }
 
 static bagua_status_t agree_doubling(bagua_comm_t *c, sig_range_t *range,
-                                     const bagua__sig_ride_t *ride) {
+                                     const bagua__sig_ride_t *ride, unsigned char *result) {
   int n = c->size, r = c->rank;
   size_t used = ride ? ride->count * bagua_dtype_size(ride->dt) : 0;
   sig_frame_t acc, in;
@@ -209,7 +209,7 @@ static bagua_status_t agree_doubling(bagua_comm_t *c, sig_range_t *range,
     if (ride) bagua__reduce(ride->dt, ride->op, acc.slot, in.slot, ride->count);
   }
   *range = acc.range;
-  if (ride) memcpy(ride->out, acc.slot, used);
+  memcpy(result, acc.slot, used);
   return BAGUA_OK;
 }
 
@@ -227,10 +227,11 @@ bagua_status_t bagua__sig_agree(bagua_comm_t *c, const bagua__coll_sig_t *sig,
    * whether the table is needed; only a mismatch gathers it, to name the first difference (the
    * common case sends O(log n) bytes per rank per collective, not O(n)). */
   sig_range_t acc, in;
+  unsigned char result[BAGUA__SIG_SLOT];
   memcpy(acc.lo, sig, sizeof(*sig));
   memcpy(acc.hi, sig, sizeof(*sig));
   if ((n & (n - 1)) == 0) {
-    BAGUA_CHECK(agree_doubling(c, &acc, ride));
+    BAGUA_CHECK(agree_doubling(c, &acc, ride, result));
   } else {
     for (int d = 1; d < n; d <<= 1) {
       bagua__send_t snd = {bagua__mod(r - d, n), &acc, sizeof(acc)};
@@ -241,6 +242,11 @@ bagua_status_t bagua__sig_agree(bagua_comm_t *c, const bagua__coll_sig_t *sig,
       widen(&acc, &in);
     }
   }
-  if (memcmp(acc.lo, acc.hi, sizeof(acc.lo)) == 0) return BAGUA_OK;
+  if (memcmp(acc.lo, acc.hi, sizeof(acc.lo)) == 0) {
+    /* Only an agreed call writes its result: a mismatch leaves the caller's buffer as it was,
+     * as on the path where the transport runs after the agreement. */
+    if (ride) memcpy(ride->out, result, ride->count * bagua_dtype_size(ride->dt));
+    return BAGUA_OK;
+  }
   return gather_all(c, sig);
 }

@@ -284,8 +284,19 @@ static int mismatch_body(bagua_comm_t *c, void *arg) {
           }
         }
         fill(&a, b.s, me, n, k);
+        /* On TCP no data moves before the agreement passes, riding or not: a refused call
+         * leaves the receive buffer as it was. */
+        int tcp = strcmp(bagua_comm_transport_name(c), "tcp") == 0;
+        memset(b.r, 0x5a, b.cap);
         bagua_status_t st = issue(c, &a, b.s, b.r);
         const char *err = bagua_last_error();
+        for (size_t i = 0; tcp && i < b.cap; i++)
+          if ((unsigned char)b.r[i] != 0x5a) {
+            fprintf(stderr, "FAIL rank %d: %s with a %s mismatch wrote the receive buffer\n", me,
+                    k_names[k], m_names[m]);
+            fails++;
+            break;
+          }
         if (st != BAGUA_ERR_PROTOCOL) {
           fprintf(stderr,
                   "FAIL rank %d: %s with a %s mismatch returned %s, expected "
