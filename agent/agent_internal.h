@@ -144,7 +144,8 @@ void bagua__agent_stop_workers(bagua__agent_t *a, int sig);
 
 /* start.c: what the first contact with etcd learns about the job, in one request. */
 typedef struct {
-  bagua__agent_snap_t s; /* the job's status and round, nothing else */
+  bagua__agent_snap_t s; /* the job's status, nothing else */
+  int64_t round_rev;     /* mod revision of the round key (0: none); its value is not read */
   int64_t nodes;         /* registrations */
   int64_t round_keys;    /* keys under rounds/ */
 } bagua__agent_probe_t;

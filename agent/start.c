@@ -17,7 +17,7 @@ int bagua__agent_interrupted_code(int sig) {
 
 void bagua__agent_probe_clear(bagua__agent_probe_t *p) {
   bagua__agent_snap_clear(&p->s);
-  p->nodes = p->round_keys = 0;
+  p->nodes = p->round_keys = p->round_rev = 0;
 }
 
 /* The probe: the job's status and round, and how many registrations and round keys it has,
@@ -38,11 +38,10 @@ static bagua_status_t probe(bagua__agent_t *a, bagua__agent_probe_t *p) {
   memset(p, 0, sizeof(*p));
   bagua_status_t st = bagua__etcd_read_ranges(a->etcd, rd, 4, NULL);
   if (st != BAGUA_OK) return st;
-  bagua__etcd_kv_t kvs[2];
-  size_t n = 0;
-  for (int i = 0; i < 2; i++)
-    if (rd[i].n == 1) kvs[n++] = rd[i].kvs[0];
-  int rc = bagua__agent_snap_parse(a->prefix, kvs, n, &p->s);
+  /* Only the status is parsed: the round came without its value, and judging an empty value
+   * would reject a sound round record. */
+  int rc = bagua__agent_snap_parse(a->prefix, rd[0].kvs, rd[0].n == 1, &p->s);
+  if (rd[1].n == 1) p->round_rev = rd[1].kvs[0].mod_revision;
   p->nodes = rd[2].count;
   p->round_keys = rd[3].count;
   bagua__etcd_reads_clear(rd, 4);
@@ -143,7 +142,7 @@ int bagua__agent_handle_stale(bagua__agent_t *a, bagua__agent_probe_t *p) {
   /* Not the config or the secret alone: the first agent of a new run writes both before it
    * registers, and a second agent starting in that window must not take them for an earlier
    * run's leftovers. */
-  int any = s->has_status || s->status_bad || s->has_round || s->round_bad || p->round_keys > 0;
+  int any = s->has_status || s->status_bad || p->round_rev || p->round_keys > 0;
   if (live || !any) return -1;
   char when[40] = "an unknown time";
   if (s->has_status) bagua__agent_format_time(s->status.time_ms, when, sizeof(when));
@@ -156,9 +155,9 @@ int bagua__agent_handle_stale(bagua__agent_t *a, bagua__agent_probe_t *p) {
   if (s->status_mod_rev) {
     bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_STATUS, 0, NULL);
     if (bagua__etcd_cad(a->etcd, key, s->status_mod_rev, &deleted) != BAGUA_OK) deleted = 0;
-  } else if (s->round_mod_rev) {
+  } else if (p->round_rev) {
     bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_ROUND, 0, NULL);
-    if (bagua__etcd_cad(a->etcd, key, s->round_mod_rev, &deleted) != BAGUA_OK) deleted = 0;
+    if (bagua__etcd_cad(a->etcd, key, p->round_rev, &deleted) != BAGUA_OK) deleted = 0;
   }
   if (deleted) bagua__etcd_delete_prefix(a->etcd, a->prefix, NULL);
   bagua__agent_probe_clear(p);

@@ -133,6 +133,13 @@ def main():
         print(f"join {k}: round {seen3[1]}; requests {per}")
         at_most("requests for the change, keep-alives aside", total, 3 * N)
         at_most("re-registrations and dropped members", job.dropped(), 0)
+        # Every record of this job is sound: no agent (a joiner's first probe included)
+        # rejects one.
+        rejected = 0
+        for name in os.listdir(job.logdir):
+            with open(os.path.join(job.logdir, name), errors="replace") as f:
+                rejected += f.read().count("rejecting")
+        at_most("records rejected by the agents", rejected, 0)
     finally:
         job.stop()
         etcd.stop()
