@@ -383,11 +383,34 @@ static rule_verdict_t enough(rules_in_t *in, bagua__lead_decision_t *d) {
   return RULE_HOLD;
 }
 
-/* The settle window batches changes that arrive close together into one round. */
+/* What the settle window has seen: changes in how many left, joined or asked for a rebuild. */
+static int64_t change_sig(const rules_in_t *in) {
+  return ((int64_t)in->departed << 42) ^ ((int64_t)in->joiners << 21) ^ (int64_t)in->x->s->nrebuild;
+}
+
+/*
+ * The settle window batches changes that arrive close together into one round. It closes
+ * settle_ms after the latest change it saw, not after the first: agents that a launcher starts
+ * together register over a spread that grows with their number and the host's load, and a
+ * window fixed from the first one would cut the batch into two rounds (two restarts of every
+ * worker). The cap bounds how long a stream of changes can hold a round back.
+ */
 static rule_verdict_t settled(rules_in_t *in, bagua__lead_decision_t *d) {
-  if (!in->st->settle_at) in->st->settle_at = in->now + in->p->settle_ms;
-  if (in->now >= in->st->settle_at) return RULE_GO;
-  d->wake_at = in->st->settle_at;
+  bagua__leader_state_t *st = in->st;
+  int64_t sig = change_sig(in);
+  if (!st->settle_at) {
+    st->settle_first = in->now;
+    st->settle_sig = sig;
+    st->settle_at = in->now + in->p->settle_ms;
+  } else if (sig != st->settle_sig) {
+    int64_t cap = st->settle_first + (int64_t)BAGUA__LEADER_SETTLE_CAP * in->p->settle_ms;
+    int64_t at = in->now + in->p->settle_ms;
+    st->settle_sig = sig;
+    if (at > cap) at = cap;
+    if (at > st->settle_at) st->settle_at = at;
+  }
+  if (in->now >= st->settle_at) return RULE_GO;
+  d->wake_at = st->settle_at;
   return RULE_HOLD;
 }
 

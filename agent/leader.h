@@ -44,6 +44,8 @@ typedef struct {
   int64_t round_seen;      /* round number the timers below belong to */
   int64_t last_call_at;    /* monotonic ms the last-call window closes (0: not open) */
   int64_t settle_at;       /* monotonic ms the settle window closes (0: not open) */
+  int64_t settle_first;    /* monotonic ms the settle window opened */
+  int64_t settle_sig;      /* the changes the window has seen (leader.c: change_sig) */
   int64_t below_min_since; /* monotonic ms since fewer than MIN nodes (0: not below) */
   int64_t failure_seen;    /* monotonic ms the current round's first failure was seen */
   int64_t finish_seen;     /* monotonic ms a kept member first reported success */
@@ -59,6 +61,10 @@ typedef struct {
   size_t nsilent, silent_cap;
   size_t nsorted; /* silent[0..nsorted) is sorted by (id, rev) (leader.c) */
 } bagua__leader_state_t;
+
+/* A settle window that later changes keep extending closes at the latest this many settle
+ * windows after it opened, so that a steady trickle of joiners cannot hold a round back. */
+#define BAGUA__LEADER_SETTLE_CAP 4
 
 /* The longest gap between two decisions that the leader clock counts in full. The leader's
  * loop decides at least once a second while etcd answers. */

@@ -189,9 +189,13 @@ static void test_membership(void) {
   bagua__lead_decision_t d = decide(&st, &s, 100);
   ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
   ASSERT_EQ(d.wake_at, 600);
-  /* A newcomer older than the survivors (lower revision) still comes after them. */
+  /* A newcomer older than the survivors (lower revision) still comes after them. It is a
+   * change of its own: the window now closes a settle window after it. */
   add_node(&s, "e", 5, 1);
   d = decide(&st, &s, 600);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 1100);
+  d = decide(&st, &s, 1100);
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   expect_members(&d.round, "c,b,e");
   ASSERT_EQ(d.round.round, 5);
@@ -203,12 +207,12 @@ static void test_membership(void) {
 
   /* A member registered again (new revision: its lease was lost) is a membership change. */
   set_round(&s, 5, "c,b,e", 1);
-  ASSERT_EQ(decide(&st, &s, 1000).action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(decide(&st, &s, 1100).action, BAGUA__LEAD_NONE);
   drop_node(&s, "b");
   add_node(&s, "b", 50, 1);
-  d = decide(&st, &s, 1000);
-  ASSERT_EQ(d.wake_at, 1500);
-  d = decide(&st, &s, 1500);
+  d = decide(&st, &s, 1100);
+  ASSERT_EQ(d.wake_at, 1600);
+  d = decide(&st, &s, 1600);
   ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
   expect_members(&d.round, "c,b,e");
   ASSERT_EQ(d.round.members[1].rev, 50);
@@ -380,6 +384,62 @@ static void test_stall(void) {
   add_done(&s, "b", BAGUA__DONE_STOPPED, 6, 0);
   d = decide(&st2, &s, 0);
   ASSERT_EQ(d.action, BAGUA__LEAD_FAILED);
+  bagua__agent_snap_clear(&s);
+}
+
+/* Joiners that register one after another: the settle window closes a window after the
+ * latest of them (one round, not one per batch), but never later than the cap. */
+static void test_settle_extends(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  static bagua__leader_params_t p;
+  p = P;
+  p.nnodes_max = 16;
+  add_node(&s, "a", 10, 1);
+  add_node(&s, "b", 20, 1);
+  set_round(&s, 2, "a,b", 0);
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 0, 1, &(bagua__lead_decision_t){0}), 0);
+  bagua__lead_decision_t d;
+  /* c at 100, d at 400: the window closes at 900, with both. */
+  add_node(&s, "c", 30, 1);
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 100, 1, &d), 0);
+  ASSERT_EQ(d.wake_at, 600);
+  add_node(&s, "d", 40, 1);
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 400, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 900);
+  /* No change at 600: the window stays where the latest change put it. */
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 600, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_NONE);
+  ASSERT_EQ(d.wake_at, 900);
+  ASSERT_EQ(bagua__leader_decide(&p, &st, &s, 900, 1, &d), 0);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "a,b,c,d");
+  bagua__rdzv_round_clear(&d.round);
+  /* A joiner every 400 ms from 1000 on: the round goes out at the cap, 4 windows after the
+   * first change, with the joiners seen so far. */
+  set_round(&s, 3, "a,b,c,d", 0);
+  char id[8];
+  int64_t now = 1000, published = 0;
+  for (int i = 0; i < 10 && !published; i++, now += 400) {
+    snprintf(id, sizeof(id), "j%d", i);
+    add_node(&s, id, 100 + i, 1);
+    ASSERT_EQ(bagua__leader_decide(&p, &st, &s, now, 1, &d), 0);
+    if (d.action == BAGUA__LEAD_NONE && d.wake_at < now + 400) {
+      int64_t at = d.wake_at;
+      bagua__lead_decision_clear(&d);
+      ASSERT_EQ(bagua__leader_decide(&p, &st, &s, at, 1, &d), 0);
+      if (d.action == BAGUA__LEAD_PUBLISH) published = at;
+    }
+    if (d.action == BAGUA__LEAD_PUBLISH) {
+      if (!published) published = now;
+      ASSERT_EQ(d.round.nmembers, 4 + i + 1);
+    }
+    bagua__lead_decision_clear(&d);
+  }
+  ASSERT_EQ(published, 1000 + BAGUA__LEADER_SETTLE_CAP * 500);
+  bagua__leader_state_clear(&st);
   bagua__agent_snap_clear(&s);
 }
 
@@ -884,6 +944,7 @@ int main(void) {
   test_index();
   test_at_scale();
   test_stall();
+  test_settle_extends();
   test_world_bound();
   test_initial();
   test_membership();
