@@ -11,8 +11,9 @@ script it makes a record directory holding two files:
              /proc/cpuinfo), nproc, kernel, host, start (UTC) and load_start (the load
              average), settings (the variables in the environment that change what is
              measured: BAGUA_*, NCCL_*, GLOO_*, OMP_NUM_THREADS; "none" when none is set),
-             torch and open_mpi (the versions of the peers, where the script runs them), what else the script adds (e.g. backend), columns and units (of raw.csv);
-             and when the script ends: end, load_end, rows and status (its exit status). A
+             torch and open_mpi (the versions of the peers, where the script runs them),
+             what else the script adds (e.g. backend), columns and units (of raw.csv); and
+             when the script ends: end, load_end, rows and status (its exit status). A
              record without "end:" is of a run that was killed.
   raw.csv    one row per individual run (per message size, where one run times several):
              seq (the order the runs happened in), time (UTC, when the run ended), variant,
@@ -24,11 +25,11 @@ Where the record goes: the directory named by the environment variable BENCH_REC
 a script's --record-dir DIR option, which sets that variable (scripts whose arguments are
 positional take the variable only); a relative one is taken from where the command was typed.
 Without either it is docs/results/raw/<UTC date>-<script>-<short commit>/ in this checkout,
-with "-2", "-3", ... appended when that directory exists already. A directory that already holds a raw.csv is
-refused: two runs never share a record. A script that re-runs itself inside an emulated cluster
-(the network-namespace benchmarks) adds its rows to the record the outer run opened, which it
-finds through BENCH_RECORD_DIR. When the script runs under sudo, the record is handed to the
-user who ran sudo, so that it can be committed without root.
+with "-2", "-3", ... appended when that directory exists already. A directory that already holds
+a raw.csv is refused: two runs never share a record. A script that re-runs itself inside an
+emulated cluster (the network-namespace benchmarks) adds its rows to the record the outer run
+opened, which it finds through BENCH_RECORD_DIR. When the script runs under sudo, the record is
+handed to the user who ran sudo, so that it can be committed without root.
 
 Tables print a figure over repeated runs as "median [min-max]". A median of fewer than 3 runs
 says little, so stat() does not print one: it lists the runs and says how many there were.
@@ -92,7 +93,7 @@ def commit():
     full = _git("rev-parse", "HEAD") or "unknown"
     short = _git("rev-parse", "--short", "HEAD") or "unknown"
     status = _git("status", "--porcelain", "--", ".", ":(exclude)" + RAW_ROOT)
-    return full, short, len([l for l in status.splitlines() if l.strip()])
+    return full, short, len([line for line in status.splitlines() if line.strip()])
 
 
 def default_dir(script):
@@ -187,9 +188,9 @@ class Record:
         with open(path) as f:
             seq = sum(1 for _ in f) - 1
         with open(path, "a", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerow([seq, _now(), variant, rep,
-                                    *["" if v is None else v for v in values],
-                                    self.units, *_loadavg()])
+            csv.writer(f, lineterminator="\n").writerow(
+                [seq, _now(), variant, rep, *["" if v is None else v for v in values],
+                 self.units, *_loadavg()])
 
     def close(self, status=0):
         """Writes the end of the run into meta.txt: its time, the load average, the status."""
