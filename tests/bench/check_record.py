@@ -97,9 +97,9 @@ def interleaving(table, variants):
     want = [(rep, v) for rep in reps for v in variants]
     if runs == want:
         return []
-    return ["raw.csv: the runs are not interleaved as expected:\n  got  " +
-            " ".join(f"{v}/{rep}" for rep, v in runs) + "\n  want " +
-            " ".join(f"{v}/{rep}" for rep, v in want)]
+    return ["raw.csv: the runs are not interleaved as expected:\n  got  "
+            + " ".join(f"{v}/{rep}" for rep, v in runs) + "\n  want "
+            + " ".join(f"{v}/{rep}" for rep, v in want)]
 
 
 def main(argv):

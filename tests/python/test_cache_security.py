@@ -203,11 +203,11 @@ def test_shared_cache_across_hosts_needs_the_job_secret():
     with pytest.raises(RuntimeError, match="BAGUA_JOB_SECRET.*cluster_mode=False"):
         redis_store._plan(True, True, False, "10.1.2.3")
     assert redis_store._plan(True, True, True, "10.1.2.3") == ("127.0.0.1 10.1.2.3",
-                                                              "10.1.2.3", True)
+                                                               "10.1.2.3", True)
     # Not shared across hosts: loopback only, secret or not.
     for spans, cluster in ((False, True), (True, False), (False, False)):
         assert redis_store._plan(spans, cluster, False, "10.1.2.3") == ("127.0.0.1",
-                                                                       "127.0.0.1", False)
+                                                                        "127.0.0.1", False)
     with pytest.raises(ValueError, match="password"):
         start_redis_server_cli(free_port(), 1_000_000, bind="127.0.0.1 0.0.0.0")
 

@@ -140,4 +140,3 @@ def test_saved_checkpoint_round_trips(tmp_path):
 
 def test_missing_tracker_everywhere_returns_zero(tmp_path):
     assert load_checkpoint(str(tmp_path), torch.nn.Linear(2, 1)) == 0
-

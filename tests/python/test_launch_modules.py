@@ -33,6 +33,7 @@ WORKER = textwrap.dedent("""\
           flush=True)
     """)
 
+
 def has(out, words):
     """`words` appear in `out` in a row."""
     return any(out[i:i + len(words)] == words for i in range(len(out)))

@@ -76,7 +76,7 @@ def test_width_sets_the_wide_model_and_nothing_else():
     f = FINAL.search(r.stdout)
     assert f and f.group(2) == "3", r.stdout
     for args, message in ((["--model", "cnn", "--width", "64"], "--width is a setting of "
-                                                                 "--model wide"),
+                                                                "--model wide"),
                           (["--model", "wide", "--width", "0"], "--width 0: accepted 1 to 65536")):
         r = train(*args)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)

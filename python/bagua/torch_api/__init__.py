@@ -30,4 +30,3 @@ __all__ = [
     "reduce_inplace", "reduce_scatter", "reduce_scatter_inplace", "scatter", "send",
     "get_local_rank", "get_local_size", "get_rank", "get_world_size", "get_backend",
 ]
-

@@ -120,7 +120,6 @@ def pin_gloo_to_loopback():
         os.environ["GLOO_SOCKET_IFNAME"] = LOOPBACK
 
 
-
 class EtcdStore(dist.Store):
     """A ``torch.distributed.Store`` in the job's etcd (``bagua._C.Store``): what
     ``torch.distributed``'s set-up and Gloo's rendezvous need, with no listener of its own.

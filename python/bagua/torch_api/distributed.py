@@ -271,7 +271,7 @@ class _BaguaDDP:
                     for value in opt.state.get(p, {}).values():
                         if isinstance(value, torch.Tensor) and value.is_contiguous() \
                                 and value.numel():
-                                communication.broadcast(value, 0, comm=self.group)
+                            communication.broadcast(value, 0, comm=self.group)
 
     def _make_hook(self, i, p):
         def hook(*unused):

@@ -159,7 +159,7 @@ def run_all(comm, members, me):
         recv_counts = [counts[j][i] + (1 if j == 0 else 0) for j in range(n)]
         out = torch.full((length[i],), 9, dtype=dt)
         C.alltoall_v(sends[i], counts[i], displs[i], out, recv_counts, displs[i],
-                         comm=comm)
+                     comm=comm)
         want = torch.full((length[i],), 9, dtype=dt)
         for j in range(n):
             k = counts[j][i]
