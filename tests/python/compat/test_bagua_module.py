@@ -2,7 +2,8 @@
 edits: ``tests.internal``/``tests`` imports replaced by the harness's (``harness``,
 ``internal_utils``), ``.cuda()``, ``torch.cuda.set_device`` and ``@skip_if_cuda_not_available``
 removed, ``torch.cuda.device_count()`` replaced by a fixed rank count, and the ranks joined
-with the harness's deadline (``join_processes``) instead of ``p.join(timeout=60)``.
+with the harness's deadline (``join_processes``) instead of ``p.join(timeout=60)``. The unused
+``import bagua.torch_api as bagua`` removed (pyflakes).
 """
 
 import torch
@@ -12,7 +13,6 @@ from internal_utils import find_free_port, join_processes
 from harness import setup_bagua_env
 import unittest
 import multiprocessing
-import bagua.torch_api as bagua
 
 
 class Net(nn.Module):

@@ -4,7 +4,8 @@ Mechanical edits: ``tests.internal``/``tests`` imports replaced by the harness's
 removed, ``torch.cuda.device_count()`` replaced by a fixed rank count, and the ranks joined
 with the harness's deadline (``join_processes``) instead of ``p.join(timeout=60)``.
 ``inspect.getargspec`` (gone in Python 3.11) is ``inspect.getfullargspec``; two comments
-rewrapped to 100 columns.
+rewrapped to 100 columns; the unused ``import time`` and ``C_in, C_out = 3, 10`` removed
+(pyflakes).
 """
 
 import os
@@ -13,7 +14,6 @@ import multiprocessing
 import itertools
 import inspect
 from multiprocessing import Manager
-import time
 import logging
 import bagua.torch_api as bagua
 from internal_utils import find_free_port, join_processes
@@ -57,7 +57,6 @@ def _init_bagua_env(rank, env):
 
 
 def create_model_and_optimizer(opt_class, opt_param):
-    C_in, C_out = 3, 10
     model = Net()
     hyper_param = {
         k: v

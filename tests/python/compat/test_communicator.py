@@ -193,7 +193,6 @@ def run_reduce_scatter(rank, nprocs, results, env):
 
     tensor_clone /= nprocs
 
-
     results[rank].ret[0] = torch.equal(recv_tensor, recv_tensor_clone) and torch.equal(
         tensor, tensor_clone
     )

@@ -1,8 +1,9 @@
 """Port of upstream Bagua's ``tests/contrib/test_fused_optimizer.py`` to CPU (one rank, in the
 test process, as upstream). Mechanical edits: ``tests.internal``/``tests`` imports replaced by
 ``internal_utils``, ``torch.cuda.set_device`` and ``@skip_if_cuda_not_available`` removed,
-device ``cuda:0`` replaced by ``cpu``. Added: ``setUpModule``/``tearDownModule`` restore
-``os.environ``, which upstream's in-process ``setup_bagua_env`` changes.
+device ``cuda:0`` replaced by ``cpu``, one slice written ``a:b`` instead of ``a : b``
+(pycodestyle). Added: ``setUpModule``/``tearDownModule`` restore ``os.environ``, which
+upstream's in-process ``setup_bagua_env`` changes.
 """
 
 import bagua.torch_api as bagua
@@ -456,7 +457,7 @@ class TestFusedOptimizer(unittest.TestCase):
 
         tensor_pieces = []
         for i in range(10):
-            tensor_pieces.append(tensor[i * 10 : (i + 1) * 10])
+            tensor_pieces.append(tensor[i * 10:(i + 1) * 10])
 
         g1 = [
             tensor_pieces[3],
