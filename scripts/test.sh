@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Runs the whole test suite in two builds: an optimised -Werror build, and an AddressSanitizer +
+# First lints the Python (scripts/lint.sh: pyflakes3 and pycodestyle, seconds). Then runs the
+# whole test suite in two builds: an optimised -Werror build, and an AddressSanitizer +
 # UndefinedBehaviorSanitizer build. Then compiles the tree warning-free (-Werror) in the
 # builds users make: GCC Release (-O3 finds what -O2 does not) and Clang Release and Debug.
 # Last, the continuous checks (docs/testing.md): a ThreadSanitizer build of the threaded tests
 # and every libFuzzer target for a bounded time (BAGUA_FUZZ_SECONDS each, default 30); then
 # the Debian packages (scripts/package-test.sh).
-# BAGUA_TEST_ONLY=tsan,fuzz runs just those two sections.
+# BAGUA_TEST_ONLY=tsan,fuzz,lint (any of them) runs just the sections it names.
 # A failure in one build does not stop the others: every build runs, every failing test is
 # listed at the end, and the exit status is non-zero if anything failed (a build that does not
 # compile counts as a failure of that build).
@@ -41,6 +42,12 @@ run_build() {
   fi
   [ "$envs" = "--no-tests" ] && return
   run_ctest "$dir" "$envs"
+}
+
+# run_lint: pyflakes3 and pycodestyle over the project's Python (setup.cfg). A linter that is
+# not installed is skipped with a message; a finding fails this section.
+run_lint() {
+  if ! scripts/lint.sh; then failed+=("lint (scripts/lint.sh)"); fi
 }
 
 # run_tsan: a ThreadSanitizer build of only the tests labelled "threads" (the ddp scheduler and
@@ -81,13 +88,13 @@ run_fuzz() {
   fi
 }
 
-# With BAGUA_TEST_ONLY=tsan or fuzz (or both, comma-separated) only those sections run: how a
-# developer reruns the continuous checks without the whole suite.
+# With BAGUA_TEST_ONLY=tsan, fuzz or lint (or several, comma-separated) only those sections run:
+# how a developer reruns the continuous checks, or the linters, without the whole suite.
 if [ -n "${BAGUA_TEST_ONLY:-}" ]; then
   for only in ${BAGUA_TEST_ONLY//,/ }; do
     case $only in
-      tsan | fuzz) "run_$only" ;;
-      *) failed+=("BAGUA_TEST_ONLY: unknown section \"$only\"; accepted: tsan, fuzz") ;;
+      tsan | fuzz | lint) "run_$only" ;;
+      *) failed+=("BAGUA_TEST_ONLY: unknown section \"$only\"; accepted: tsan, fuzz, lint") ;;
     esac
   done
   if [ ${#failed[@]} -gt 0 ]; then
@@ -99,6 +106,7 @@ if [ -n "${BAGUA_TEST_ONLY:-}" ]; then
   exit 0
 fi
 
+run_lint
 run_build build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBAGUA_WERROR=ON
 run_build build-asan "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1" \
   -DCMAKE_BUILD_TYPE=Debug -DBAGUA_WERROR=ON -DBAGUA_SANITIZE=ON
