@@ -4,6 +4,7 @@
 # libclang_rt.tsan): clang recommends it, and --no-install-recommends would leave it out.
 # yamllint and python3-yaml check the Kubernetes example's manifests (examples/k8s/).
 # redis-server and python3-redis back bagua.torch_api.contrib's cached dataset and Redis store.
+# pyflakes3 and pycodestyle lint the Python (scripts/lint.sh, the first step of scripts/test.sh).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -11,7 +12,7 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       clang libclang-rt-dev libcurl4-openssl-dev libcjson-dev libinih-dev libcmocka-dev zlib1g-dev
       etcd-server etcd-client iproute2 dataset-fashion-mnist
       python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
-      python3-yaml yamllint redis-server python3-redis
+      python3-yaml yamllint redis-server python3-redis pyflakes3 pycodestyle
       debhelper dh-python help2man)
 missing=()
 for p in "${PKGS[@]}"; do
