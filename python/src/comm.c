@@ -15,7 +15,8 @@
 #include <strings.h>
 
 typedef struct {
-  PyObject_HEAD bagua_comm_t *comm;
+  PyObject_HEAD
+  bagua_comm_t *comm;
   PyObject *elastic;   /* borrowed Comm: the Elastic whose current communicator this is */
   unsigned generation; /* fork generation it was created in (fork.c) */
 } comm_obj_t;
@@ -85,8 +86,10 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   }
   bagua_comm_t *comm = NULL;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_comm_create(&cfg, &comm);
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "bagua_comm_create");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_comm_create(&cfg, &comm);
+  Py_END_ALLOW_THREADS
+  if (st != BAGUA_OK) return bagua_py_raise(st, "bagua_comm_create");
   (void)type;
   return wrap(comm);
 }
@@ -96,7 +99,8 @@ static void comm_dealloc(comm_obj_t *self) {
   bagua_comm_t *c = self->comm;
   self->comm = NULL;
   if (c && !bagua_py_inherited(self->generation)) {
-    Py_BEGIN_ALLOW_THREADS bagua_comm_destroy(c);
+    Py_BEGIN_ALLOW_THREADS
+    bagua_comm_destroy(c);
     Py_END_ALLOW_THREADS
   }
   Py_TYPE(self)->tp_free((PyObject *)self);
@@ -106,7 +110,8 @@ static PyObject *comm_close(comm_obj_t *self, PyObject *unused) {
   bagua_comm_t *c = self->comm;
   self->comm = NULL;
   if (c && !bagua_py_inherited(self->generation)) {
-    Py_BEGIN_ALLOW_THREADS bagua_comm_destroy(c);
+    Py_BEGIN_ALLOW_THREADS
+    bagua_comm_destroy(c);
     Py_END_ALLOW_THREADS
   }
   Py_RETURN_NONE;
@@ -125,12 +130,14 @@ static PyObject *comm_abort(comm_obj_t *self, PyObject *unused) {
   bagua_comm_t *comm = bagua_py_comm_get((PyObject *)(self)); \
   if (!comm) return NULL
 
-#define RUN(what, call)                                           \
-  do {                                                            \
-    bagua_status_t st_;                                           \
-    bagua_py_begin_blocking(comm, NULL);                          \
-    Py_BEGIN_ALLOW_THREADS st_ = (call);                          \
-    Py_END_ALLOW_THREADS return bagua_py_end_blocking(st_, what); \
+#define RUN(what, call)                      \
+  do {                                       \
+    bagua_status_t st_;                      \
+    bagua_py_begin_blocking(comm, NULL);     \
+    Py_BEGIN_ALLOW_THREADS                   \
+    st_ = (call);                            \
+    Py_END_ALLOW_THREADS                     \
+    return bagua_py_end_blocking(st_, what); \
   } while (0)
 
 typedef enum {
@@ -163,7 +170,8 @@ static PyObject *collective(comm_obj_t *self, PyObject *args, coll_t k) {
   if (bagua_py_coll_args(args, name, k_colls[k].has_op, k_colls[k].has_root, &c) < 0) return NULL;
   bagua_status_t st = BAGUA_OK;
   bagua_py_begin_blocking(comm, NULL);
-  Py_BEGIN_ALLOW_THREADS switch (k) {
+  Py_BEGIN_ALLOW_THREADS
+  switch (k) {
     case C_ALLREDUCE:
       st = bagua_allreduce(comm, c.send, c.recv, c.count, c.dtype, c.op);
       break;
@@ -189,7 +197,8 @@ static PyObject *collective(comm_obj_t *self, PyObject *args, coll_t k) {
       st = bagua_scatter(comm, c.send, c.recv, c.count, c.dtype, c.root);
       break;
   }
-  Py_END_ALLOW_THREADS return bagua_py_end_blocking(st, name);
+  Py_END_ALLOW_THREADS
+  return bagua_py_end_blocking(st, name);
 }
 
 #define COLL(fn, kind)                                           \
@@ -238,8 +247,10 @@ static PyObject *comm_split(comm_obj_t *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "i|i", &color, &key)) return NULL;
   bagua_comm_t *out = NULL;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_comm_split(comm, color, key, &out);
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "split");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_comm_split(comm, color, key, &out);
+  Py_END_ALLOW_THREADS
+  if (st != BAGUA_OK) return bagua_py_raise(st, "split");
   if (!out) Py_RETURN_NONE;
   return wrap(out);
 }

@@ -16,14 +16,16 @@
 #include "ext.h"
 
 typedef struct {
-  PyObject_HEAD bagua_ddp_t *ddp;
+  PyObject_HEAD
+  bagua_ddp_t *ddp;
   int locked;          /* this object holds the weight lock (lock_weights) */
   int device;          /* 1: the flat storage is CUDA device memory (config device "cuda") */
   unsigned generation; /* fork generation it was created in (fork.c) */
 } ddp_obj_t;
 
 typedef struct {
-  PyObject_HEAD PyObject *owner; /* the DDP whose storage this views */
+  PyObject_HEAD
+  PyObject *owner; /* the DDP whose storage this views */
   float *ptr;
   Py_ssize_t count;
   int device; /* 1: ptr is device memory: no buffer protocol, __cuda_array_interface__ */
@@ -54,12 +56,14 @@ bagua_ddp_t *bagua_py_ddp_get(PyObject *obj) {
   bagua_ddp_t *ddp = get(self); \
   if (!ddp) return NULL
 
-#define RUN(what, call)                                           \
-  do {                                                            \
-    bagua_status_t st_;                                           \
-    bagua_py_begin_blocking(NULL, ddp);                           \
-    Py_BEGIN_ALLOW_THREADS st_ = (call);                          \
-    Py_END_ALLOW_THREADS return bagua_py_end_blocking(st_, what); \
+#define RUN(what, call)                      \
+  do {                                       \
+    bagua_status_t st_;                      \
+    bagua_py_begin_blocking(NULL, ddp);      \
+    Py_BEGIN_ALLOW_THREADS                   \
+    st_ = (call);                            \
+    Py_END_ALLOW_THREADS                     \
+    return bagua_py_end_blocking(st_, what); \
   } while (0)
 
 static PyObject *ddp_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -103,8 +107,10 @@ static PyObject *ddp_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   if (!comm) return NULL;
   bagua_ddp_t *ddp = NULL;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_ddp_create(comm, &cfg, &ddp);
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "bagua_ddp_create");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_ddp_create(comm, &cfg, &ddp);
+  Py_END_ALLOW_THREADS
+  if (st != BAGUA_OK) return bagua_py_raise(st, "bagua_ddp_create");
   ddp_obj_t *o = (ddp_obj_t *)type->tp_alloc(type, 0);
   if (!o) {
     bagua_ddp_destroy(ddp);
@@ -121,7 +127,8 @@ static void ddp_dealloc(ddp_obj_t *self) {
   self->ddp = NULL;
   if (d && !bagua_py_inherited(self->generation)) {
     if (self->locked) bagua_ddp_unlock_weights(d);
-    Py_BEGIN_ALLOW_THREADS bagua_ddp_destroy(d);
+    Py_BEGIN_ALLOW_THREADS
+    bagua_ddp_destroy(d);
     Py_END_ALLOW_THREADS
   }
   Py_TYPE(self)->tp_free((PyObject *)self);
@@ -218,8 +225,10 @@ static PyObject *ddp_lock_weights(ddp_obj_t *self, PyObject *unused) {
   GET(self);
   if (self->locked) Py_RETURN_NONE;
   /* The averaging thread holds the lock only for a copy or an axpy: a short wait. */
-  Py_BEGIN_ALLOW_THREADS bagua_ddp_lock_weights(ddp);
-  Py_END_ALLOW_THREADS self->locked = 1;
+  Py_BEGIN_ALLOW_THREADS
+  bagua_ddp_lock_weights(ddp);
+  Py_END_ALLOW_THREADS
+  self->locked = 1;
   Py_RETURN_NONE;
 }
 

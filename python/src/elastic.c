@@ -25,7 +25,8 @@
 #define MAX_FOLLOWED 8
 
 typedef struct {
-  PyObject_HEAD bagua_elastic_t *e;
+  PyObject_HEAD
+  bagua_elastic_t *e;
   PyObject *followed[MAX_FOLLOWED]; /* DDP objects whose contexts the abort hook ends */
   unsigned generation;              /* fork generation it was created in (fork.c) */
 } elastic_obj_t;
@@ -64,8 +65,10 @@ static PyObject *elastic_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return NULL;
   bagua_elastic_t *e = NULL;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_elastic_create(&cfg, &e);
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "bagua_elastic_create");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_elastic_create(&cfg, &e);
+  Py_END_ALLOW_THREADS
+  if (st != BAGUA_OK) return bagua_py_raise(st, "bagua_elastic_create");
   elastic_obj_t *o = (elastic_obj_t *)type->tp_alloc(type, 0);
   if (!o) {
     bagua_elastic_destroy(e);
@@ -97,7 +100,8 @@ static void destroy(elastic_obj_t *self) {
   bagua_elastic_t *e = self->e;
   self->e = NULL;
   if (e && !bagua_py_inherited(self->generation)) {
-    Py_BEGIN_ALLOW_THREADS bagua_elastic_destroy(e);
+    Py_BEGIN_ALLOW_THREADS
+    bagua_elastic_destroy(e);
     Py_END_ALLOW_THREADS
   }
 }
@@ -116,8 +120,10 @@ static PyObject *elastic_sync(elastic_obj_t *self, PyObject *unused) {
   GET(self);
   bagua_status_t st;
   bagua_py_begin_blocking(bagua_elastic_comm(e), NULL);
-  Py_BEGIN_ALLOW_THREADS st = bagua_elastic_sync(e);
-  Py_END_ALLOW_THREADS return bagua_py_end_blocking(st, "sync");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_elastic_sync(e);
+  Py_END_ALLOW_THREADS
+  return bagua_py_end_blocking(st, "sync");
 }
 
 static PyObject *elastic_check(elastic_obj_t *self, PyObject *unused) {
@@ -130,8 +136,10 @@ static PyObject *elastic_check_all(elastic_obj_t *self, PyObject *unused) {
   int changed = 0;
   bagua_status_t st;
   bagua_py_begin_blocking(bagua_elastic_comm(e), NULL);
-  Py_BEGIN_ALLOW_THREADS st = bagua_elastic_check_all(e, &changed);
-  Py_END_ALLOW_THREADS PyObject *r = bagua_py_end_blocking(st, "check_all");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_elastic_check_all(e, &changed);
+  Py_END_ALLOW_THREADS
+  PyObject *r = bagua_py_end_blocking(st, "check_all");
   if (!r) return NULL;
   Py_DECREF(r);
   return PyBool_FromLong(changed);
@@ -143,8 +151,10 @@ static PyObject *elastic_rebuild(elastic_obj_t *self, PyObject *unused) {
   unfollow_all(self);
   bagua_status_t st;
   bagua_py_begin_blocking(NULL, NULL);
-  Py_BEGIN_ALLOW_THREADS st = bagua_elastic_rebuild(e);
-  Py_END_ALLOW_THREADS return bagua_py_end_blocking(st, "rebuild");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_elastic_rebuild(e);
+  Py_END_ALLOW_THREADS
+  return bagua_py_end_blocking(st, "rebuild");
 }
 
 /* follow(ddp): a departure from the round aborts this data-parallel context's communication. */

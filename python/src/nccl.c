@@ -21,7 +21,8 @@
 #include "ext.h"
 
 typedef struct {
-  PyObject_HEAD bagua_nccl_comm_t *nc;
+  PyObject_HEAD
+  bagua_nccl_comm_t *nc;
   PyObject *cpu_obj; /* the Comm it was created over */
   bagua_comm_t *cpu; /* the communicator that Comm resolved to at creation */
   int cpu_rank, cpu_size;
@@ -63,8 +64,10 @@ static PyObject *nccl_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   bagua_nccl_comm_t *nc = NULL;
   bagua_status_t st;
   bagua_py_begin_blocking(cpu, NULL);
-  Py_BEGIN_ALLOW_THREADS st = bagua_nccl_comm_create(cpu, device, &nc);
-  Py_END_ALLOW_THREADS PyObject *r = bagua_py_end_blocking(st, "bagua_nccl_comm_create");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_nccl_comm_create(cpu, device, &nc);
+  Py_END_ALLOW_THREADS
+  PyObject *r = bagua_py_end_blocking(st, "bagua_nccl_comm_create");
   if (!r) return NULL;
   Py_DECREF(r);
   nccl_obj_t *o = (nccl_obj_t *)type->tp_alloc(type, 0);
@@ -87,7 +90,8 @@ static void destroy(nccl_obj_t *self) {
   self->nc = NULL;
   if (nc && !bagua_py_inherited(self->generation)) {
     /* Finalizing waits for outstanding work, bounded by BAGUA_COMM_TIMEOUT_MS. */
-    Py_BEGIN_ALLOW_THREADS bagua_nccl_comm_destroy(nc);
+    Py_BEGIN_ALLOW_THREADS
+    bagua_nccl_comm_destroy(nc);
     Py_END_ALLOW_THREADS
   }
 }
@@ -149,7 +153,8 @@ static PyObject *collective(nccl_obj_t *self, PyObject *args, ncoll_t k) {
   if (bagua_py_coll_args(args, name, k_ncolls[k].has_op, k_ncolls[k].has_root, &c) < 0) return NULL;
   bagua_status_t st = BAGUA_OK;
   /* Enqueuing returns within BAGUA_COMM_TIMEOUT_MS; the GIL is released for that wait. */
-  Py_BEGIN_ALLOW_THREADS switch (k) {
+  Py_BEGIN_ALLOW_THREADS
+  switch (k) {
     case N_ALLREDUCE:
       st = bagua_nccl_allreduce(nc, c.send, c.recv, c.count, c.dtype, c.op);
       break;
@@ -169,7 +174,8 @@ static PyObject *collective(nccl_obj_t *self, PyObject *args, ncoll_t k) {
       st = bagua_nccl_reduce(nc, c.send, c.recv, c.count, c.dtype, c.op, c.root);
       break;
   }
-  Py_END_ALLOW_THREADS return raise_or_none(st, name);
+  Py_END_ALLOW_THREADS
+  return raise_or_none(st, name);
 }
 
 #define NCOLL(fn, kind)                                          \
@@ -221,7 +227,8 @@ static PyObject *rooted(nccl_obj_t *self, PyObject *args, int gathering) {
   }
   bagua_status_t st = BAGUA_OK;
   if (n > 0) {
-    Py_BEGIN_ALLOW_THREADS st = bagua_nccl_group_p2p(nc, ops, k);
+    Py_BEGIN_ALLOW_THREADS
+    st = bagua_nccl_group_p2p(nc, ops, k);
     Py_END_ALLOW_THREADS
   }
   PyMem_Free(ops);
@@ -247,9 +254,11 @@ static PyObject *p2p(nccl_obj_t *self, PyObject *args, int sending) {
   if (n < 0) return PyErr_Format(PyExc_ValueError, "count %zd is negative", n);
   if (bagua_py_ptr(po, &p) < 0 || bagua_py_dtype(dcode, &dt) < 0) return NULL;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = sending ? bagua_nccl_send(nc, p, (size_t)n, dt, peer)
-                                      : bagua_nccl_recv(nc, p, (size_t)n, dt, peer);
-  Py_END_ALLOW_THREADS return raise_or_none(st, sending ? "send" : "recv");
+  Py_BEGIN_ALLOW_THREADS
+  st = sending ? bagua_nccl_send(nc, p, (size_t)n, dt, peer)
+               : bagua_nccl_recv(nc, p, (size_t)n, dt, peer);
+  Py_END_ALLOW_THREADS
+  return raise_or_none(st, sending ? "send" : "recv");
 }
 
 static PyObject *nccl_send(nccl_obj_t *self, PyObject *args) {
@@ -262,8 +271,10 @@ static PyObject *nccl_recv(nccl_obj_t *self, PyObject *args) {
 static PyObject *nccl_synchronize(nccl_obj_t *self, PyObject *unused) {
   GET(self);
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_nccl_comm_synchronize(nc);
-  Py_END_ALLOW_THREADS return raise_or_none(st, "synchronize");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_nccl_comm_synchronize(nc);
+  Py_END_ALLOW_THREADS
+  return raise_or_none(st, "synchronize");
 }
 
 #define INT_GETTER(name, expr)                                   \

@@ -9,7 +9,8 @@
 #include "ext.h"
 
 typedef struct {
-  PyObject_HEAD bagua_sampler_t *s;
+  PyObject_HEAD
+  bagua_sampler_t *s;
   int rank; /* the rank this process holds in the sampler's current layout */
 } sampler_obj_t;
 

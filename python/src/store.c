@@ -10,7 +10,8 @@
 #include "ext.h"
 
 typedef struct {
-  PyObject_HEAD bagua_store_t *store;
+  PyObject_HEAD
+  bagua_store_t *store;
   unsigned generation; /* fork generation it was created in (fork.c) */
 } store_obj_t;
 
@@ -71,8 +72,10 @@ static PyObject *store_set(store_obj_t *self, PyObject *args) {
   Py_buffer v;
   if (!PyArg_ParseTuple(args, "sy*", &key, &v)) return NULL;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_store_set(store, key, v.buf, (size_t)v.len);
-  Py_END_ALLOW_THREADS PyBuffer_Release(&v);
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_store_set(store, key, v.buf, (size_t)v.len);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&v);
   if (st != BAGUA_OK) return bagua_py_raise(st, "store set");
   Py_RETURN_NONE;
 }
@@ -85,8 +88,10 @@ static PyObject *store_get(store_obj_t *self, PyObject *args) {
   void *value = NULL;
   size_t len = 0;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_store_get(store, key, wait_ms, &value, &len);
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "store get");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_store_get(store, key, wait_ms, &value, &len);
+  Py_END_ALLOW_THREADS
+  if (st != BAGUA_OK) return bagua_py_raise(st, "store get");
   return take_bytes(value, len);
 }
 
@@ -97,8 +102,10 @@ static PyObject *store_add(store_obj_t *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "sL", &key, &delta)) return NULL;
   int64_t result = 0;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_store_add(store, key, (int64_t)delta, &result);
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "store add");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_store_add(store, key, (int64_t)delta, &result);
+  Py_END_ALLOW_THREADS
+  if (st != BAGUA_OK) return bagua_py_raise(st, "store add");
   return PyLong_FromLongLong((long long)result);
 }
 
@@ -110,9 +117,10 @@ static PyObject *store_compare_set(store_obj_t *self, PyObject *args) {
   void *cur = NULL;
   size_t len = 0;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st =
-      bagua_store_compare_set(store, key, e.buf, (size_t)e.len, d.buf, (size_t)d.len, &cur, &len);
-  Py_END_ALLOW_THREADS PyBuffer_Release(&e);
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_store_compare_set(store, key, e.buf, (size_t)e.len, d.buf, (size_t)d.len, &cur, &len);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&e);
   PyBuffer_Release(&d);
   if (st != BAGUA_OK) return bagua_py_raise(st, "store compare_set");
   return take_bytes(cur, len);
@@ -124,8 +132,10 @@ static PyObject *store_check(store_obj_t *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "s", &key)) return NULL;
   int exists = 0;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_store_check(store, key, &exists);
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "store check");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_store_check(store, key, &exists);
+  Py_END_ALLOW_THREADS
+  if (st != BAGUA_OK) return bagua_py_raise(st, "store check");
   return PyBool_FromLong(exists);
 }
 
@@ -135,8 +145,10 @@ static PyObject *store_delete(store_obj_t *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "s", &key)) return NULL;
   int deleted = 0;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_store_delete(store, key, &deleted);
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "store delete");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_store_delete(store, key, &deleted);
+  Py_END_ALLOW_THREADS
+  if (st != BAGUA_OK) return bagua_py_raise(st, "store delete");
   return PyBool_FromLong(deleted);
 }
 
@@ -144,8 +156,10 @@ static PyObject *store_count(store_obj_t *self, PyObject *unused) {
   GET(self);
   int64_t n = 0;
   bagua_status_t st;
-  Py_BEGIN_ALLOW_THREADS st = bagua_store_count(store, &n);
-  Py_END_ALLOW_THREADS if (st != BAGUA_OK) return bagua_py_raise(st, "store count");
+  Py_BEGIN_ALLOW_THREADS
+  st = bagua_store_count(store, &n);
+  Py_END_ALLOW_THREADS
+  if (st != BAGUA_OK) return bagua_py_raise(st, "store count");
   return PyLong_FromLongLong((long long)n);
 }
 
