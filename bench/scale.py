@@ -519,8 +519,9 @@ def run_torchrun(args, rec, n, rep, tmp):
                 agents_cpu=round(100.0 * (b.agents_cpu - a.agents_cpu) / span, 2),
                 agent_rss=agg[0], agent_fds=agg[1], agent_sockets=agg[2],
                 agent_live_sockets=agg[3])
-        print(f"  torchrun steady {span:.0f} s: agents {100 * (b.agents_cpu - a.agents_cpu) / span:.2f}"
-              f" % CPU, per agent max {agg[1]} fds, {agg[2]} sockets, median RSS {agg[0]} kB",
+        print(f"  torchrun steady {span:.0f} s: agents "
+              f"{100 * (b.agents_cpu - a.agents_cpu) / span:.2f} % CPU, per agent max "
+              f"{agg[1]} fds, {agg[2]} sockets, median RSS {agg[0]} kB",
               flush=True)
         joiners = [f"n{n + i:05d}" for i in range(k)]
         seen = wait("join", lambda: [job.start(n + i) for i in range(k)], nodes + joiners,

@@ -79,7 +79,8 @@ def main():
         b = scale.Reading(etcd, [])
         per, total = requests(a, b)
         print(f"form: round {seen[1]} with all {N} nodes; requests {per}")
-        at_most("LeaseTimeToLive to form (none: no request per peer)", per.get("LeaseTimeToLive", 0), 0)
+        at_most("LeaseTimeToLive to form (none: no request per peer)",
+                per.get("LeaseTimeToLive", 0), 0)
         at_most("requests to form, keep-alives aside", total, 14 * N)
         at_most("Range requests to form", per.get("Range", 0), 2 * N)
         # At rest: nothing but renewals, one per node per TTL/3 (and one more in flight).
