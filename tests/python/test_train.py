@@ -1,6 +1,8 @@
-"""Training with with_bagua: every algorithm on the example CNN (examples/torch/train.py) on
-2 and 4 ranks, each rank its own emulated node so that compression and peer exchanges really
-cross "nodes"; and gradient_allreduce against torch DDP."""
+"""Training with with_bagua: every algorithm on the example CNN (examples/torch/train.py) to
+accuracy on 4 ranks, each rank its own emulated node so that compression and peer exchanges
+really cross "nodes" (4 ranks exercise what 2 do and the multi-peer paths besides; every
+algorithm also trains on 2 ranks with the fused optimizer below); and gradient_allreduce
+against torch DDP."""
 
 import os
 import re
@@ -26,9 +28,9 @@ def finals(result):
     return out
 
 
-@pytest.mark.parametrize("nranks", [2, 4])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_every_algorithm_trains_the_cnn(algorithm, nranks):
+def test_every_algorithm_trains_the_cnn(algorithm):
+    nranks = 4
     r = run_workers(EXAMPLE, nranks, args=["--algorithm", algorithm, "--epochs", "3"],
                     nodes=nranks, timeout=600).check()
     f = finals(r)
