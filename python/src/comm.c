@@ -130,15 +130,7 @@ static PyObject *comm_abort(comm_obj_t *self, PyObject *unused) {
   bagua_comm_t *comm = bagua_py_comm_get((PyObject *)(self)); \
   if (!comm) return NULL
 
-#define RUN(what, call)                      \
-  do {                                       \
-    bagua_status_t st_;                      \
-    bagua_py_begin_blocking(comm, NULL);     \
-    Py_BEGIN_ALLOW_THREADS                   \
-    st_ = (call);                            \
-    Py_END_ALLOW_THREADS                     \
-    return bagua_py_end_blocking(st_, what); \
-  } while (0)
+#define RUN(what, call) BAGUA_PY_RUN(comm, NULL, what, call)
 
 typedef enum {
   C_ALLREDUCE,

@@ -56,15 +56,7 @@ bagua_ddp_t *bagua_py_ddp_get(PyObject *obj) {
   bagua_ddp_t *ddp = get(self); \
   if (!ddp) return NULL
 
-#define RUN(what, call)                      \
-  do {                                       \
-    bagua_status_t st_;                      \
-    bagua_py_begin_blocking(NULL, ddp);      \
-    Py_BEGIN_ALLOW_THREADS                   \
-    st_ = (call);                            \
-    Py_END_ALLOW_THREADS                     \
-    return bagua_py_end_blocking(st_, what); \
-  } while (0)
+#define RUN(what, call) BAGUA_PY_RUN(NULL, ddp, what, call)
 
 static PyObject *ddp_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   static char *kws[] = {"comm",

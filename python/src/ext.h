@@ -49,6 +49,19 @@ int bagua_py_interrupt_init(void);
 void bagua_py_begin_blocking(bagua_comm_t *comm, bagua_ddp_t *ddp);
 PyObject *bagua_py_end_blocking(bagua_status_t st, const char *what);
 
+/* Returns, from the calling method, the result of the blocking library call `call` (a
+ * bagua_status_t expression) run without the GIL: interruptible by Ctrl-C through `comm` or
+ * `ddp` (the other NULL), its status turned into None or an exception naming `what`. */
+#define BAGUA_PY_RUN(comm, ddp, what, call)  \
+  do {                                       \
+    bagua_status_t st_;                      \
+    bagua_py_begin_blocking((comm), (ddp));  \
+    Py_BEGIN_ALLOW_THREADS                   \
+    st_ = (call);                            \
+    Py_END_ALLOW_THREADS                     \
+    return bagua_py_end_blocking(st_, what); \
+  } while (0)
+
 /* Fork guard (fork.c): objects record bagua_py_generation() when created; in a process
  * forked after that, bagua_py_inherited() is true, bagua_py_check_owner() raises RuntimeError
  * naming `what` and returns -1, and deallocation leaks the object instead of destroying it. */
