@@ -136,7 +136,7 @@ static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
  * [env] entry sets it like any other variable, as before the registry declared it.
  */
 static int host_local(const char *env) {
-  return strcmp(env, "TMPDIR") == 0;
+  return strcmp(env, "TMPDIR") == 0 || strcmp(env, "CUDA_VISIBLE_DEVICES") == 0;
 }
 
 /* A registry parameter the launcher's environment provides for every agent: environment >

@@ -11,6 +11,7 @@
 #include "bagua/params.h"
 #include "launch.h"
 #include "slurm.h"
+#include "torchrun.h"
 
 /* Options that are not scalar settings. */
 typedef enum {
@@ -69,27 +70,6 @@ static const struct {
 } k_foreign[] = {
     {"--rdzv-id", "--job-id", NULL, "torchrun"},
     {"--local-addr", "--node-addr", NULL, "torchrun"},
-    {"--rdzv-backend", NULL,
-     "bagua-launch always rendezvous through etcd; accepted: --rdzv-endpoint HOST:PORT, or no "
-     "endpoint for a private etcd",
-     NULL},
-    {"--rdzv-conf", NULL,
-     "accepted: --lease-ttl, --rdzv-timeout, --last-call-ms and --settle-ms, or [rendezvous] in "
-     "the --config file",
-     NULL},
-    {"--node-rank", NULL,
-     "node ranks come from the rendezvous round (oldest node first); accepted: leave it out, "
-     "with one agent per host (--hosts) or --nnodes and the same --rdzv-endpoint and --job-id on "
-     "every node",
-     NULL},
-    {"--master-addr", NULL,
-     "the rendezvous chooses the master (workers still get MASTER_ADDR and MASTER_PORT); "
-     "accepted: --rdzv-endpoint HOST:PORT, or no endpoint for a private etcd",
-     NULL},
-    {"--master-port", NULL,
-     "the rendezvous chooses the master (workers still get MASTER_ADDR and MASTER_PORT); "
-     "accepted: --rdzv-endpoint HOST:PORT, or no endpoint for a private etcd",
-     NULL},
     {"--max-nodes", NULL, "accepted: --nnodes MIN:MAX", NULL},
     {"--min-nodes", NULL, "accepted: --nnodes MIN:MAX", NULL},
     {"-np", NULL, "accepted: --hosts HOST:N,... (workers per host) or --nproc-per-node N", NULL},
@@ -107,42 +87,67 @@ static const struct {
      "elasticity counts nodes (agents), not processes; accepted: --nnodes MIN:MAX with "
      "--nproc-per-node N (or per-host slots)",
      NULL},
-    /* torchrun options with no counterpart to set. */
-    {"--monitor-interval", NULL,
-     "bagua-agent watches its workers continuously (signalfd); accepted: leave it out", NULL},
-    {"--redirects", NULL,
-     "worker lines always reach the console prefixed [node/rank]; accepted: --log-dir DIR for "
-     "per-rank files as well",
-     NULL},
-    {"--tee", NULL,
-     "worker lines always reach the console prefixed [node/rank]; accepted: --log-dir DIR for "
-     "per-rank files as well",
-     NULL},
-    {"--start-method", NULL, "bagua-agent always fork-execs each worker; accepted: leave it out",
-     NULL},
 };
 #define NFOREIGN ((int)(sizeof(k_foreign) / sizeof(k_foreign[0])))
 
-/* A known flag that starts with `given`, when exactly one does (for "did you mean"). */
-static const char *suggest(const char *given) {
-  const char *hit = NULL;
-  int n = 0;
-  size_t len = strlen(given);
-  if (len < 4) return NULL;
-  for (int s = 0; s < LS__COUNT; s++) {
-    const char *f = bagua__launch_desc((bagua__launch_setting_t)s)->flag;
-    if (strncmp(f, given, len) == 0) hit = f, n++;
-  }
+/* Whether `flag` (normalised) is spelled out: one of ours, torchrun's or a foreign one. */
+static int known(const char *flag) {
+  for (int s = 0; s < LS__COUNT; s++)
+    if (strcmp(bagua__launch_desc((bagua__launch_setting_t)s)->flag, flag) == 0) return 1;
   for (int i = 0; i < NOPTS; i++)
-    if (strncmp(k_opts[i].flag, given, len) == 0) hit = k_opts[i].flag, n++;
-  return n == 1 ? hit : NULL;
+    if (strcmp(k_opts[i].flag, flag) == 0) return 1;
+  for (int i = 0; i < NFOREIGN; i++)
+    if (strcmp(k_foreign[i].flag, flag) == 0) return 1;
+  return bagua__launch_torchrun_find(flag, NULL) >= 0;
+}
+
+/*
+ * argparse's abbreviations, which torchrun accepts ("--nnode=1"): a long flag that is not one
+ * of ours, torchrun's or a foreign spelling stands for the one flag it is the start of. Writes
+ * the flag into `flag` and returns 1; 0 when no flag starts so; -1 with the candidates in err
+ * when several do.
+ */
+static int expand_prefix(char *flag, size_t flaglen, const char *arg, char *err, size_t errlen) {
+  const char *cand[LS__COUNT + NOPTS + NFOREIGN + 32];
+  int n = 0;
+  size_t len = strlen(flag);
+  if (strncmp(flag, "--", 2) != 0 || len < 3) return 0;
+  for (int s = 0; s < LS__COUNT; s++)
+    cand[n++] = bagua__launch_desc((bagua__launch_setting_t)s)->flag;
+  for (int i = 0; i < NOPTS; i++) cand[n++] = k_opts[i].flag;
+  for (int i = 0; i < NFOREIGN; i++) cand[n++] = k_foreign[i].flag;
+  for (int i = 0; bagua__launch_torchrun_flag(i) && n < (int)(sizeof(cand) / sizeof(cand[0])); i++)
+    cand[n++] = bagua__launch_torchrun_flag(i);
+  const char *hit = NULL;
+  char list[512] = "";
+  int hits = 0;
+  for (int i = 0; i < n; i++) {
+    if (strncmp(cand[i], "--", 2) != 0 || strncmp(cand[i], flag, len) != 0) continue;
+    int dup = 0;
+    for (int j = 0; j < i; j++) dup |= strcmp(cand[j], cand[i]) == 0;
+    if (dup) continue;
+    size_t used = strlen(list);
+    snprintf(list + used, sizeof(list) - used, "%s%s", hits ? ", " : "", cand[i]);
+    hit = cand[i];
+    hits++;
+  }
+  if (hits == 0) return 0;
+  if (hits > 1) {
+    snprintf(err, errlen,
+             "bagua-launch: \"%s\" is ambiguous: it starts %s; accepted: one of them, spelled "
+             "out",
+             arg, list);
+    return -1;
+  }
+  snprintf(flag, flaglen, "%s", hit);
+  return 1;
 }
 
 /*
  * -x NAME (the value of NAME in bagua-launch's environment) or -x NAME=VALUE: one more
  * variable for every worker, local or remote, like mpirun's -x. Checked like an [env] key.
  */
-static int add_export(bagua__launch_layer_t *l, const char *spec, char *err, size_t errlen) {
+int bagua__launch_add_export(bagua__launch_layer_t *l, const char *spec, char *err, size_t errlen) {
   char what[LAUNCH_ERR_LEN], name[256];
   const char *eq = strchr(spec, '=');
   size_t nl = eq ? (size_t)(eq - spec) : strlen(spec);
@@ -209,8 +214,12 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
     if (flen >= sizeof(flag)) flen = sizeof(flag) - 1;
     memcpy(flag, arg, flen);
     flag[flen] = '\0';
+    char typed[128]; /* the flag as typed, for messages */
+    memcpy(typed, flag, flen + 1);
     for (char *p = flag + 2; *p; p++)
       if (*p == '_') *p = '-';
+    if (!known(flag) && expand_prefix(flag, sizeof(flag), typed, err, errlen) < 0)
+      return LAUNCH_EXIT_USAGE;
     const char *value = eq ? eq + 1 : NULL;
     const char *spelled = NULL, *tool = NULL; /* a foreign spelling read as one of ours */
     for (int k = 0; k < NFOREIGN; k++) {
@@ -230,21 +239,16 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
       if (strcmp(bagua__launch_desc((bagua__launch_setting_t)s)->flag, flag) == 0) setting = s;
     for (int k = 0; k < NOPTS && setting < 0 && opt < 0; k++)
       if (strcmp(k_opts[k].flag, flag) == 0) opt = k;
-    if (setting < 0 && opt < 0) {
-      const char *hint = suggest(flag);
-      if (hint)
-        snprintf(err, errlen,
-                 "bagua-launch: unknown option \"%s\" (did you mean %s?); accepted: the options "
-                 "listed by bagua-launch --help",
-                 arg, hint);
-      else
-        snprintf(err, errlen,
-                 "bagua-launch: unknown option \"%s\"; accepted: the options listed by "
-                 "bagua-launch --help",
-                 arg);
+    int tr = -1, tr_takes_value = 0;
+    if (setting < 0 && opt < 0) tr = bagua__launch_torchrun_find(flag, &tr_takes_value);
+    if (setting < 0 && opt < 0 && tr < 0) {
+      snprintf(err, errlen,
+               "bagua-launch: unknown option \"%s\"; accepted: the options listed by "
+               "bagua-launch --help",
+               arg);
       return LAUNCH_EXIT_USAGE;
     }
-    int takes_value = setting >= 0 || k_opts[opt].takes_value;
+    int takes_value = setting >= 0 || (opt >= 0 ? k_opts[opt].takes_value : tr_takes_value);
     const char *metavar =
         setting >= 0 ? bagua__launch_desc((bagua__launch_setting_t)setting)->metavar : "VALUE";
     if (!takes_value && value) {
@@ -253,7 +257,9 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
     }
     if (takes_value && !value) {
       if (i + 1 >= argc) {
-        if (opt >= 0)
+        if (tr >= 0)
+          metavar = "VALUE";
+        else if (opt >= 0)
           metavar = k_opts[opt].opt == OPT_HOSTS    ? "HOST[:NPROC],..."
                     : k_opts[opt].opt == OPT_EXPORT ? "NAME[=VALUE]"
                                                     : "FILE";
@@ -262,6 +268,21 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
         return LAUNCH_EXIT_USAGE;
       }
       value = argv[++i];
+    }
+    if (tr >= 0) {
+      int rc = bagua__launch_torchrun_apply(tr, typed, value, l, err, errlen);
+      if (rc != 0) return rc;
+      continue;
+    }
+    char count[32];
+    if (setting == LS_NPROC) {
+      /* torchrun's words for a worker count, resolved on this machine. */
+      int w = bagua__launch_nproc_word(value, count, sizeof(count), what, sizeof(what));
+      if (w < 0) {
+        snprintf(err, errlen, "bagua-launch: %s: %s", flag, what);
+        return LAUNCH_EXIT_USAGE;
+      }
+      if (w == 0) value = count;
     }
     if (setting >= 0) {
       bagua__launch_value_t *v = &l->v[setting];
@@ -317,7 +338,7 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
         l->dry_run = 1;
         break;
       case OPT_EXPORT: {
-        int rc = add_export(l, value, err, errlen);
+        int rc = bagua__launch_add_export(l, value, err, errlen);
         if (rc != 0) return rc;
         break;
       }
@@ -337,7 +358,7 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
         break;
       case OPT_ADVISE: {
         /* An exported variable like -x, so that remote workers get it too. */
-        int rc = add_export(l, "BAGUA_ADVISE=1", err, errlen);
+        int rc = bagua__launch_add_export(l, "BAGUA_ADVISE=1", err, errlen);
         if (rc != 0) return rc;
         for (int k = 0; k < l->nenv; k++)
           if (strcmp(l->env[k].name, "BAGUA_ADVISE") == 0)
@@ -347,7 +368,7 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
       case OPT_AUTOTUNE: {
         /* --autotune is -x BAGUA_AUTOTUNE=1 (docs/autotune.md): libbagua in every worker
          * tunes itself; the origin names the flag. */
-        int rc = add_export(l, "BAGUA_AUTOTUNE=1", err, errlen);
+        int rc = bagua__launch_add_export(l, "BAGUA_AUTOTUNE=1", err, errlen);
         if (rc != 0) return rc;
         for (int k = 0; k < l->nenv; k++)
           if (strcmp(l->env[k].name, "BAGUA_AUTOTUNE") == 0)

@@ -25,6 +25,7 @@
 #include "agents.h"
 #include "discovery.h"
 #include "launch.h"
+#include "torchrun.h"
 
 /* A fresh job id: "bagua-" and 12 hex digits. A random id by default avoids the stale-state
  * collisions torchrun's fixed default ("none") is known for. */
@@ -232,7 +233,9 @@ static int program_argv(const bagua__launch_layer_t *cli, const bagua__launch_la
   if (pl != cli ? bagua__launch_unquote(pl->program.v[0], &prog) != 0
                 : !(prog = strdup(pl->program.v[0])))
     goto oom;
-  int interp = module || (!cli->no_python && ends_with(prog, ".py"));
+  /* torchrun's --run-path runs the script under the interpreter, --no-python or not. */
+  int no_python = cli->no_python && !cli->torchrun.run_path;
+  int interp = module || (!no_python && ends_with(prog, ".py"));
   int from_shebang = 0;
   if (interp && !module && cfg->v[LS_PYTHON].origin.kind == LO_DEFAULT) {
     if (shebang_python(prog, &cfg->program) != 0) goto oom;
@@ -465,6 +468,9 @@ int bagua__launch_resolve(const bagua__launch_layer_t *cli, const bagua__launch_
     if (!(cfg->v[LS_ENDPOINT].s = strdup(""))) goto oom;
     bagua__launch_origin_set(&cfg->v[LS_ENDPOINT].origin, LO_FLAG, "--standalone (a private etcd)");
   }
+
+  int tr_rc = bagua__launch_torchrun_resolve(cli, cfg, err, errlen);
+  if (tr_rc != 0) return tr_rc;
 
   /* The program: the command line's replaces the INI's [job] program and args. */
   const bagua__launch_layer_t *pl = cli->program.n ? cli : ini->program.n ? ini : NULL;

@@ -9,8 +9,8 @@
 #include "common/log.h"
 #include "common/time.h"
 
-int bagua__launch_etcd_start(const char *bin, const char *addr, int sigfd, bagua__launch_etcd_t *e,
-                             char *err, size_t errlen) {
+int bagua__launch_etcd_start(const char *bin, const char *addr, int port, int sigfd,
+                             bagua__launch_etcd_t *e, char *err, size_t errlen) {
   bagua__etcd_local_opts_t opts = BAGUA__ETCD_LOCAL_OPTS_INIT;
   opts.bin = bin;
   opts.addr = addr;
@@ -18,6 +18,7 @@ int bagua__launch_etcd_start(const char *bin, const char *addr, int sigfd, bagua
   opts.dir_prefix = "/tmp/bagua-launch";
   opts.keeper = 1;
   opts.sigfd = sigfd;
+  opts.client_port = port;
   int64_t t0 = bagua__now_ms();
   bagua_status_t st = bagua__etcd_local_start(e, &opts);
   switch (st) {

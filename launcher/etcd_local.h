@@ -16,13 +16,13 @@ typedef bagua__etcd_local_t bagua__launch_etcd_t;
 
 /*
  * Starts etcd from `bin` with its client URL on `addr` (and on 127.0.0.1 as well when `addr`
- * is another address) and waits until it is healthy. While waiting it watches `sigfd` (a
- * signalfd): a SIGINT, SIGTERM or SIGHUP there aborts the start. Returns 0 on success; the
- * signal number when a signal aborted the start; -1 with a message in err on failure (the end
- * of etcd's log is included). Nothing is left behind unless 0 is returned.
+ * is another address), on `port` (0: a free one), and waits until it is healthy. While waiting it
+ * watches `sigfd` (a signalfd): a SIGINT, SIGTERM or SIGHUP there aborts the start. Returns 0 on
+ * success; the signal number when a signal aborted the start; -1 with a message in err on failure
+ * (the end of etcd's log is included). Nothing is left behind unless 0 is returned.
  */
-int bagua__launch_etcd_start(const char *bin, const char *addr, int sigfd, bagua__launch_etcd_t *e,
-                             char *err, size_t errlen);
+int bagua__launch_etcd_start(const char *bin, const char *addr, int port, int sigfd,
+                             bagua__launch_etcd_t *e, char *err, size_t errlen);
 
 /* 1 when etcd has exited by itself (the keeper reported it). */
 static inline int bagua__launch_etcd_died(bagua__launch_etcd_t *e) {

@@ -384,7 +384,7 @@ static void stop_processes(bagua__etcd_local_t *e) {
 }
 
 /* Makes a fresh directory and picks fresh ports for one start attempt. */
-static bagua_status_t prepare(bagua__etcd_local_t *e, const char *prefix) {
+static bagua_status_t prepare(bagua__etcd_local_t *e, const char *prefix, int client_port) {
   snprintf(e->dir, sizeof(e->dir), "%s-XXXXXX", prefix);
   if (!mkdtemp(e->dir)) {
     set_err(e, "mkdtemp %s: %s", e->dir, strerror(errno));
@@ -395,7 +395,7 @@ static bagua_status_t prepare(bagua__etcd_local_t *e, const char *prefix) {
   snprintf(e->log_path, sizeof(e->log_path), "%s/etcd.log", e->dir);
   /* The client URL also listens on loopback, so the two ports must differ on any address. */
   do {
-    e->client_port = bagua__etcd_local_free_port(e->addr);
+    e->client_port = client_port > 0 ? client_port : bagua__etcd_local_free_port(e->addr);
     e->peer_port = bagua__etcd_local_free_port("127.0.0.1");
   } while (e->client_port > 0 && e->client_port == e->peer_port);
   if (e->client_port < 0 || e->peer_port < 0) {
@@ -446,8 +446,9 @@ bagua_status_t bagua__etcd_local_start(bagua__etcd_local_t *e,
   /* Ports are probed free and then handed to etcd, so another process can take them in
    * between; an etcd that exits during start-up is retried on fresh ports and a fresh
    * directory. */
-  for (int attempt = 0; attempt < BAGUA__ETCD_LOCAL_ATTEMPTS; attempt++) {
-    BAGUA_CHECK_GOTO(prepare(e, prefix), st, fail);
+  const int attempts = o->client_port > 0 ? 1 : BAGUA__ETCD_LOCAL_ATTEMPTS;
+  for (int attempt = 0; attempt < attempts; attempt++) {
+    BAGUA_CHECK_GOTO(prepare(e, prefix, o->client_port), st, fail);
     BAGUA_CHECK_GOTO(spawn(e, o->keeper), st, fail);
     switch (wait_ready(e, bagua__deadline_in(e->start_timeout_ms), o->sigfd)) {
       case READY:
@@ -466,7 +467,13 @@ bagua_status_t bagua__etcd_local_start(bagua__etcd_local_t *e,
         break;
     }
     BAGUA_INFO(BAGUA_SUBSYS_ETCD, "private etcd exited during start-up (attempt %d of %d)",
-               attempt + 1, BAGUA__ETCD_LOCAL_ATTEMPTS);
+               attempt + 1, attempts);
+    if (o->client_port > 0) {
+      set_err(e, "etcd exited during start-up on port %d (someone else may hold it)",
+              o->client_port);
+      st = BAGUA_ERR_REMOTE;
+      goto fail;
+    }
     if (attempt + 1 == BAGUA__ETCD_LOCAL_ATTEMPTS) bagua__etcd_local_dump_log(e, 3000);
     stop_processes(e);
     bagua__etcd_local_remove_tree(e->dir);

@@ -55,6 +55,9 @@ typedef struct {
                              there aborts the start; -1: none */
   int start_timeout_ms;   /* per attempt; 0: BAGUA__ETCD_LOCAL_START_TIMEOUT_MS */
   int stop_timeout_ms;    /* SIGTERM to SIGKILL; 0: BAGUA__ETCD_LOCAL_STOP_TIMEOUT_MS */
+  int client_port;        /* the client URL's port; 0: a free one. A given port is tried once
+                             (a port someone holds does not free itself), and an etcd that
+                             exits during start-up then leaves its log to the caller. */
 } bagua__etcd_local_opts_t;
 
 /* Options with every default; set the fields that differ after initialising with this. */

@@ -150,6 +150,19 @@ typedef struct {
   int n;
 } bagua__launch_argv_t;
 
+/* torchrun's options that set no scalar setting of ours (torchrun.c; command-line layer
+ * only): kept so that the rules across settings can check them once everything is known. */
+typedef struct {
+  char backend[16]; /* --rdzv-backend: static, c10d, etcd or etcd-v2; "" when not given */
+  int node_rank;    /* --node-rank, when node_rank_set */
+  int node_rank_set;
+  char master_addr[256]; /* --master-addr; "" when not given */
+  int master_port;       /* --master-port; 0 when not given */
+  int run_path;          /* --run-path: the program runs under the interpreter */
+  int tee;               /* --tee other than 0: per-rank files as well as the console */
+  bagua__launch_origin_t backend_origin;
+} bagua__launch_torchrun_t;
+
 /* Everything one layer (command line, environment or INI file) provides. */
 typedef struct {
   bagua__launch_value_t v[LS__COUNT];
@@ -168,6 +181,7 @@ typedef struct {
    * --no-python (a .py program is executed as it is), --standalone (torchrun's spelling of
    * "a private etcd"). */
   int module, no_python, standalone;
+  bagua__launch_torchrun_t torchrun;
   /* Actions requested on the command line. */
   int help, version, print_params, dry_run;
 } bagua__launch_layer_t;
@@ -199,6 +213,9 @@ typedef struct {
   bagua__launch_argv_t program; /* what the agents run, the interpreter included */
   bagua__launch_origin_t program_origin;
   char *config_path;
+  /* The endpoint is the job's etcd that one of its nodes hosts: torchrun's c10d or static
+   * backend across nodes (embedded.h). */
+  int rdzv_embedded;
   int help, version, print_params, dry_run;
 } bagua__launch_config_t;
 
@@ -266,6 +283,9 @@ int bagua__launch_host_is_local(const char *name);
 /* Parses argv into the command-line layer. Returns 0, or 2 with a usage message in err. */
 int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, char *err,
                             size_t errlen);
+/* -x NAME or -x NAME=VALUE: one more variable for every worker (cli.c); 0 or 2 with a
+ * message. */
+int bagua__launch_add_export(bagua__launch_layer_t *l, const char *spec, char *err, size_t errlen);
 /* Reads the BAGUA_* registry parameters into the environment layer. */
 int bagua__launch_read_env(bagua__launch_layer_t *l, char *err, size_t errlen);
 /* Loads an INI file. Returns 0, or 2 with "FILE:LINE: ..." in err. */

@@ -32,6 +32,7 @@
 #include "common/log.h"
 #include "common/output.h"
 #include "common/sock.h"
+#include "embedded.h"
 #include "etcd_local.h"
 #include "launch.h"
 #include "query.h"
@@ -136,7 +137,7 @@ int main(int argc, char **argv) {
   bagua__launch_etcd_t priv = {.keeper = 0, .ctl_fd = -1, .evt_fd = -1};
   bagua__etcd_t *etcd = NULL;
   bagua__launch_agent_t *agents = NULL;
-  int nagents = 0, sigfd = -1, have_priv = 0;
+  int nagents = 0, sigfd = -1, have_priv = 0, hosting = 0, host_lock = -1;
   if (bagua__launch_is_query(argc, argv)) return bagua__launch_query_main(argc, argv, stdout);
   int rc = bagua__launch_configure(argc, argv, &cfg, err, sizeof(err));
   if (rc != 0) {
@@ -188,7 +189,7 @@ int main(int argc, char **argv) {
   char endpoint[1024];
   if (standalone) {
     int64_t t0 = bagua__now_ms();
-    int r = bagua__launch_etcd_start(cfg.v[LS_ETCD_BIN].s, addr, sigfd, &priv, err, sizeof(err));
+    int r = bagua__launch_etcd_start(cfg.v[LS_ETCD_BIN].s, addr, 0, sigfd, &priv, err, sizeof(err));
     if (r != 0) {
       if (r > 0) {
         bagua__say(LAUNCH_TOOL, "SIG%s received while starting etcd; nothing was started",
@@ -205,6 +206,23 @@ int main(int argc, char **argv) {
     BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "private etcd at %s ready in %lld ms", endpoint,
                (long long)(bagua__now_ms() - t0));
   } else {
+    if (cfg.rdzv_embedded) {
+      /* This node hosts the job's etcd, or waits until the node that does answers. */
+      int r =
+          bagua__launch_embedded_open(&cfg, sigfd, &priv, &hosting, &host_lock, err, sizeof(err));
+      if (r > 0) {
+        bagua__say(LAUNCH_TOOL, "SIG%s received while opening the rendezvous; nothing was started",
+                   sigabbrev_np(r));
+        rc = 128 + r;
+        goto out;
+      }
+      if (r < 0) {
+        bagua__say(NULL, "%s", err);
+        rc = LAUNCH_EXIT_RDZV;
+        goto out;
+      }
+      have_priv = hosting;
+    }
     snprintf(endpoint, sizeof(endpoint), "%s", cfg.v[LS_ENDPOINT].s);
   }
   /* The launcher's own client goes through loopback to a private etcd. */
@@ -250,9 +268,12 @@ int main(int argc, char **argv) {
                              .progress = progress,
                              .stale_status_rev = stale_rev};
   rc = bagua__launch_supervise(&run);
+  /* Nodes that end a moment later still need the etcd this one hosts; not after a signal. */
+  if (hosting && rc < 128) bagua__launch_embedded_linger(&cfg, etcd, sigfd);
 out:
   bagua__etcd_destroy(etcd);
   if (have_priv) bagua__launch_etcd_stop(&priv);
+  bagua__launch_embedded_unlock(host_lock);
   bagua__launch_free_agents(agents, nagents);
   if (sigfd >= 0) close(sigfd);
   bagua__launch_config_free(&cfg);

@@ -1,0 +1,47 @@
+/*
+ * A rendezvous with no etcd to run (torchrun's c10d and static backends across nodes): the
+ * node whose address the endpoint names hosts the job's etcd on that port, as a private etcd
+ * under a keeper, and every other node joins it. Two bagua-launch commands on one machine
+ * (both "at" the address) race for the port: the one that binds it hosts, the other joins.
+ *
+ * The hosting launcher keeps its etcd after its own agents end until the other nodes'
+ * registrations are gone (they revoke their leases as they exit) or a lease TTL and its grace
+ * have passed, so a node that finishes a moment later still reaches the rendezvous. The etcd
+ * has one member: the job ends with the node that hosts it (docs/launcher.md, "A rendezvous
+ * with no etcd to run").
+ */
+#ifndef BAGUA_LAUNCHER_EMBEDDED_H
+#define BAGUA_LAUNCHER_EMBEDDED_H
+
+#include <stddef.h>
+
+#include "common/etcd/etcd.h"
+#include "etcd_local.h"
+#include "launch.h"
+
+/*
+ * Hosts or joins the rendezvous at cfg's endpoint. When this machine has the endpoint's
+ * address and its port is free, starts etcd there into `priv` and sets *hosting; otherwise
+ * waits, up to the rendezvous timeout, until an etcd answers at the endpoint. Signals on
+ * `sigfd` (a signalfd of SIGINT, SIGTERM and SIGHUP) abort either. *lock_fd gets the lock
+ * that makes this launcher the machine's one host of that address and port (-1 when not
+ * hosting), which the caller releases with bagua__launch_embedded_unlock after stopping etcd.
+ * Returns 0; the signal number when one arrived; -1 with a message in err when no etcd answered in
+ * time.
+ */
+int bagua__launch_embedded_open(const bagua__launch_config_t *cfg, int sigfd,
+                                bagua__launch_etcd_t *priv, int *hosting, int *lock_fd, char *err,
+                                size_t errlen);
+
+/* Removes and releases the lock bagua__launch_embedded_open took (-1: nothing to do). */
+void bagua__launch_embedded_unlock(int lock_fd);
+
+/*
+ * The hosting launcher, once its own agents have ended: waits until no node of the job is
+ * registered in `etcd`, at most the lease TTL plus the stop grace and 5 s, or until a signal
+ * is readable on `sigfd`. Returns the number of nodes still registered at the end.
+ */
+int bagua__launch_embedded_linger(const bagua__launch_config_t *cfg, bagua__etcd_t *etcd,
+                                  int sigfd);
+
+#endif

@@ -1,0 +1,201 @@
+/*
+ * torchrun's multi-node command lines on bagua-launch, each node its own bagua-launch on this
+ * machine, with nothing else started: the node at the endpoint's address hosts the job's etcd
+ * (launcher/embedded.c), the other one joins it.
+ *
+ *   test_launch_torchrun MODE LAUNCHER AGENT
+ *
+ * Modes:
+ *  - c10d: torchrun's c10d form (--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT), two
+ *    launches; both exit 0, the four ranks see one world of 4 and torchrun's --role, and no
+ *    process or etcd directory is left;
+ *  - static_joiner_first: torchrun's static form (--node_rank, --master_addr, --master_port);
+ *    the launch that does not host starts first and waits for the etcd;
+ *  - no_host: a launch whose endpoint no node hosts ends with exit 3 after its rendezvous
+ *    timeout, naming the endpoint, and starts nothing.
+ *
+ * AGENT is the agent target's path; an empty argument or a missing file skips the test (77).
+ */
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "etcd_fixture.h"
+#include "launch_util.h"
+#include "test.h"
+
+static const char *g_launcher;
+static char g_dir[128];
+
+typedef struct {
+  char out[256], marker[128];
+  pid_t pid;
+} node_t;
+
+/* A TCP port of 127.0.0.1 that was free a moment ago. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(sa);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+    TEST_FAIL("no free port");
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+static void start(node_t *n, const char *name, char *const *args) {
+  snprintf(n->out, sizeof(n->out), "%s/%s.out", g_dir, name);
+  n->pid = lu_start_launcher(g_launcher, NULL, args, name, n->marker, sizeof(n->marker), NULL, 0,
+                             n->out);
+}
+
+static int count(const char *path, const char *needle) {
+  char *t = lu_read(path);
+  int k = 0;
+  for (char *p = t; p && (p = strstr(p, needle)); p++) k++;
+  free(t);
+  return k;
+}
+
+static void expect(int cond, const char *what, const node_t *a, const node_t *b) {
+  if (cond) return;
+  if (a) lu_dump(a->out);
+  if (b) lu_dump(b->out);
+  TEST_FAIL("%s", what);
+}
+
+/* Nothing of either launch is left: processes, or the hosted etcd's directory. */
+static void assert_clean(const node_t *a, const node_t *b) {
+  const node_t *n[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    if (!n[i]) continue;
+    char *out = lu_read(n[i]->out), dir[128];
+    expect(lu_wait_no_marked(n[i]->marker, 20000), "processes of a launch are still alive", a, b);
+    if (out && lu_find_etcd_dir(out, dir, sizeof(dir)))
+      expect(lu_wait_gone(dir, 10000), "the hosted etcd's directory is still there", a, b);
+    free(out);
+  }
+}
+
+/* The four ranks' lines: one world of 4, two per node, with torchrun's --role. */
+static void expect_world(const char *outf, const char *role, const node_t *a, const node_t *b) {
+  for (int r = 0; r < 4; r++) {
+    char want[96];
+    snprintf(want, sizeof(want), "W %d/4 local %d/2 role %s", r, r % 2, role);
+    if (count(outf, want) != 1) lu_dump(outf);
+    expect(count(outf, want) == 1, want, a, b);
+  }
+}
+
+static int mode_c10d(void) {
+  char outf[256], prog[512], ep[64];
+  snprintf(outf, sizeof(outf), "%s/w.txt", g_dir);
+  snprintf(prog, sizeof(prog),
+           "echo \"W $RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE role $ROLE_NAME\" >> %s",
+           outf);
+  snprintf(ep, sizeof(ep), "--rdzv_endpoint=127.0.0.1:%d", free_port());
+  node_t a, b;
+  /* The tutorial's command, flag for flag, plus a node id each: two launches share a host. */
+  start(&a, "a",
+        (char *[]){"--nnodes=2", "--nproc_per_node=2", "--rdzv_id=456", "--rdzv_backend=c10d", ep,
+                   "--role", "trainer", "--node-id", "a", "--", "sh", "-c", prog, NULL});
+  start(&b, "b",
+        (char *[]){"--nnodes=2", "--nproc_per_node=2", "--rdzv_id=456", "--rdzv_backend=c10d", ep,
+                   "--role", "trainer", "--node-id", "b", "--", "sh", "-c", prog, NULL});
+  int ra = lu_wait(a.pid, 60000), rb = lu_wait(b.pid, 60000);
+  expect(ra == 0 && rb == 0, "both launches exit 0", &a, &b);
+  expect_world(outf, "trainer", &a, &b);
+  expect(count(a.out, "hosting the job's etcd") + count(b.out, "hosting the job's etcd") == 1,
+         "exactly one launch hosts the etcd", &a, &b);
+  assert_clean(&a, &b);
+  return 0;
+}
+
+static int mode_static_joiner_first(void) {
+  char outf[256], prog[512], port[16];
+  snprintf(outf, sizeof(outf), "%s/w.txt", g_dir);
+  snprintf(prog, sizeof(prog),
+           "echo \"W $RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE role $ROLE_NAME\" >> %s",
+           outf);
+  snprintf(port, sizeof(port), "%d", free_port());
+  node_t a, b;
+  /* Each node says its address (torchrun's --local_addr): only the node whose address the
+   * master's is hosts, so b, started first, waits for a. */
+  start(&b, "b",
+        (char *[]){"--nnodes", "2", "--nproc_per_node", "2", "--node_rank", "1", "--master_addr",
+                   "127.0.0.2", "--master_port", port, "--local_addr", "127.0.0.3", "--node-id",
+                   "b", "--", "sh", "-c", prog, NULL});
+  expect(lu_wait_file(b.out, 10000), "b started", &b, NULL);
+  usleep(1500 * 1000);
+  start(&a, "a",
+        (char *[]){"--nnodes", "2", "--nproc_per_node", "2", "--node_rank", "0", "--master_addr",
+                   "127.0.0.2", "--master_port", port, "--local_addr", "127.0.0.2", "--node-id",
+                   "a", "--", "sh", "-c", prog, NULL});
+  int rb = lu_wait(b.pid, 60000), ra = lu_wait(a.pid, 60000);
+  expect(ra == 0 && rb == 0, "both launches exit 0", &a, &b);
+  expect_world(outf, "default", &a, &b);
+  expect(count(b.out, "waiting for the job's etcd at 127.0.0.2:") == 1, "b waited for a", &a, &b);
+  expect(count(a.out, "hosting the job's etcd at 127.0.0.2:") == 1, "a hosted it", &a, &b);
+  assert_clean(&a, &b);
+  return 0;
+}
+
+static int mode_no_host(void) {
+  char ep[64];
+  /* A port held open here (listening, never answering) keeps this node from hosting, and
+   * nothing answers as etcd there. */
+  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(sa);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 1) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+    TEST_FAIL("cannot hold a port");
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", ntohs(sa.sin_port));
+  node_t b;
+  char marker_file[256];
+  snprintf(marker_file, sizeof(marker_file), "%s/ran", g_dir);
+  char prog[300];
+  snprintf(prog, sizeof(prog), "touch %s", marker_file);
+  long long t0 = lu_now_ms();
+  start(&b, "b",
+        (char *[]){"--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint", ep, "--rdzv_conf",
+                   "join_timeout=2", "--", "sh", "-c", prog, NULL});
+  int rb = lu_wait(b.pid, 30000);
+  long long took = lu_now_ms() - t0;
+  close(fd);
+  printf("gave up after %lld ms\n", took);
+  expect(rb == 3, "exit 3 (no rendezvous)", &b, NULL);
+  expect(count(b.out, "no etcd answered at") == 1, "the message names the endpoint", &b, NULL);
+  expect(took < 20000, "it gave up after its rendezvous timeout", &b, NULL);
+  expect(access(marker_file, F_OK) != 0, "no worker ran", &b, NULL);
+  assert_clean(&b, NULL);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  unsetenv("SLURM_JOB_ID");
+  unsetenv("SLURM_JOB_NODELIST");
+  if (argc < 4) TEST_FAIL("usage: %s MODE LAUNCHER AGENT", argv[0]);
+  g_launcher = argv[2];
+  if (!argv[3][0] || access(argv[3], X_OK) != 0)
+    TEST_SKIP("bagua-agent is not built yet (agent target missing); these tests need it");
+  if (!etcd_fixture_available())
+    TEST_SKIP("%s not found; install the Debian package etcd-server", ETCD_FIXTURE_BIN);
+  lu_mkdtemp(g_dir, sizeof(g_dir));
+  int rc;
+  if (strcmp(argv[1], "c10d") == 0)
+    rc = mode_c10d();
+  else if (strcmp(argv[1], "static_joiner_first") == 0)
+    rc = mode_static_joiner_first();
+  else if (strcmp(argv[1], "no_host") == 0)
+    rc = mode_no_host();
+  else
+    TEST_FAIL("unknown mode %s", argv[1]);
+  lu_rmtree(g_dir);
+  return rc;
+}
