@@ -5,6 +5,7 @@ and the interpreter precedence of bagua-launch (--python > BAGUA_PYTHON > the #!
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -75,18 +76,17 @@ def test_run_elastic_two_workers(tmp_path):
     assert "launch-modules" in proc.stdout
 
 
-def test_launch_two_nodes_same_command(tmp_path, etcd):
-    """Upstream's multi-node command plus --rdzv_endpoint, run once per node: the nodes derive
-    one job id from --master_addr/--master_port and meet in the etcd (two nodes emulated on
-    this machine, told apart by BAGUA_NODE_ID)."""
+def two_nodes(tmp_path, port, extra):
+    """Upstream's multi-node command, run once per node on this machine (two nodes told apart
+    by BAGUA_NODE_ID); returns the two outputs."""
     (tmp_path / "worker.py").write_text(WORKER)
     procs = []
     for node in range(2):
         e = dict(os.environ, OMP_NUM_THREADS="1", BAGUA_NODE_ID=f"n{node}")
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "bagua.distributed.launch", "--nnodes", "2", "--node_rank",
-             str(node), "--master_addr", "127.0.0.1", "--master_port", "29999",
-             "--rdzv_endpoint", etcd, "--nproc_per_node", "1", "worker.py"],
+             str(node), "--master_addr", "127.0.0.1", "--master_port", str(port), *extra,
+             "--nproc_per_node", "1", "worker.py"],
             cwd=tmp_path, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     for p in procs:
@@ -98,8 +98,25 @@ def test_launch_two_nodes_same_command(tmp_path, etcd):
             raise
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out
-    assert "launch-127.0.0.1-29999" in outputs[0] + outputs[1]
     check_allreduce(subprocess.CompletedProcess([], 0, outputs[0] + outputs[1]), 2)
+    return outputs
+
+
+def test_launch_two_nodes_same_command(tmp_path, etcd):
+    """Upstream's multi-node command plus --rdzv_endpoint: the nodes derive one job id from
+    --master_addr/--master_port and meet in the etcd."""
+    outputs = two_nodes(tmp_path, 29999, ["--rdzv_endpoint", etcd])
+    assert "launch-127.0.0.1-29999" in outputs[0] + outputs[1]
+
+
+def test_launch_two_nodes_host_their_etcd(tmp_path):
+    """Upstream's multi-node command as it is, with no etcd running: the node at
+    --master_addr hosts the job's etcd on --master_port and the other joins it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    outputs = two_nodes(tmp_path, port, [])
+    assert "hosting the job's etcd at 127.0.0.1:%d" % port in outputs[0] + outputs[1]
 
 
 def test_set_additional_flag_and_no_extension(tmp_path):
@@ -119,9 +136,9 @@ def test_refused_option_exits_2_naming_it(tmp_path):
     proc = job(tmp_path, "bagua.distributed.launch", "--autotune_level", "2", "worker.py")
     assert proc.returncode == 2
     assert "--autotune_level: 2 is not a level" in proc.stdout
-    proc = job(tmp_path, "bagua.distributed.run", "--nnodes", "2", "worker.py")
+    proc = job(tmp_path, "bagua.distributed.run", "--redirects", "3", "worker.py")
     assert proc.returncode == 2
-    assert "--rdzv_backend: static with --nnodes 2" in proc.stdout
+    assert "--redirects: worker output always reaches the console" in proc.stdout
 
 
 def test_find_launcher():
@@ -233,7 +250,6 @@ def test_launch_programs():
 
 
 @pytest.mark.parametrize("argv, option", [
-    (["--nnodes", "2", "--node_rank", "1"], "--nnodes"),
     (["--nnodes", "0"], "--nnodes"),
     (["--node_rank", "1"], "--node_rank"),
     (["--nproc_per_node", "0"], "--nproc_per_node"),
@@ -252,9 +268,12 @@ def test_launch_refused(argv, option):
     assert e.value.option == option and str(e.value).startswith(option + ": ")
 
 
-def test_launch_multi_node_message():
-    with pytest.raises(OptionError, match="--rdzv_endpoint HOST:PORT"):
-        tl("--nnodes", "2")
+def test_launch_multi_node_hosts_the_etcd():
+    """Several nodes without --rdzv_endpoint: the master's node hosts the job's etcd."""
+    assert has(tl("--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1",
+                  "--master_port", "1234"),
+               ["--nnodes", "2", "--rdzv-backend", "static", "--master-addr", "10.0.0.1",
+                "--master-port", "1234", "--job-id", "launch-10.0.0.1-1234"])
 
 
 # ---- translation: run ----
@@ -285,6 +304,10 @@ def test_run_defaults():
      ["--rdzv-endpoint", "etcd:2379", "--job-id", "none"]),
     (["--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:29400", "--rdzv_id", "j2"],
      ["--job-id", "j2"]),
+    (["--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "h:29400"],
+     ["--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "--job-id", "none"]),
+    (["--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1", "--master_port", "7"],
+     ["--rdzv-backend", "static", "--master-addr", "10.0.0.1", "--master-port", "7"]),
     (["--rdzv_conf", "join_timeout=900,last_call_timeout=1.5"],
      ["--rdzv-timeout", "900", "--last-call-ms", "1500"]),
     (["--rdzv_conf", "timeout=30.5,read_timeout=2"],
@@ -324,10 +347,6 @@ def test_run_programs():
 
 
 @pytest.mark.parametrize("argv, option", [
-    (["--nnodes", "2"], "--rdzv_backend"),
-    (["--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "h:29400"],
-     "--rdzv_backend"),
-    (["--nnodes", "2:4", "--rdzv_backend", "c10d"], "--rdzv_backend"),
     (["--nnodes", "1:2:3"], "--nnodes"),
     (["--nnodes", "3:2"], "--nnodes"),
     (["--nproc_per_node", "gpu"], "--nproc_per_node"),

@@ -27,13 +27,6 @@ from bagua.distributed._common import (OptionError, add_bagua_options, add_optio
 
 PROG = "python -m bagua.distributed.launch"
 
-MULTI_NODE = (
-    "a job of several nodes meets through an etcd here, not at rank 0's --master_addr and "
-    "--master_port; accepted: run etcd where every node reaches it and add --rdzv_endpoint "
-    "HOST:PORT to the same command on every node, or start every node from one machine with "
-    "python -m bagua.script.baguarun")
-
-
 def parser():
     """The argument parser: upstream's options, both spellings, and --rdzv_endpoint."""
     # No abbreviations: argparse would take an option of the script's own (--a, after the
@@ -108,10 +101,13 @@ def build_argv(args, python=None):
     # A failed worker ended upstream's launch at once: no restarts.
     out = ["--max-restarts", "0"]
     if nnodes > 1:
-        if not args.rdzv_endpoint:
-            raise OptionError("--nnodes", f"{nnodes}: {MULTI_NODE}")
-        out += ["--nnodes", str(nnodes), "--rdzv-endpoint", args.rdzv_endpoint,
-                "--job-id", job_id(args.master_addr, args.master_port)]
+        # Without an etcd of the user's, the node at --master_addr hosts the job's etcd on
+        # --master_port (bagua-launch's static backend) and the others join it there.
+        where = (["--rdzv-endpoint", args.rdzv_endpoint] if args.rdzv_endpoint else
+                 ["--rdzv-backend", "static", "--master-addr", args.master_addr,
+                  "--master-port", str(args.master_port)])
+        out += ["--nnodes", str(nnodes)] + where + [
+            "--job-id", job_id(args.master_addr, args.master_port)]
     else:
         if args.nnodes is not None:
             out += ["--nnodes", "1"]

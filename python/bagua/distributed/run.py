@@ -12,9 +12,9 @@ Several nodes, the same command on each::
         --rdzv_endpoint ETCD_HOST:2379 --rdzv_id job7 train.py
 
 bagua-launch's agents always meet through etcd: the etcd backends map to its
-``--rdzv-endpoint``. static and c10d (a TCP store one of torchrun's agents hosts) without an
-endpoint get a private etcd, which serves the nodes of this machine only: a job that can start
-with one node (``--nnodes 1`` or ``1:MAX``) runs, and one that needs other nodes is refused.
+``--rdzv-endpoint``. static and c10d (a TCP store one of torchrun's agents hosts) of one node
+get a private etcd; across nodes, the node at the endpoint's address (static: the master's)
+hosts the job's etcd there, as bagua-launch's own --rdzv-backend does.
 The table of every option is in docs/launcher.md ("Upstream's launch commands").
 """
 
@@ -35,13 +35,6 @@ BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 KEEP_ALIVE_INTERVAL_S = 5.0
 KEEP_ALIVE_MAX_ATTEMPT = 3
 
-MULTI_NODE = (
-    "bagua-launch's nodes meet through etcd, not through a TCP store that one node hosts; "
-    "accepted: run etcd where every node reaches it and pass --rdzv_backend etcd "
-    "--rdzv_endpoint HOST:PORT, or --standalone (one machine), or start every node from one "
-    "machine with python -m bagua.script.baguarun")
-
-
 def parser():
     """The argument parser: upstream's options in both spellings."""
     # No abbreviations: argparse would take an option of the script's own (--a, after the
@@ -55,8 +48,8 @@ def parser():
     add_option(p, "--nproc_per_node", default="auto",
                help="workers per node: a number, cpu, gpu or auto (default: GPUs, else CPUs)")
     add_option(p, "--rdzv_backend", default="static",
-               help="etcd or etcd-v2 (with --rdzv_endpoint); static (default) or c10d: this "
-                    "node only, without an endpoint")
+               help="etcd or etcd-v2 (with --rdzv_endpoint); static (default) or c10d: the "
+                    "node at the endpoint's (static: the master's) address hosts the etcd")
     add_option(p, "--rdzv_endpoint", default="", help="the etcd's HOST:PORT[,...]")
     add_option(p, "--rdzv_id", default="none", help="job id shared by the nodes")
     add_option(p, "--rdzv_conf", default="",
@@ -234,12 +227,13 @@ def rendezvous_flags(args, min_nodes, max_nodes):
         # The same id on every node, "none" included, as torch uses it.
         return ["--rdzv-endpoint", args.rdzv_endpoint, "--job-id", args.rdzv_id]
     if backend in ("static", "c10d"):
-        # Without an endpoint a private etcd here does what the store on this node did, for
-        # the nodes of this machine only: a job that needs no other node (MIN 1) runs, one
-        # that names a store for other nodes to reach, or cannot start without them, cannot.
         if max_nodes > 1 and (args.rdzv_endpoint or min_nodes > 1):
-            raise OptionError("--rdzv_backend", f"{backend} with --nnodes {args.nnodes}: "
-                              f"{MULTI_NODE}")
+            # Nodes started one by one: bagua-launch's node at the endpoint's address (static:
+            # the master's) hosts the job's etcd there, and the others join it.
+            where = (["--rdzv-endpoint", args.rdzv_endpoint] if args.rdzv_endpoint else
+                     ["--master-addr", args.master_addr, "--master-port", str(args.master_port)])
+            return ["--rdzv-backend", backend] + where + ["--job-id", args.rdzv_id]
+        # One node: a private etcd here does what the store on this node did.
         return [] if args.rdzv_id == "none" else ["--job-id", args.rdzv_id]
     raise OptionError("--rdzv_backend", f"{backend!r} is not a backend here; accepted: etcd or "
                       "etcd-v2 with --rdzv_endpoint, static or c10d for one node, or "
