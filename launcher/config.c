@@ -643,7 +643,12 @@ void bagua__launch_usage(FILE *out) {
           "(docs/observability.md).\n"
           "\n"
           "Precedence: flag > environment (BAGUA_*) > --config INI file > default.\n"
-          "torchrun's spellings work too: --nproc_per_node, --rdzv_id (--job-id), --standalone.\n"
+          "torchrun's command lines work too: underscores (--nproc_per_node), abbreviations\n"
+          "(--nnode=1), --rdzv_id (--job-id), --standalone, --rdzv_backend (c10d and static\n"
+          "across nodes: the node at the endpoint's or --master_addr's address hosts the job's\n"
+          "etcd), --node_rank, --master_addr, --master_port, --rdzv_conf, --role, --run_path,\n"
+          "--tee, --redirects 0, --monitor_interval and --start_method (no effect)\n"
+          "(docs/launcher.md, \"Coming from torchrun\").\n"
           "\n");
   const char *section = "";
   for (int s = 0; s < LS__COUNT; s++) {

@@ -255,7 +255,15 @@ int main(int argc, char **argv) {
   if (progress)
     bagua__say(LAUNCH_TOOL, "job %s: %d agent(s), nnodes %s, rendezvous at %s%s",
                cfg.v[LS_JOB_ID].s, nagents, cfg.v[LS_NNODES].s, endpoint,
-               have_priv ? " (private etcd)" : "");
+               hosting     ? " (hosted here)"
+               : have_priv ? " (private etcd)"
+                           : "");
+  /* A script written for torchrun (0 restarts) must not run again unannounced. */
+  if (cfg.v[LS_MAX_RESTARTS].origin.kind == LO_DEFAULT && cfg.v[LS_MAX_RESTARTS].i > 0)
+    bagua__say(LAUNCH_TOOL,
+               "a failed worker restarts the job up to %lld times (bagua-launch's default; "
+               "torchrun's is 0: --max-restarts 0)",
+               (long long)cfg.v[LS_MAX_RESTARTS].i);
   BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "job %s: starting %d agent(s) against %s, at most %s at once",
              cfg.v[LS_JOB_ID].s, nagents, endpoint, cfg.v[LS_FANOUT].s);
   /* The supervisor starts the agents (--fanout at a time) and watches them. */
