@@ -27,6 +27,8 @@
 
 /* Pause between two probes of an etcd that does not answer yet. */
 #define PROBE_PAUSE_MS 200
+/* How long one connect probe waits for a host that does not answer at all. */
+#define CONNECT_PROBE_MS 500
 
 /* 1 when a listener could bind `ip`:`port` now (nobody holds it). */
 static int port_free(uint32_t ip, uint16_t port) {
@@ -69,6 +71,23 @@ static int wait_signal(int sigfd, int ms) {
   return si.ssi_signo == SIGCHLD ? 0 : (int)si.ssi_signo;
 }
 
+/* 1 when a TCP connection to ip:port is accepted within CONNECT_PROBE_MS. */
+static int listening(uint32_t ip, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return 1; /* let the etcd client say what is wrong */
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = ip};
+  int ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ok = poll(&p, 1, CONNECT_PROBE_MS) == 1 &&
+         getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+  }
+  close(fd);
+  return ok;
+}
+
 /* Waits until an etcd answers at the endpoint (the job's status key can be read). */
 static int join(const bagua__launch_config_t *cfg, int sigfd, char *err, size_t errlen) {
   const char *endpoint = cfg->v[LS_ENDPOINT].s;
@@ -84,9 +103,20 @@ static int join(const bagua__launch_config_t *cfg, int sigfd, char *err, size_t 
   bagua__etcd_set_interrupt_fd(c, sigfd);
   int said = 0, rc = -1;
   bagua_status_t last = BAGUA_OK;
+  char host[256], what[256];
+  uint16_t port = 0;
+  uint32_t ip = 0;
+  int resolved =
+      bagua__endpoint_first(endpoint, host, sizeof(host), &port, what, sizeof(what)) == BAGUA_OK &&
+      bagua__resolve_ipv4(host, &ip) == BAGUA_OK;
   for (;;) {
     bagua__launch_status_t st;
-    last = bagua__launch_read_status(c, cfg->v[LS_JOB_ID].s, &st);
+    /* Until something listens there, a plain connect says so without the etcd client's
+     * warning for each refused request. */
+    if (resolved && !listening(ip, port))
+      last = BAGUA_ERR_CURL;
+    else
+      last = bagua__launch_read_status(c, cfg->v[LS_JOB_ID].s, &st);
     if (last == BAGUA_OK) {
       BAGUA_INFO(BAGUA_SUBSYS_LAUNCH, "the job's etcd at %s answered after %lld ms", endpoint,
                  (long long)(bagua__now_ms() - t0));

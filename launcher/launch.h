@@ -216,6 +216,9 @@ typedef struct {
   /* The endpoint is the job's etcd that one of its nodes hosts: torchrun's c10d or static
    * backend across nodes (embedded.h). */
   int rdzv_embedded;
+  /* torchrun's agents are anonymous: a local agent without a node id gets HOST-PID rather than
+   * the host name, so two launches on one machine are two nodes (--rdzv-backend, no hosts). */
+  int anonymous_node;
   int help, version, print_params, dry_run;
 } bagua__launch_config_t;
 

@@ -15,6 +15,7 @@
  * parent-death signals and the private etcd's keeper.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -32,6 +33,7 @@
 #include "common/log.h"
 #include "common/output.h"
 #include "common/sock.h"
+#include "common/validate.h"
 #include "embedded.h"
 #include "etcd_local.h"
 #include "launch.h"
@@ -114,6 +116,24 @@ static int preflight(bagua__etcd_t *c, const bagua__launch_config_t *cfg, const 
   return 0;
 }
 
+/* The node id of a torchrun-style launch without one: this host's name (cut to what fits and
+ * to the id alphabet) and bagua-launch's pid. */
+static int anonymous_node_id(bagua__launch_config_t *cfg) {
+  char host[256] = "node", id[BAGUA_ID_MAX_LEN + 1];
+  if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "node");
+  host[sizeof(host) - 1] = '\0';
+  for (char *p = host; *p; p++)
+    if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-') *p = '-';
+  char pid[24];
+  int np = snprintf(pid, sizeof(pid), "-%d", (int)getpid());
+  snprintf(id, sizeof(id), "%.*s%s", BAGUA_ID_MAX_LEN - np, host, pid);
+  char *copy = strdup(id);
+  if (!copy) return -1;
+  free(cfg->v[LS_NODE_ID].s);
+  cfg->v[LS_NODE_ID].s = copy;
+  return 0;
+}
+
 static void dry_run(const bagua__launch_config_t *cfg, const char *agent_path) {
   bagua__launch_dump(cfg, stdout);
   bagua__launch_agent_t *agents = NULL;
@@ -161,6 +181,11 @@ int main(int argc, char **argv) {
   }
   if (cfg.dry_run) {
     dry_run(&cfg, agent_path);
+    goto out;
+  }
+  if (cfg.anonymous_node && anonymous_node_id(&cfg) != 0) {
+    bagua__say(LAUNCH_TOOL, "out of memory");
+    rc = 1;
     goto out;
   }
   const int standalone = cfg.v[LS_ENDPOINT].s[0] == '\0';

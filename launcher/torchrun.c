@@ -413,6 +413,7 @@ int bagua__launch_torchrun_resolve(const bagua__launch_layer_t *cli, bagua__laun
                         : (t->master_addr[0] || t->master_port) ? "static"
                                                                 : "";
   if (cli->standalone || !backend[0]) return 0;
+  if (!cfg->nhosts && cfg->v[LS_NODE_ID].origin.kind == LO_DEFAULT) cfg->anonymous_node = 1;
   if (cfg->job_id_generated && (!is_static(backend) || nn->i2 > 1) && !cfg->nhosts) {
     /* Nodes started one by one share the etcd and must share the id: torchrun's default. */
     free(cfg->v[LS_JOB_ID].s);

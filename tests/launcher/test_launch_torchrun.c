@@ -99,13 +99,14 @@ static int mode_c10d(void) {
            outf);
   snprintf(ep, sizeof(ep), "--rdzv_endpoint=127.0.0.1:%d", free_port());
   node_t a, b;
-  /* The tutorial's command, flag for flag, plus a node id each: two launches share a host. */
+  /* The tutorial's command, flag for flag (plus --role): each launch is its own node, as
+   * torchrun's anonymous agents are, though both have this host's name. */
   start(&a, "a",
         (char *[]){"--nnodes=2", "--nproc_per_node=2", "--rdzv_id=456", "--rdzv_backend=c10d", ep,
-                   "--role", "trainer", "--node-id", "a", "--", "sh", "-c", prog, NULL});
+                   "--role", "trainer", "--", "sh", "-c", prog, NULL});
   start(&b, "b",
         (char *[]){"--nnodes=2", "--nproc_per_node=2", "--rdzv_id=456", "--rdzv_backend=c10d", ep,
-                   "--role", "trainer", "--node-id", "b", "--", "sh", "-c", prog, NULL});
+                   "--role", "trainer", "--", "sh", "-c", prog, NULL});
   int ra = lu_wait(a.pid, 60000), rb = lu_wait(b.pid, 60000);
   expect(ra == 0 && rb == 0, "both launches exit 0", &a, &b);
   expect_world(outf, "trainer", &a, &b);
@@ -127,14 +128,14 @@ static int mode_static_joiner_first(void) {
    * master's is hosts, so b, started first, waits for a. */
   start(&b, "b",
         (char *[]){"--nnodes", "2", "--nproc_per_node", "2", "--node_rank", "1", "--master_addr",
-                   "127.0.0.2", "--master_port", port, "--local_addr", "127.0.0.3", "--node-id",
-                   "b", "--", "sh", "-c", prog, NULL});
+                   "127.0.0.2", "--master_port", port, "--local_addr", "127.0.0.3", "--", "sh",
+                   "-c", prog, NULL});
   expect(lu_wait_file(b.out, 10000), "b started", &b, NULL);
   usleep(1500 * 1000);
   start(&a, "a",
         (char *[]){"--nnodes", "2", "--nproc_per_node", "2", "--node_rank", "0", "--master_addr",
-                   "127.0.0.2", "--master_port", port, "--local_addr", "127.0.0.2", "--node-id",
-                   "a", "--", "sh", "-c", prog, NULL});
+                   "127.0.0.2", "--master_port", port, "--local_addr", "127.0.0.2", "--", "sh",
+                   "-c", prog, NULL});
   int rb = lu_wait(b.pid, 60000), ra = lu_wait(a.pid, 60000);
   expect(ra == 0 && rb == 0, "both launches exit 0", &a, &b);
   expect_world(outf, "default", &a, &b);
