@@ -2,8 +2,8 @@
 # mismatched calls refused on every rank of every transport, invalid roots refused, argument
 # errors that one rank alone sees refused on every rank (the communicator staying in phase), and
 # a seeded property test of random calls with random per-rank mismatches and refusals. Included from
-# tests/CMakeLists.txt, so bagua_mp_test and bagua_test_mp are in scope.
-add_executable(test_coll_contract comm/test_coll_contract.c)
+# tests/comm/CMakeLists.txt; bagua_mp_test and bagua_test_mp come from tests/CMakeLists.txt.
+add_executable(test_coll_contract test_coll_contract.c)
 target_link_libraries(test_coll_contract PRIVATE bagua_test_mp)
 # shm (one round and many rounds per call), tcp with emulated nodes (several streams) and
 # on one host, and the hierarchical mix (two and three emulated nodes).
