@@ -27,6 +27,7 @@ from bagua.distributed._common import (OptionError, add_bagua_options, add_optio
 
 PROG = "python -m bagua.distributed.launch"
 
+
 def parser():
     """The argument parser: upstream's options, both spellings, and --rdzv_endpoint."""
     # No abbreviations: argparse would take an option of the script's own (--a, after the

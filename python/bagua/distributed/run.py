@@ -35,6 +35,7 @@ BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 KEEP_ALIVE_INTERVAL_S = 5.0
 KEEP_ALIVE_MAX_ATTEMPT = 3
 
+
 def parser():
     """The argument parser: upstream's options in both spellings."""
     # No abbreviations: argparse would take an option of the script's own (--a, after the
