@@ -326,7 +326,8 @@ static bagua_status_t reply_error(const char *ep, const char *path, long http, c
   if (cJSON_IsString(msg)) {
     int gc = cJSON_IsNumber(code) ? code->valueint : -1;
     if (grpc_code) *grpc_code = gc;
-    if ((flags & ETCD_CALL_QUIET_NOT_FOUND) && gc == ETCD_GRPC_NOT_FOUND)
+    if ((flags & ETCD_CALL_QUIET_ETCD) ||
+        ((flags & ETCD_CALL_QUIET_NOT_FOUND) && gc == ETCD_GRPC_NOT_FOUND))
       BAGUA_INFO(BAGUA_SUBSYS_ETCD, "etcd %s%s: %s (gRPC code %d, HTTP %ld)", ep, path,
                  msg->valuestring, gc, http);
     else

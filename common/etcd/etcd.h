@@ -348,4 +348,30 @@ int64_t bagua__etcd_watch_next_revision(const bagua__etcd_watch_t *w);
  * frees the watch. Returns BAGUA_ERR_INVALID_USAGE if called from the watch callback. NULL ok. */
 bagua_status_t bagua__etcd_watch_stop(bagua__etcd_watch_t *w);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Cluster membership (cluster.c)                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One member of the etcd cluster; a learner added but not yet started has no name and no
+ * client URL. URLs are the first of each list. */
+typedef struct {
+  uint64_t id;
+  char name[64];
+  char peer[128];
+  char client[128];
+  int learner;
+} bagua__etcd_member_t;
+
+/* The cluster's members, at most `max` into out, their number in *n. */
+bagua_status_t bagua__etcd_member_list(bagua__etcd_t *c, bagua__etcd_member_t *out, int max,
+                                       int *n);
+/* Adds a member at `peer_url` (a learner, which does not vote, when `learner`): its id in *id,
+ * and the cluster's members after the change (it included) in members. etcd refuses a change
+ * while the cluster settles (BAGUA_ERR_ETCD, logged at INFO only: callers try again). */
+bagua_status_t bagua__etcd_member_add(bagua__etcd_t *c, const char *peer_url, int learner,
+                                      uint64_t *id, bagua__etcd_member_t *members, int max, int *n);
+/* Promotes learner `id` to a voting member. etcd refuses a learner that has not caught up with
+ * the leader (BAGUA_ERR_ETCD, its gRPC code in *grpc_code when not NULL): try again later. */
+bagua_status_t bagua__etcd_member_promote(bagua__etcd_t *c, uint64_t id, int *grpc_code);
+
 #endif

@@ -82,6 +82,9 @@ enum {
   ETCD_CALL_QUIET_TRANSPORT = 1 << 0,
   /* An etcd NOT_FOUND error is logged at INFO instead of WARN. */
   ETCD_CALL_QUIET_NOT_FOUND = 1 << 1,
+  /* Every etcd error is logged at INFO (a caller that retries, such as membership changes
+   * refused while the cluster settles). */
+  ETCD_CALL_QUIET_ETCD = 1 << 2,
 };
 
 /*
