@@ -4,20 +4,18 @@
 #include "embedded.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/signalfd.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/log.h"
-#include "common/params.h"
 #include "common/output.h"
 #include "common/rdzv/rdzv.h"
 #include "common/sock.h"
@@ -42,20 +40,20 @@ static int port_free(uint32_t ip, uint16_t port) {
   return ok;
 }
 
-/* An exclusive lock on $TMPDIR/bagua-launch-etcd-IP-PORT.lock, held while this launcher hosts
- * the etcd there (released however it ends); -1 when another process holds it. */
-static char g_lock_path[PATH_MAX]; /* a launcher hosts one etcd at most */
-
+/* An exclusive lock for hosting ip:port on this machine, held while this launcher hosts the
+ * etcd there: a Unix socket bound in the abstract namespace ("@bagua-launch-etcd-IP-PORT"),
+ * which the kernel releases however the holder ends and which leaves no file behind. Abstract
+ * names are per network namespace, as addresses are. -1 when another process holds it. */
 static int host_lock(uint32_t ip, uint16_t port) {
-  char *path = g_lock_path, ipstr[64];
+  char ipstr[64];
   bagua__ipv4_str(ip, ipstr, sizeof(ipstr));
-  const char *tmp = bagua__param_str(BAGUA_P_TMPDIR);
-  if (!tmp || !tmp[0]) tmp = bagua__param_str_default(BAGUA_P_TMPDIR);
-  snprintf(path, sizeof(g_lock_path), "%s/bagua-launch-etcd-%s-%u.lock", tmp, ipstr,
-           (unsigned)port);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "bagua-launch-etcd-%s-%u", ipstr,
+                   (unsigned)port);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  if (bind(fd, (struct sockaddr *)&sa,
+           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) != 0) {
     close(fd);
     return -1;
   }
@@ -172,8 +170,15 @@ int bagua__launch_embedded_open(const bagua__launch_config_t *cfg, int sigfd,
   if (here && (*lock_fd = host_lock(ip, port)) >= 0 && port_free(ip, port)) {
     bagua__ipv4_str(ip, ipstr, sizeof(ipstr));
     char serr[LAUNCH_ERR_LEN];
-    int r = bagua__launch_etcd_start(cfg->v[LS_ETCD_BIN].s, ipstr, port, sigfd, priv, serr,
-                                     sizeof(serr));
+    /* The peer URL is on the node's address too: the etcd grows to three members on other
+     * nodes (embedded_members.c). */
+    bagua__etcd_local_opts_t o = BAGUA__ETCD_LOCAL_OPTS_INIT;
+    o.bin = cfg->v[LS_ETCD_BIN].s;
+    o.addr = ipstr;
+    o.client_port = port;
+    o.peer_addr = ipstr;
+    o.sigfd = sigfd;
+    int r = bagua__launch_etcd_start_opts(&o, priv, serr, sizeof(serr));
     if (r != 0) {
       bagua__launch_embedded_unlock(*lock_fd);
       *lock_fd = -1;
@@ -217,8 +222,5 @@ int bagua__launch_embedded_linger(const bagua__launch_config_t *cfg, bagua__etcd
 }
 
 void bagua__launch_embedded_unlock(int lock_fd) {
-  if (lock_fd < 0) return;
-  /* Removed while still held, so no launcher that starts later locks a file on its way out. */
-  unlink(g_lock_path);
-  close(lock_fd);
+  if (lock_fd >= 0) close(lock_fd);
 }

@@ -33,7 +33,7 @@ int bagua__launch_embedded_open(const bagua__launch_config_t *cfg, int sigfd,
                                 bagua__launch_etcd_t *priv, int *hosting, int *lock_fd, char *err,
                                 size_t errlen);
 
-/* Removes and releases the lock bagua__launch_embedded_open took (-1: nothing to do). */
+/* Releases the lock bagua__launch_embedded_open took (-1: nothing to do). */
 void bagua__launch_embedded_unlock(int lock_fd);
 
 /*
@@ -43,5 +43,28 @@ void bagua__launch_embedded_unlock(int lock_fd);
  */
 int bagua__launch_embedded_linger(const bagua__launch_config_t *cfg, bagua__etcd_t *etcd,
                                   int sigfd);
+
+/* The host's grower (embedded_members.c): a thread that adds the members joining launchers
+ * offer, as learners, and promotes them, up to three. `endpoint` reaches the host's etcd. */
+typedef struct bagua__launch_grower bagua__launch_grower_t;
+int bagua__launch_grower_start(const bagua__launch_config_t *cfg, const char *endpoint,
+                               bagua__launch_grower_t **out);
+/* Stops the thread and frees it. NULL ok. */
+void bagua__launch_grower_stop(bagua__launch_grower_t *g);
+
+/*
+ * A joining launcher, once the host's etcd answers: a thread offers a member on this node
+ * (keyed by `node_id`) and, when the host answers, starts it into `member`. Writes into
+ * `endpoints` the list the agents get: the endpoint, this node's member-to-be, then every
+ * member known now. Never fails the job: on any error the list is the endpoint alone and *out
+ * NULL. Returns 0.
+ */
+typedef struct bagua__launch_member bagua__launch_member_t;
+int bagua__launch_member_start(const bagua__launch_config_t *cfg, const char *node_id,
+                               bagua__launch_etcd_t *member, char *endpoints, size_t len,
+                               bagua__launch_member_t **out);
+/* Stops the thread (NULL ok); 1 when the member's etcd runs, which the caller stops once it no
+ * longer needs it. */
+int bagua__launch_member_stop(bagua__launch_member_t *m);
 
 #endif

@@ -14,11 +14,17 @@ int bagua__launch_etcd_start(const char *bin, const char *addr, int port, int si
   bagua__etcd_local_opts_t opts = BAGUA__ETCD_LOCAL_OPTS_INIT;
   opts.bin = bin;
   opts.addr = addr;
-  opts.name = "bagua-launch";
+  opts.client_port = port;
+  opts.sigfd = sigfd;
+  return bagua__launch_etcd_start_opts(&opts, e, err, errlen);
+}
+
+int bagua__launch_etcd_start_opts(bagua__etcd_local_opts_t *o, bagua__launch_etcd_t *e, char *err,
+                                  size_t errlen) {
+  bagua__etcd_local_opts_t opts = *o;
+  if (!opts.name) opts.name = "bagua-launch";
   opts.dir_prefix = "/tmp/bagua-launch";
   opts.keeper = 1;
-  opts.sigfd = sigfd;
-  opts.client_port = port;
   int64_t t0 = bagua__now_ms();
   bagua_status_t st = bagua__etcd_local_start(e, &opts);
   switch (st) {

@@ -24,6 +24,11 @@ typedef bagua__etcd_local_t bagua__launch_etcd_t;
 int bagua__launch_etcd_start(const char *bin, const char *addr, int port, int sigfd,
                              bagua__launch_etcd_t *e, char *err, size_t errlen);
 
+/* The same with every option of the helper (bin, addr, ports, peer address, cluster to join,
+ * sigfd); the launcher sets the name when none is given, the directory and the keeper. */
+int bagua__launch_etcd_start_opts(bagua__etcd_local_opts_t *opts, bagua__launch_etcd_t *e,
+                                  char *err, size_t errlen);
+
 /* 1 when etcd has exited by itself (the keeper reported it). */
 static inline int bagua__launch_etcd_died(bagua__launch_etcd_t *e) {
   return bagua__etcd_local_exited(e);

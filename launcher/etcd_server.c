@@ -43,7 +43,7 @@ enum { READY, EXITED, TIMED_OUT, SIGNALLED };
 
 /* etcd's command line, built before any fork so the child only makes system calls. */
 typedef struct {
-  char client[200], advertise[96], peer[64], cluster[112], token[96];
+  char client[200], advertise[96], peer[96], cluster[1024], token[96];
   char *argv[32];
 } etcd_args_t;
 
@@ -93,7 +93,7 @@ int bagua__etcd_local_kill(pid_t pid, int stop_timeout_ms) {
 
 /* One GET /health; 1 when etcd answers healthy. Bounded by one-second socket timeouts, which
  * Linux applies to connect() as well. */
-static int healthy_once(const char *addr, int port) {
+static int healthy_once(const char *addr, int port, int any_answer) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   if (inet_pton(AF_INET, addr, &a.sin_addr) != 1) return 0;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -112,7 +112,8 @@ static int healthy_once(const char *addr, int port) {
       while (len + 1 < sizeof(buf) && (r = recv(fd, buf + len, sizeof(buf) - 1 - len, 0)) > 0)
         len += (size_t)r;
       buf[len] = '\0';
-      ok = strstr(buf, " 200 ") != NULL && strstr(buf, "\"health\":\"true\"") != NULL;
+      ok = any_answer ? strncmp(buf, "HTTP/", 5) == 0
+                      : strstr(buf, " 200 ") != NULL && strstr(buf, "\"health\":\"true\"") != NULL;
     }
   }
   close(fd);
@@ -139,8 +140,11 @@ static void build_args(const bagua__etcd_local_t *e, etcd_args_t *a) {
     snprintf(a->client, sizeof(a->client), "%s", a->advertise);
   else
     snprintf(a->client, sizeof(a->client), "%s,http://127.0.0.1:%d", a->advertise, e->client_port);
-  snprintf(a->peer, sizeof(a->peer), "http://127.0.0.1:%d", e->peer_port);
-  snprintf(a->cluster, sizeof(a->cluster), "%s=%s", e->name, a->peer);
+  snprintf(a->peer, sizeof(a->peer), "http://%s:%d", e->peer_addr, e->peer_port);
+  if (e->initial_cluster[0])
+    snprintf(a->cluster, sizeof(a->cluster), "%s", e->initial_cluster);
+  else
+    snprintf(a->cluster, sizeof(a->cluster), "%s=%s", e->name, a->peer);
   snprintf(a->token, sizeof(a->token), "%s-%d-%d", e->name, (int)e->owner, e->client_port);
   /*
    * A single member elects itself after one election timeout, so short timings make start-up
@@ -165,7 +169,7 @@ static void build_args(const bagua__etcd_local_t *e, etcd_args_t *a) {
                         "--initial-cluster-token",
                         a->token,
                         "--initial-cluster-state",
-                        "new",
+                        e->initial_cluster[0] ? "existing" : "new",
                         "--heartbeat-interval",
                         "20",
                         "--election-timeout",
@@ -322,7 +326,7 @@ int bagua__etcd_local_exited(bagua__etcd_local_t *e) {
 /* Polls until etcd is healthy, has exited, the deadline passed or a stop signal arrived. */
 static int wait_ready(bagua__etcd_local_t *e, int64_t deadline, int sigfd) {
   for (;;) {
-    if (healthy_once(e->addr, e->client_port)) return READY;
+    if (healthy_once(e->addr, e->client_port, e->initial_cluster[0] != '\0')) return READY;
     if (bagua__etcd_local_exited(e)) return EXITED;
     int64_t left = bagua__ms_left(deadline);
     if (left <= 0) return TIMED_OUT;
@@ -384,7 +388,8 @@ static void stop_processes(bagua__etcd_local_t *e) {
 }
 
 /* Makes a fresh directory and picks fresh ports for one start attempt. */
-static bagua_status_t prepare(bagua__etcd_local_t *e, const char *prefix, int client_port) {
+static bagua_status_t prepare(bagua__etcd_local_t *e, const char *prefix, int client_port,
+                              int peer_port) {
   snprintf(e->dir, sizeof(e->dir), "%s-XXXXXX", prefix);
   if (!mkdtemp(e->dir)) {
     set_err(e, "mkdtemp %s: %s", e->dir, strerror(errno));
@@ -393,10 +398,14 @@ static bagua_status_t prepare(bagua__etcd_local_t *e, const char *prefix, int cl
   }
   snprintf(e->data_dir, sizeof(e->data_dir), "%s/data", e->dir);
   snprintf(e->log_path, sizeof(e->log_path), "%s/etcd.log", e->dir);
+  if (client_port > 0 && client_port == peer_port) {
+    set_err(e, "the etcd client and peer ports are both %d", client_port);
+    return BAGUA_ERR_INVALID_ARG;
+  }
   /* The client URL also listens on loopback, so the two ports must differ on any address. */
   do {
     e->client_port = client_port > 0 ? client_port : bagua__etcd_local_free_port(e->addr);
-    e->peer_port = bagua__etcd_local_free_port("127.0.0.1");
+    e->peer_port = peer_port > 0 ? peer_port : bagua__etcd_local_free_port(e->peer_addr);
   } while (e->client_port > 0 && e->client_port == e->peer_port);
   if (e->client_port < 0 || e->peer_port < 0) {
     set_err(e, "no free TCP port on %s (the log says why)", e->addr);
@@ -434,6 +443,10 @@ bagua_status_t bagua__etcd_local_start(bagua__etcd_local_t *e,
       copy_opt(e, e->bin, sizeof(e->bin), o->bin ? o->bin : BAGUA__ETCD_LOCAL_BIN, "binary path"));
   BAGUA_CHECK(copy_opt(e, e->addr, sizeof(e->addr), o->addr ? o->addr : "127.0.0.1", "address"));
   BAGUA_CHECK(copy_opt(e, e->name, sizeof(e->name), o->name ? o->name : "bagua", "member name"));
+  BAGUA_CHECK(copy_opt(e, e->peer_addr, sizeof(e->peer_addr),
+                       o->peer_addr ? o->peer_addr : "127.0.0.1", "peer address"));
+  BAGUA_CHECK(copy_opt(e, e->initial_cluster, sizeof(e->initial_cluster),
+                       o->initial_cluster ? o->initial_cluster : "", "initial cluster"));
   /* PREFIX-XXXXXX/etcd.log must fit in log_path. */
   if (strlen(prefix) + sizeof("-XXXXXX/etcd.log") > sizeof(e->log_path)) {
     set_err(e, "the etcd directory prefix is too long: %s", prefix);
@@ -448,7 +461,7 @@ bagua_status_t bagua__etcd_local_start(bagua__etcd_local_t *e,
    * directory. */
   const int attempts = o->client_port > 0 ? 1 : BAGUA__ETCD_LOCAL_ATTEMPTS;
   for (int attempt = 0; attempt < attempts; attempt++) {
-    BAGUA_CHECK_GOTO(prepare(e, prefix, o->client_port), st, fail);
+    BAGUA_CHECK_GOTO(prepare(e, prefix, o->client_port, o->peer_port), st, fail);
     BAGUA_CHECK_GOTO(spawn(e, o->keeper), st, fail);
     switch (wait_ready(e, bagua__deadline_in(e->start_timeout_ms), o->sigfd)) {
       case READY:

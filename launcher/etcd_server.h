@@ -58,6 +58,14 @@ typedef struct {
   int client_port;        /* the client URL's port; 0: a free one. A given port is tried once
                              (a port someone holds does not free itself), and an etcd that
                              exits during start-up then leaves its log to the caller. */
+  /* A member of a larger cluster (the embedded rendezvous grows to three): the peer URL's
+   * address and port (NULL/0: 127.0.0.1 and a free port), and the cluster to join, as
+   * "name=http://ip:port,...", this member included (NULL: a new cluster of this member). A
+   * joining member counts as started once it answers HTTP at all: a learner reports itself
+   * unhealthy until it is promoted. */
+  const char *peer_addr;
+  int peer_port;
+  const char *initial_cluster;
 } bagua__etcd_local_opts_t;
 
 /* Options with every default; set the fields that differ after initialising with this. */
@@ -74,13 +82,15 @@ typedef struct {
   int peer_port; /* on 127.0.0.1 */
   int start_timeout_ms;
   int stop_timeout_ms;
-  int signo;          /* the signal that aborted the last start (BAGUA_ERR_ABORTED) */
-  char addr[64];      /* address the client URL listens on */
-  char endpoint[96];  /* "ADDR:PORT" of the client URL */
-  char name[32];      /* member name */
-  char dir[128];      /* temporary directory holding data/ and etcd.log; "" once removed */
-  char data_dir[160]; /* DIR/data */
-  char log_path[160]; /* DIR/etcd.log */
+  int signo;                  /* the signal that aborted the last start (BAGUA_ERR_ABORTED) */
+  char addr[64];              /* address the client URL listens on */
+  char endpoint[96];          /* "ADDR:PORT" of the client URL */
+  char name[32];              /* member name */
+  char peer_addr[64];         /* address of the peer URL */
+  char initial_cluster[1024]; /* the cluster joined; "" for a new one */
+  char dir[128];              /* temporary directory holding data/ and etcd.log; "" once removed */
+  char data_dir[160];         /* DIR/data */
+  char log_path[160];         /* DIR/etcd.log */
   char bin[PATH_MAX];
   char err[512]; /* why the last failing call failed */
 } bagua__etcd_local_t;

@@ -155,6 +155,10 @@ int main(int argc, char **argv) {
   bagua__launch_config_t cfg;
   char err[LAUNCH_ERR_LEN], agent_path[4096], addr[64];
   bagua__launch_etcd_t priv = {.keeper = 0, .ctl_fd = -1, .evt_fd = -1};
+  bagua__launch_etcd_t member = {.keeper = 0, .ctl_fd = -1, .evt_fd = -1};
+  bagua__launch_grower_t *grower = NULL;
+  bagua__launch_member_t *joiner = NULL;
+  int have_member = 0;
   bagua__etcd_t *etcd = NULL;
   bagua__launch_agent_t *agents = NULL;
   int nagents = 0, sigfd = -1, have_priv = 0, hosting = 0, host_lock = -1;
@@ -249,6 +253,16 @@ int main(int argc, char **argv) {
       have_priv = hosting;
     }
     snprintf(endpoint, sizeof(endpoint), "%s", cfg.v[LS_ENDPOINT].s);
+    /* The hosted etcd grows to three members on three nodes (embedded_members.c). */
+    if (hosting) {
+      char own_ep[64];
+      snprintf(own_ep, sizeof(own_ep), "127.0.0.1:%d", priv.client_port);
+      if (bagua__launch_grower_start(&cfg, own_ep, &grower) != 0)
+        bagua__say(LAUNCH_TOOL, "the job's etcd stays on this node alone (no grower thread)");
+    } else if (cfg.rdzv_embedded) {
+      bagua__launch_member_start(&cfg, cfg.v[LS_NODE_ID].s[0] ? cfg.v[LS_NODE_ID].s : "node",
+                                 &member, endpoint, sizeof(endpoint), &joiner);
+    }
   }
   /* The launcher's own client goes through loopback to a private etcd. */
   char own[128];
@@ -302,8 +316,13 @@ int main(int argc, char **argv) {
                              .stale_status_rev = stale_rev};
   rc = bagua__launch_supervise(&run);
   /* Nodes that end a moment later still need the etcd this one hosts; not after a signal. */
-  if (hosting && rc < 128) bagua__launch_embedded_linger(&cfg, etcd, sigfd);
+  have_member = bagua__launch_member_stop(joiner);
+  joiner = NULL;
+  if ((hosting || have_member) && rc < 128) bagua__launch_embedded_linger(&cfg, etcd, sigfd);
 out:
+  bagua__launch_grower_stop(grower);
+  if (joiner) have_member = bagua__launch_member_stop(joiner);
+  if (have_member) bagua__launch_etcd_stop(&member);
   bagua__etcd_destroy(etcd);
   if (have_priv) bagua__launch_etcd_stop(&priv);
   bagua__launch_embedded_unlock(host_lock);

@@ -12,11 +12,14 @@
  *  - static_joiner_first: torchrun's static form (--node_rank, --master_addr, --master_port);
  *    the launch that does not host starts first and waits for the etcd;
  *  - no_host: a launch whose endpoint no node hosts ends with exit 3 after its rendezvous
- *    timeout, naming the endpoint, and starts nothing.
+ *    timeout, naming the endpoint, and starts nothing;
+ *  - host_killed: three nodes; once the hosted etcd has three voting members, the launch that
+ *    started it is SIGKILLed, and the two others form the next round and finish.
  *
  * AGENT is the agent target's path; an empty argument or a missing file skips the test (77).
  */
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +181,65 @@ static int mode_no_host(void) {
   return 0;
 }
 
+/* Waits until `path` contains `needle`; 0 on timeout. */
+static int wait_text(const char *path, const char *needle, int timeout_ms) {
+  long long end = lu_now_ms() + timeout_ms;
+  while (lu_now_ms() < end) {
+    if (count(path, needle) > 0) return 1;
+    usleep(100 * 1000);
+  }
+  return 0;
+}
+
+/*
+ * Three nodes on the hosted rendezvous; once its etcd has three voting members, the launch
+ * that hosts it is SIGKILLed (its etcd and agent go with it): the other two form the next
+ * round on the members they run and finish with exit 0.
+ */
+static int mode_host_killed(void) {
+  char outf[256], prog[1024], ep[64], addr[3][16];
+  snprintf(outf, sizeof(outf), "%s/w.txt", g_dir);
+  /* The workers wait for the test's go, given once the survivors have formed their round of
+   * two: before that no round may end the job (the third member comes 5 s or more after the
+   * second, as etcd wants every member connected that long before it adds one). */
+  char go[256];
+  snprintf(go, sizeof(go), "%s/go", g_dir);
+  snprintf(prog, sizeof(prog),
+           "while [ ! -e %s ]; do sleep 0.1; done; echo \"W $RANK/$WORLD_SIZE\" >> %s", go, outf);
+  snprintf(ep, sizeof(ep), "--rdzv_endpoint=127.0.0.2:%d", free_port());
+  node_t n[3];
+  const char *names[3] = {"h", "j1", "j2"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(addr[i], sizeof(addr[i]), "127.0.0.%d", i + 2);
+    start(&n[i], names[i],
+          (char *[]){"--nnodes=2:3", "--nproc_per_node=1", "--rdzv_id=hk", "--rdzv_backend=c10d",
+                     ep, "--local_addr", addr[i], "--lease-ttl", "3", "--rdzv_conf",
+                     "last_call_timeout=0.5", "--", "sh", "-c", prog, NULL});
+    if (i == 0)
+      expect(wait_text(n[0].out, "hosting the job's etcd", 20000), "h hosts", &n[0], NULL);
+  }
+  expect(wait_text(n[0].out, "3 voting members", 30000), "the etcd grew to three voters", &n[0],
+         &n[1]);
+  expect(wait_text(n[2].out, "of 3,", 30000), "a round of three nodes", &n[0], &n[2]);
+  int rounds_of_two = count(n[1].out, "of 2,");
+  kill(n[0].pid, SIGKILL);
+  lu_wait(n[0].pid, 10000);
+  long long end = lu_now_ms() + 60000;
+  while (count(n[1].out, "of 2,") <= rounds_of_two && lu_now_ms() < end) usleep(100 * 1000);
+  expect(count(n[1].out, "of 2,") > rounds_of_two, "the survivors formed a round of two", &n[1],
+         &n[2]);
+  FILE *f = fopen(go, "w");
+  if (f) fclose(f);
+  int r1 = lu_wait(n[1].pid, 90000), r2 = lu_wait(n[2].pid, 90000);
+  expect(r1 == 0 && r2 == 0, "both survivors exit 0", &n[1], &n[2]);
+  if (count(outf, "W 0/2") != 1 || count(outf, "W 1/2") != 1) lu_dump(outf);
+  expect(count(outf, "W 0/2") == 1 && count(outf, "W 1/2") == 1,
+         "the survivors finished a round of two", &n[1], &n[2]);
+  assert_clean(&n[0], &n[1]);
+  assert_clean(&n[2], NULL);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   unsetenv("SLURM_JOB_ID");
   unsetenv("SLURM_JOB_NODELIST");
@@ -195,6 +257,8 @@ int main(int argc, char **argv) {
     rc = mode_static_joiner_first();
   else if (strcmp(argv[1], "no_host") == 0)
     rc = mode_no_host();
+  else if (strcmp(argv[1], "host_killed") == 0)
+    rc = mode_host_killed();
   else
     TEST_FAIL("unknown mode %s", argv[1]);
   lu_rmtree(g_dir);
