@@ -386,6 +386,21 @@ static const char *host_of(const bagua__launch_run_t *r, const char *node) {
   return r->nagents == 1 ? r->agents[0].host : NULL;
 }
 
+/*
+ * A .py program that exits 1 (Python's status for an uncaught exception, a failed import
+ * included) under the default interpreter: the first python3 on the agents' PATH may not be the
+ * one the script needs (one without torch, say), so the verdict says which ran and how to
+ * choose another.
+ */
+static void python_hint(const bagua__launch_config_t *cfg, int rc) {
+  const bagua__launch_value_t *py = &cfg->v[LS_PYTHON];
+  if (rc != 1 || py->origin.kind != LO_DEFAULT || cfg->program.n < 2 ||
+      strcmp(cfg->program.v[0], py->s) != 0)
+    return;
+  say("the workers ran %s under %s, the first on the agents' PATH (the default); a program "
+      "that needs another interpreter: --python PATH, BAGUA_PYTHON=PATH, or a #! line",
+      cfg->program.v[1], py->s);
+}
 static int outcome(sup_t *s) {
   bagua__launch_run_t *r = s->r;
   const char *job = r->cfg->v[LS_JOB_ID].s;
@@ -443,6 +458,7 @@ static int outcome(sup_t *s) {
         "%s (round %lld)%s%s",
         job, when, host ? host : "?", st.node[0] ? st.node : "?", (long long)st.rank, what,
         (long long)st.round, st.error[0] ? ": " : "", st.error);
+    python_hint(r->cfg, rc);
     return rc ? rc : 1;
   }
   if (st.found && strcmp(st.state, "running") != 0 && st.message[0]) {

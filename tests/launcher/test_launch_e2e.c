@@ -246,6 +246,18 @@ static int mode_python(void) {
   expect(rc == 0, "-m MODULE ran");
   expect(count(outf, "PY __main__ rank 0 x=mod args=c") == 1, "the module ran as __main__");
   assert_clean();
+  /* A script that fails to import under the default interpreter: the verdict names it. */
+  char bad[256];
+  snprintf(bad, sizeof(bad), "%s/bagua_e2e_bad.py", g_dir);
+  f = fopen(bad, "w");
+  expect(f != NULL, "write the failing script");
+  fputs("import bagua_no_such_module_xyz\n", f);
+  fclose(f);
+  rc = lu_wait(start((char *[]){"--max-restarts", "0", "--", bad, NULL}), 40000);
+  expect(rc == 1, "exit 1, the worker's");
+  expect(count(g_out, "under python3, the first on the agents' PATH") == 1,
+         "the verdict names the interpreter and how to choose another");
+  assert_clean();
   return 0;
 }
 
