@@ -143,59 +143,6 @@ static int expand_prefix(char *flag, size_t flaglen, const char *arg, char *err,
   return 1;
 }
 
-/*
- * -x NAME (the value of NAME in bagua-launch's environment) or -x NAME=VALUE: one more
- * variable for every worker, local or remote, like mpirun's -x. Checked like an [env] key.
- */
-int bagua__launch_add_export(bagua__launch_layer_t *l, const char *spec, char *err, size_t errlen) {
-  char what[LAUNCH_ERR_LEN], name[256];
-  const char *eq = strchr(spec, '=');
-  size_t nl = eq ? (size_t)(eq - spec) : strlen(spec);
-  if (nl == 0 || nl >= sizeof(name)) {
-    snprintf(err, errlen,
-             "bagua-launch: -x \"%.100s\": no variable name; accepted: -x NAME (its value here) "
-             "or -x NAME=VALUE",
-             spec);
-    return LAUNCH_EXIT_USAGE;
-  }
-  memcpy(name, spec, nl);
-  name[nl] = '\0';
-  /* Any variable may be forwarded, so this is no registry parameter: read it directly. */
-  const char *value = eq ? eq + 1 : getenv(name);
-  if (bagua__launch_check_var(name, value ? value : "", what, sizeof(what)) != 0) {
-    snprintf(err, errlen, "bagua-launch: -x %s: %s", name, what);
-    return LAUNCH_EXIT_USAGE;
-  }
-  if (!value) {
-    snprintf(err, errlen,
-             "bagua-launch: -x %s: %s is not set in bagua-launch's environment; accepted: -x "
-             "%s=VALUE, or export %s first",
-             name, name, name, name);
-    return LAUNCH_EXIT_USAGE;
-  }
-  /* A name given twice takes the later value, as in a shell. */
-  bagua__launch_var_t *v = NULL;
-  for (int i = 0; i < l->nenv && !v; i++)
-    if (strcmp(l->env[i].name, name) == 0) v = &l->env[i];
-  if (!v) {
-    bagua__launch_var_t *nv = realloc(l->env, sizeof(*nv) * (size_t)(l->nenv + 1));
-    if (!nv) goto oom;
-    l->env = nv;
-    v = &nv[l->nenv++];
-    memset(v, 0, sizeof(*v));
-    if (!(v->name = strdup(name)) || !(v->key = strdup(name))) goto oom;
-  }
-  char *copy = strdup(value);
-  if (!copy) goto oom;
-  free(v->value);
-  v->value = copy;
-  bagua__launch_origin_set(&v->origin, LO_FLAG, "-x %s", eq ? "NAME=VALUE" : "NAME");
-  return 0;
-oom:
-  snprintf(err, errlen, "bagua-launch: out of memory");
-  return LAUNCH_EXIT_USAGE;
-}
-
 int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, char *err,
                             size_t errlen) {
   char what[LAUNCH_ERR_LEN];

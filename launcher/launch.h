@@ -286,7 +286,7 @@ int bagua__launch_host_is_local(const char *name);
 /* Parses argv into the command-line layer. Returns 0, or 2 with a usage message in err. */
 int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, char *err,
                             size_t errlen);
-/* -x NAME or -x NAME=VALUE: one more variable for every worker (cli.c); 0 or 2 with a
+/* -x NAME or -x NAME=VALUE: one more variable for every worker (values.c); 0 or 2 with a
  * message. */
 int bagua__launch_add_export(bagua__launch_layer_t *l, const char *spec, char *err, size_t errlen);
 /* Reads the BAGUA_* registry parameters into the environment layer. */

@@ -1,6 +1,7 @@
 /*
  * Parsing and validation of single setting values, and of the variables a configuration
- * exports to workers ([env], [algorithm]).
+ * exports to workers ([env], [algorithm], and -x, which the command line and torchrun's --role
+ * add through bagua__launch_add_export).
  *
  * The checks of ids, node counts, hosts, endpoints, integers and word lists are the shared
  * ones of common/validate.h, which bagua-agent applies to its flags too; this file adds what
@@ -169,4 +170,57 @@ static int check_var(const char *name, const char *value, char *err, size_t errl
   if (bagua__param_find(name) >= 0 && bagua_param_validate(name, value, err, errlen) != BAGUA_OK)
     return -1;
   return 0;
+}
+
+/*
+ * -x NAME (the value of NAME in bagua-launch's environment) or -x NAME=VALUE: one more
+ * variable for every worker, local or remote, like mpirun's -x. Checked like an [env] key.
+ */
+int bagua__launch_add_export(bagua__launch_layer_t *l, const char *spec, char *err, size_t errlen) {
+  char what[LAUNCH_ERR_LEN], name[256];
+  const char *eq = strchr(spec, '=');
+  size_t nl = eq ? (size_t)(eq - spec) : strlen(spec);
+  if (nl == 0 || nl >= sizeof(name)) {
+    snprintf(err, errlen,
+             "bagua-launch: -x \"%.100s\": no variable name; accepted: -x NAME (its value here) "
+             "or -x NAME=VALUE",
+             spec);
+    return LAUNCH_EXIT_USAGE;
+  }
+  memcpy(name, spec, nl);
+  name[nl] = '\0';
+  /* Any variable may be forwarded, so this is no registry parameter: read it directly. */
+  const char *value = eq ? eq + 1 : getenv(name);
+  if (bagua__launch_check_var(name, value ? value : "", what, sizeof(what)) != 0) {
+    snprintf(err, errlen, "bagua-launch: -x %s: %s", name, what);
+    return LAUNCH_EXIT_USAGE;
+  }
+  if (!value) {
+    snprintf(err, errlen,
+             "bagua-launch: -x %s: %s is not set in bagua-launch's environment; accepted: -x "
+             "%s=VALUE, or export %s first",
+             name, name, name, name);
+    return LAUNCH_EXIT_USAGE;
+  }
+  /* A name given twice takes the later value, as in a shell. */
+  bagua__launch_var_t *v = NULL;
+  for (int i = 0; i < l->nenv && !v; i++)
+    if (strcmp(l->env[i].name, name) == 0) v = &l->env[i];
+  if (!v) {
+    bagua__launch_var_t *nv = realloc(l->env, sizeof(*nv) * (size_t)(l->nenv + 1));
+    if (!nv) goto oom;
+    l->env = nv;
+    v = &nv[l->nenv++];
+    memset(v, 0, sizeof(*v));
+    if (!(v->name = strdup(name)) || !(v->key = strdup(name))) goto oom;
+  }
+  char *copy = strdup(value);
+  if (!copy) goto oom;
+  free(v->value);
+  v->value = copy;
+  bagua__launch_origin_set(&v->origin, LO_FLAG, "-x %s", eq ? "NAME=VALUE" : "NAME");
+  return 0;
+oom:
+  snprintf(err, errlen, "bagua-launch: out of memory");
+  return LAUNCH_EXIT_USAGE;
 }
