@@ -16,33 +16,6 @@
 #include "common/time.h"
 #include "ddp_internal.h"
 
-bagua_status_t bagua__ddp_fail(bagua_ddp_t *d, bagua_status_t st) {
-  if (st == BAGUA_OK) return st;
-  int expected = BAGUA_OK;
-  if (atomic_compare_exchange_strong(&d->error, &expected, (int)st))
-    BAGUA_INFO(BAGUA_SUBSYS_COMM, "ddp: failed with %s; later calls return it", bagua_err_name(st));
-  return st;
-}
-
-uint64_t bagua__ddp_bytes_sent(const bagua_ddp_t *d) {
-  uint64_t dev = d->s.dev && d->s.dev->bytes_sent && d->dev_state ? d->s.dev->bytes_sent(d) : 0;
-  /* The phase checks' bytes are control, not payload (phase.c). A check counts them once it
-   * completes, so the sum is exact whenever none is in flight, as at the end of a step, where
-   * the statistics read it. */
-  uint64_t checks = atomic_load(&d->phase.bytes);
-  return bagua_comm_bytes_sent(d->comm) + bagua_comm_bytes_sent(d->intra) +
-         bagua_comm_bytes_sent(d->inter) + bagua_comm_bytes_sent(d->async_comm) + dev - checks;
-}
-
-float *bagua__ddp_alloc_floats(bagua_ddp_t *d, size_t n) {
-  if (n > SIZE_MAX / sizeof(float) - 64) return NULL;
-  return d->s.dev->alloc(d, n * sizeof(float));
-}
-
-void bagua__ddp_free(bagua_ddp_t *d, void *p) {
-  if (p) d->s.dev->free(d, p);
-}
-
 static bagua_status_t usage(const char *fn, const char *why) {
   BAGUA_WARN("%s: %s", fn, why);
   return BAGUA_ERR_INVALID_USAGE;
@@ -57,111 +30,6 @@ static bagua_status_t sticky(bagua_ddp_t *d) {
 /* ------------------------------------------------------------------------------------------ */
 /* creation and registration                                                                  */
 /* ------------------------------------------------------------------------------------------ */
-
-/*
- * Counts the job's ranks on this machine by host name rather than by node id: emulated nodes
- * (BAGUA_NODE_ID, network namespaces) on one host share its CPUs. Collective over d->comm.
- */
-static bagua_status_t count_machine_ranks(bagua_ddp_t *d) {
-  char name[256] = "";
-  gethostname(name, sizeof(name) - 1);
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-  int64_t mine = (int64_t)(h >> 1), *all = malloc((size_t)d->size * sizeof(int64_t));
-  if (!all) return BAGUA_ERR_NO_MEMORY;
-  bagua_status_t st = bagua_allgather(d->comm, &mine, all, 1, BAGUA_I64);
-  d->machine_ranks = 0;
-  for (int i = 0; i < d->size && st == BAGUA_OK; i++) d->machine_ranks += all[i] == mine;
-  free(all);
-  cpu_set_t set;
-  d->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return st;
-}
-
-/*
- * BAGUA_OVERLAP=-1 (an opt-in heuristic; the default is 1, see docs/algorithms.md for the
- * measurement that decided it): whether communicating during the backward pass can pay. On a GPU
- * the computation runs on the device and the communication thread has a CPU to itself. On the CPU
- * device, when the job's ranks on this machine are at least its usable CPUs, every CPU already
- * computes, so a communication thread running during backward takes its CPU from a rank's
- * computation and the overlap buys nothing (docs/benchmarks.md §8); holding communication
- * until the backward ends costs no more than that. Every rank must decide alike (the advisor
- * reads the setting), so the slowest machine's answer wins. Both collectives run whatever
- * BAGUA_OVERLAP says: an elastic newcomer's bagua_ddp_create() meets the survivors' rebuild,
- * which opens its communicators the same way.
- */
-static bagua_status_t resolve_overlap(bagua_ddp_t *d) {
-  int32_t mine = d->s.dev != &bagua__ddp_dev_cpu || d->machine_ranks < d->cpus, all;
-  BAGUA_CHECK(bagua_allreduce(d->comm, &mine, &all, 1, BAGUA_I32, BAGUA_MIN));
-  d->s.overlap = d->overlap_req < 0 ? all : d->overlap_req;
-  return BAGUA_OK;
-}
-
-bagua_status_t bagua__ddp_comms_open(bagua_ddp_t *d, bagua_comm_t *comm) {
-  bagua_comm_t *c = NULL, *intra = NULL, *inter = NULL, *async_comm = NULL;
-  bagua_status_t st;
-  /* A private communicator: the communication thread may then use it while the caller keeps
-   * using its own (a communicator admits one calling thread at a time). */
-  BAGUA_CHECK(bagua__ddp_tune_comm_split(d, comm, &c)); /* autotuning: more streams */
-  if (d->s.hierarchical) BAGUA_CHECK_GOTO(bagua_comm_split_node(c, &intra, &inter), st, fail);
-  if (d->s.algo->caps & BAGUA__ALGO_BACKGROUND)
-    BAGUA_CHECK_GOTO(bagua_comm_split(c, 0, bagua_comm_rank(c), &async_comm), st, fail);
-  /* The layer issues the same calls in the same order on every rank of these (ready()
-   * compares the registrations), so they skip the per-call signature agreement. */
-  bagua__comm_set_calls_agreed(c);
-  bagua__comm_set_calls_agreed(intra);
-  bagua__comm_set_calls_agreed(inter);
-  bagua__comm_set_calls_agreed(async_comm);
-  pthread_mutex_lock(&d->comm_mu);
-  d->comm = c;
-  d->intra = intra;
-  d->inter = inter;
-  d->async_comm = async_comm;
-  d->rank = bagua_comm_rank(c);
-  d->size = bagua_comm_size(c);
-  d->node_count = bagua_comm_node_count(c);
-  pthread_mutex_unlock(&d->comm_mu);
-  /* The checks' bytes are counted against d->comm's counter, which starts again at 0; a failed
-   * check is forgotten with the error an elastic rebuild clears. */
-  atomic_store(&d->phase.bytes, 0);
-  atomic_store(&d->phase.failed, 0);
-  d->phase.told = 0;
-  st = count_machine_ranks(d);
-  if (st == BAGUA_OK) st = resolve_overlap(d);
-  /* The device's communicators (NCCL on CUDA) mirror the CPU ones just made. */
-  if (st == BAGUA_OK) st = d->s.dev->open(d);
-  if (st != BAGUA_OK) {
-    bagua__ddp_comms_close(d);
-    return st;
-  }
-  return BAGUA_OK;
-fail:
-  bagua_comm_destroy(async_comm);
-  bagua_comm_destroy(inter);
-  bagua_comm_destroy(intra);
-  bagua_comm_destroy(c);
-  return st;
-}
-
-void bagua__ddp_comms_abort(bagua_ddp_t *d) {
-  pthread_mutex_lock(&d->comm_mu);
-  bagua_comm_abort(d->comm);
-  bagua_comm_abort(d->intra);
-  bagua_comm_abort(d->inter);
-  bagua_comm_abort(d->async_comm);
-  bagua__ddp_tune_abort(d);
-  d->s.dev->abort(d);
-  pthread_mutex_unlock(&d->comm_mu);
-}
-
-void bagua__ddp_comms_close(bagua_ddp_t *d) {
-  d->s.dev->close(d);
-  pthread_mutex_lock(&d->comm_mu);
-  bagua_comm_t *c[4] = {d->async_comm, d->inter, d->intra, d->comm};
-  d->comm = d->intra = d->inter = d->async_comm = NULL;
-  pthread_mutex_unlock(&d->comm_mu);
-  for (int i = 0; i < 4; i++) bagua_comm_destroy(c[i]);
-}
 
 bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp_config_t *cfg,
                                 bagua_ddp_t **out) {
@@ -231,28 +99,6 @@ bagua_status_t bagua_ddp_register(bagua_ddp_t *d, const char *name, float *param
 /* ready                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
-static size_t gcd(size_t a, size_t b) {
-  while (b) {
-    size_t r = a % b;
-    a = b;
-    b = r;
-  }
-  return a;
-}
-
-bagua_status_t bagua__ddp_copy_back(bagua_ddp_t *d) {
-  bagua_status_t st = BAGUA_OK;
-  if (d->weight_lock) pthread_mutex_lock(d->weight_lock);
-  for (int i = 0; i < d->ntensors && st == BAGUA_OK; i++) {
-    bagua__ddp_tensor_t *t = &d->tensors[i];
-    if (t->user_param)
-      st = d->s.dev->copy(d, BAGUA__LANE_COMPUTE, t->user_param, d->params + t->offset,
-                          t->count * sizeof(float));
-  }
-  if (d->weight_lock) pthread_mutex_unlock(d->weight_lock);
-  return st;
-}
-
 static bagua_status_t zero_padding(bagua_ddp_t *d, float *buf) {
   for (int b = 0; b < d->nbuckets; b++) {
     const bagua__ddp_bucket_t *k = &d->buckets[b];
@@ -260,51 +106,6 @@ static bagua_status_t zero_padding(bagua_ddp_t *d, float *buf) {
       BAGUA_CHECK(d->s.dev->zero(d, BAGUA__LANE_COMPUTE, buf + k->offset + k->used,
                                  (k->count - k->used) * sizeof(float)));
   }
-  return BAGUA_OK;
-}
-
-/* On a GPU the registered arrays must be device memory the context can copy from and to.
- * Released `param` arrays (NULL) are never touched again. */
-static bagua_status_t check_pointers(bagua_ddp_t *d) {
-  for (int i = 0; i < d->ntensors; i++) {
-    bagua__ddp_tensor_t *t = &d->tensors[i];
-    int param_ok = d->released ? !t->user_param || d->s.dev->owns(d, t->user_param)
-                               : d->s.dev->owns(d, t->user_param);
-    if (!param_ok || (t->user_grad && !d->s.dev->owns(d, t->user_grad))) {
-      BAGUA_WARN(
-          "bagua_ddp_ready: tensor %d (\"%s\"): its %s array is not %s memory; with "
-          "config.device \"%s\" register device pointers",
-          i, t->name, d->s.dev->owns(d, t->user_param) ? "grad" : "param", d->s.dev->name,
-          d->s.dev->name);
-      return BAGUA_ERR_INVALID_ARG;
-    }
-  }
-  return BAGUA_OK;
-}
-
-static void reset_step(bagua_ddp_t *d) {
-  /* With numbered steps, the step's first job, if it has one, is preceded by the phase check
-   * (phase.c). */
-  d->phase.armed = d->phase.numbered && d->size > 1;
-  for (int i = 0; i < d->ntensors; i++) d->tensors[i].ready = 0;
-  for (int b = 0; b < d->nbuckets; b++) d->buckets[b].pending = d->buckets[b].ntensors;
-  d->next_bucket = 0;
-  d->first_ready = 0;
-  d->iter_first_job = d->sched.submitted;
-  d->bytes_mark = bagua__ddp_bytes_sent(d);
-  d->compute_start = bagua__now_s();
-}
-
-/* Every rank must have registered the same tensors with the same settings, or the
- * collectives below would mismatch; compare a fingerprint first and say so clearly. */
-static bagua_status_t check_same_layout(bagua_ddp_t *d) {
-  int64_t h = (int64_t)(bagua__ddp_layout_hash(d) >> 2), v[2] = {h, -h};
-  BAGUA_CHECK(bagua_allreduce(d->comm, v, v, 2, BAGUA_I64, BAGUA_MIN));
-  if (v[0] != h || -v[1] != h)
-    return usage("bagua_ddp_ready",
-                 "ranks registered different tensors or configurations; every rank must "
-                 "register the same tensor sizes in the same order with the same settings (and "
-                 "number its steps before ready, or not, like the others)");
   return BAGUA_OK;
 }
 
@@ -321,81 +122,6 @@ bagua_status_t bagua_ddp_ready(bagua_ddp_t *d) {
   /* Progress reports start with the first ready context: its step count is the program's. */
   if (st == BAGUA_OK) bagua__ddp_progress_open(d);
   return st;
-}
-
-/* Rank 0's step count, learning rate and step number, so that a rank joining a running job
- * (elastic) continues the schedule (warm-up, communication interval) and the numbering where
- * the others are. */
-static bagua_status_t sync_scalars(bagua_ddp_t *d) {
-  int64_t v[3] = {d->steps, 0, d->phase.number};
-  memcpy(&v[1], &d->lr, sizeof(double));
-  BAGUA_CHECK(bagua_broadcast(d->comm, v, v, 3, BAGUA_I64, 0));
-  d->steps = v[0];
-  memcpy(&d->lr, &v[1], sizeof(double));
-  d->phase.number = v[2];
-  d->st.steps = d->steps;
-  return BAGUA_OK;
-}
-
-bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const bagua__ddp_carry_t *carry) {
-  const bagua__lane_t L = BAGUA__LANE_COMPUTE;
-  const bagua__ddp_carry_t none = {0};
-  bagua_status_t st;
-  if (!carry) carry = &none;
-  size_t n = (size_t)d->size, m = (size_t)d->node_count;
-  size_t align = n / gcd(n, m) * m * 16;
-  BAGUA_CHECK_GOTO(bagua__ddp_partition(d->tensors, d->ntensors, d->s.bucket_bytes, align,
-                                        &d->buckets, &d->nbuckets, &d->total, &d->max_bucket),
-                   st, fail);
-  BAGUA_CHECK_GOTO(check_pointers(d), st, fail);
-  d->params = bagua__ddp_alloc_floats(d, d->total);
-  d->grads = bagua__ddp_alloc_floats(d, d->total);
-  if (!d->params || !d->grads) {
-    BAGUA_WARN("bagua_ddp_ready: out of %s memory for %zu parameters", d->s.dev->name, d->total);
-    st = BAGUA_ERR_NO_MEMORY;
-    goto fail;
-  }
-  if (carry->params) {
-    BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry->params, d->params), st, fail);
-  } else {
-    for (int i = 0; i < d->ntensors; i++) {
-      bagua__ddp_tensor_t *t = &d->tensors[i];
-      BAGUA_CHECK_GOTO(
-          d->s.dev->copy(d, L, d->params + t->offset, t->user_param, t->count * sizeof(float)), st,
-          fail);
-    }
-  }
-  BAGUA_CHECK_GOTO(check_same_layout(d), st, fail);
-  if (!carry->local) {
-    BAGUA_CHECK_GOTO(sync_scalars(d), st, fail);
-    BAGUA_CHECK_GOTO(
-        d->s.dev->broadcast(d, L, d->comm, d->params, d->params, d->total, BAGUA_F32, 0), st, fail);
-  }
-  BAGUA_CHECK_GOTO(bagua__ddp_optim_setup(d), st, fail);
-  /* A rebuild carries the optimizer state over in registration order (the bucket padding
-   * depends on the world size and the bucket size, so the flat layout may have changed). */
-  BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry->m, d->opt_m), st, fail);
-  BAGUA_CHECK_GOTO(bagua__ddp_unpack(d, carry->v, d->opt_v), st, fail);
-  /* The state is zero on a fresh start; broadcasting it keeps ranks identical should a
-   * caller ever load state on rank 0 only. */
-  if (d->opt_m && !carry->local)
-    BAGUA_CHECK_GOTO(d->s.dev->broadcast(d, L, d->comm, d->opt_m, d->opt_m, d->total, BAGUA_F32, 0),
-                     st, fail);
-  if (d->opt_v && !carry->local)
-    BAGUA_CHECK_GOTO(d->s.dev->broadcast(d, L, d->comm, d->opt_v, d->opt_v, d->total, BAGUA_F32, 0),
-                     st, fail);
-  d->setup_called = 1;
-  if (d->s.algo->setup) BAGUA_CHECK_GOTO(d->s.algo->setup(d), st, fail);
-  d->is_ready = 1;
-  BAGUA_CHECK_GOTO(bagua__ddp_sched_start(d, (size_t)d->nbuckets + 8), st, fail);
-  BAGUA_CHECK_GOTO(bagua__ddp_copy_back(d), st, fail);
-  BAGUA_INFO(BAGUA_SUBSYS_COMM, "ddp: %d tensors in %d buckets, %zu elements (largest bucket %zu)",
-             d->ntensors, d->nbuckets, d->total, d->max_bucket);
-  reset_step(d);
-  if (d->s.algo->next_step) BAGUA_CHECK_GOTO(d->s.algo->next_step(d), st, fail);
-  return BAGUA_OK;
-fail:
-  return bagua__ddp_fail(d, st);
 }
 
 float *bagua_ddp_param(bagua_ddp_t *d, int i) {
@@ -593,7 +319,7 @@ bagua_status_t bagua_ddp_step(bagua_ddp_t *d) {
   update_stats(d, d->t_entry, d->t_waited);
   bagua__ddp_progress_update(d);
   double first_ready = d->first_ready; /* the advisor's backward window */
-  reset_step(d);
+  bagua__ddp_reset_step(d);
   d->waited = 0;
   if (a->next_step) BAGUA_CHECK_GOTO(a->next_step(d), st, fail);
   /* The tuners (ddp/tune.h): measure this step; the advisor's deciding step may move every
@@ -658,26 +384,6 @@ void bagua_ddp_abort(bagua_ddp_t *d) {
   atomic_store(&d->aborted, 1);
   bagua__ddp_fail(d, BAGUA_ERR_ABORTED);
   bagua__ddp_comms_abort(d);
-}
-
-void bagua__ddp_unbuild(bagua_ddp_t *d) {
-  bagua__ddp_sched_stop(d);
-  /* On a GPU the copies and the update enqueued on the compute stream may still read the
-   * buffers freed below (bounded; see dev.h). */
-  (void)d->s.dev->sync(d, BAGUA__LANE_COMPUTE);
-  if (d->setup_called && d->s.algo->teardown) d->s.algo->teardown(d);
-  d->setup_called = 0;
-  d->is_ready = 0;
-  free(d->buckets);
-  bagua__ddp_free(d, d->params);
-  bagua__ddp_free(d, d->grads);
-  bagua__ddp_free(d, d->opt_m);
-  bagua__ddp_free(d, d->opt_v);
-  d->buckets = NULL;
-  d->params = d->grads = d->opt_m = d->opt_v = NULL;
-  d->nbuckets = 0;
-  d->total = d->max_bucket = 0;
-  memset(&d->sched, 0, sizeof(d->sched));
 }
 
 void bagua_ddp_destroy(bagua_ddp_t *d) {

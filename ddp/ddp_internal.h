@@ -294,6 +294,8 @@ typedef struct {
  */
 bagua_status_t bagua__ddp_build(bagua_ddp_t *d, const bagua__ddp_carry_t *carry);
 void bagua__ddp_unbuild(bagua_ddp_t *d);
+/* Clears the per-step state after a build and after each step (build.c). */
+void bagua__ddp_reset_step(bagua_ddp_t *d);
 
 /* ---- reconfiguration at a step boundary (reconfigure.c) ---- */
 /*

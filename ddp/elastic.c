@@ -19,31 +19,6 @@
 #include "common/time.h"
 #include "ddp_internal.h"
 
-/* The snapshot is host memory whatever the device: it must outlive the device buffers. */
-bagua_status_t bagua__ddp_pack(bagua_ddp_t *d, const float *flat, float *packed) {
-  if (!flat || !packed) return BAGUA_OK;
-  size_t o = 0;
-  for (int i = 0; i < d->ntensors; i++) {
-    const bagua__ddp_tensor_t *t = &d->tensors[i];
-    BAGUA_CHECK(d->s.dev->to_host(d, BAGUA__LANE_COMPUTE, packed + o, flat + t->offset,
-                                  t->count * sizeof(float)));
-    o += t->count;
-  }
-  return BAGUA_OK;
-}
-
-bagua_status_t bagua__ddp_unpack(bagua_ddp_t *d, const float *packed, float *flat) {
-  if (!flat || !packed) return BAGUA_OK;
-  size_t o = 0;
-  for (int i = 0; i < d->ntensors; i++) {
-    const bagua__ddp_tensor_t *t = &d->tensors[i];
-    BAGUA_CHECK(d->s.dev->from_host(d, BAGUA__LANE_COMPUTE, flat + t->offset, packed + o,
-                                    t->count * sizeof(float)));
-    o += t->count;
-  }
-  return BAGUA_OK;
-}
-
 /* Live state -> snapshot. The weight lock keeps async averaging from tearing the weights. */
 static bagua_status_t snapshot(bagua_ddp_t *d) {
   bagua__ddp_elastic_t *el = &d->el;
