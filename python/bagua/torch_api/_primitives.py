@@ -11,9 +11,16 @@ import torch
 from bagua import _C
 from bagua._C import BaguaError
 from bagua.torch_api import _cuda
-from bagua.torch_api.communication import (
+from bagua.torch_api._checks import (
     _DTYPE_OF_CODE, _DTYPES, ReduceOp, _check, _count_arg, _data, _fold, _int_list, _overlap,
-    _parse_op, _peer_arg, _rank_arg, _resolve, _same_dtype)
+    _parse_op, _peer_arg, _rank_arg, _same_dtype)
+
+
+def _resolve(comm):
+    """The ``bagua._C.Comm`` that ``comm`` names, or None when this rank is not in it.
+    bagua.torch_api.communication, which holds the process groups and imports this module,
+    puts its own resolver here when it is imported."""
+    raise RuntimeError("bagua.torch_api.communication was not imported")
 
 
 def allreduce(send_tensor, recv_tensor, op=ReduceOp.SUM, comm=None):

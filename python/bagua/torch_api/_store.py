@@ -39,7 +39,7 @@ def private_file_store(comm, world):
     signal; not when a child forked from it exits). Collective over ``comm``."""
     import torch.distributed as dist
 
-    from bagua.torch_api.communication import broadcast_object
+    from bagua.torch_api._primitives import broadcast_object
     where = None
     if comm.rank == 0:
         where = private_directory()

@@ -4,7 +4,7 @@ import contextlib
 
 import torch
 
-from bagua.torch_api import _cuda, communication
+from bagua.torch_api import _checks, _cuda, communication
 from bagua.torch_api import distributed as _bagua_distributed
 from bagua.torch_api.algorithms.gradient_allreduce import GradientAllReduceAlgorithm
 
@@ -117,7 +117,7 @@ class DistributedDataParallel(torch.nn.Module):
         for b in self.module.buffers():
             by_dtype.setdefault(b.dtype, []).append(b)
         for dtype, bufs in by_dtype.items():
-            if dtype not in communication._DTYPES:
+            if dtype not in _checks._DTYPES:
                 continue  # (bool buffers, say: nothing libbagua can carry; torch DDP's Gloo
                 # would, but no torch module keeps such state)
             flat = torch.cat([b.detach().reshape(-1) for b in bufs])
