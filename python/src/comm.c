@@ -17,8 +17,9 @@
 typedef struct {
   PyObject_HEAD
   bagua_comm_t *comm;
-  PyObject *elastic;   /* borrowed Comm: the Elastic whose current communicator this is */
-  unsigned generation; /* fork generation it was created in (fork.c) */
+  PyObject *owner; /* borrowed Comm: the object (an Elastic) whose communicator this is */
+  bagua_comm_t *(*resolve)(PyObject *owner); /* its current communicator; NULL + exception */
+  unsigned generation;                       /* fork generation it was created in (fork.c) */
 } comm_obj_t;
 
 static PyTypeObject g_comm_type;
@@ -30,7 +31,7 @@ bagua_comm_t *bagua_py_comm_get(PyObject *obj) {
   }
   comm_obj_t *c = (comm_obj_t *)obj;
   if (bagua_py_check_owner(c->generation, "bagua communicator") < 0) return NULL;
-  if (c->elastic) return bagua_py_elastic_comm(c->elastic);
+  if (c->owner) return c->resolve(c->owner);
   if (!c->comm) {
     PyErr_SetString(PyExc_ValueError, "the communicator is closed");
     return NULL;
@@ -45,17 +46,19 @@ static PyObject *wrap(bagua_comm_t *comm) {
     return NULL;
   }
   o->comm = comm;
-  o->elastic = NULL;
+  o->owner = NULL;
+  o->resolve = NULL;
   o->generation = bagua_py_generation();
   return (PyObject *)o;
 }
 
-PyObject *bagua_py_comm_borrow(PyObject *elastic) {
+PyObject *bagua_py_comm_borrow(PyObject *owner, bagua_comm_t *(*resolve)(PyObject *owner)) {
   comm_obj_t *o = PyObject_New(comm_obj_t, &g_comm_type);
   if (!o) return NULL;
   o->comm = NULL;
-  Py_INCREF(elastic);
-  o->elastic = elastic;
+  Py_INCREF(owner);
+  o->owner = owner;
+  o->resolve = resolve;
   o->generation = bagua_py_generation();
   return (PyObject *)o;
 }
@@ -95,7 +98,7 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 }
 
 static void comm_dealloc(comm_obj_t *self) {
-  Py_CLEAR(self->elastic);
+  Py_CLEAR(self->owner);
   bagua_comm_t *c = self->comm;
   self->comm = NULL;
   if (c && !bagua_py_inherited(self->generation)) {
@@ -120,7 +123,7 @@ static PyObject *comm_close(comm_obj_t *self, PyObject *unused) {
 static PyObject *comm_abort(comm_obj_t *self, PyObject *unused) {
   /* No GIL release needed: abort only sets flags and wakes waiters. */
   if (bagua_py_inherited(self->generation)) Py_RETURN_NONE;
-  bagua_comm_t *c = self->elastic ? bagua_py_elastic_comm(self->elastic) : self->comm;
+  bagua_comm_t *c = self->owner ? self->resolve(self->owner) : self->comm;
   PyErr_Clear(); /* a borrowed Comm without a communicator has nothing to abort */
   if (c) bagua_comm_abort(c);
   Py_RETURN_NONE;
@@ -265,11 +268,11 @@ static PyObject *get_transport(comm_obj_t *self, void *closure) {
 }
 
 static PyObject *get_closed(comm_obj_t *self, void *closure) {
-  return PyBool_FromLong(self->elastic == NULL && self->comm == NULL);
+  return PyBool_FromLong(self->owner == NULL && self->comm == NULL);
 }
 
 static PyObject *get_borrowed(comm_obj_t *self, void *closure) {
-  return PyBool_FromLong(self->elastic != NULL);
+  return PyBool_FromLong(self->owner != NULL);
 }
 
 static PyGetSetDef comm_getset[] = {

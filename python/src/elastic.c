@@ -197,7 +197,7 @@ static PyObject *elastic_unfollow(elastic_obj_t *self, PyObject *args) {
 static PyObject *elastic_comm(elastic_obj_t *self, PyObject *unused) {
   GET(self);
   (void)e;
-  return bagua_py_comm_borrow((PyObject *)self);
+  return bagua_py_comm_borrow((PyObject *)self, bagua_py_elastic_comm);
 }
 
 #define INT_GETTER(name, expr)                                      \

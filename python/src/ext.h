@@ -84,9 +84,10 @@ bagua_ddp_t *bagua_py_ddp_peek(PyObject *obj);
 int bagua_py_elastic_init(PyObject *module);
 int bagua_py_elastic_check(PyObject *obj);
 bagua_comm_t *bagua_py_elastic_comm(PyObject *elastic);
-/* A Comm that resolves to `elastic`'s current communicator at every call and never destroys
- * it (it holds a reference to the Elastic). New reference. */
-PyObject *bagua_py_comm_borrow(PyObject *elastic);
+/* A Comm that resolves to `owner`'s current communicator through `resolve` at every call and
+ * never destroys it (it holds a reference to `owner`, an Elastic: elastic.c passes
+ * bagua_py_elastic_comm, so comm.c needs nothing of elastic.c). New reference. */
+PyObject *bagua_py_comm_borrow(PyObject *owner, bagua_comm_t *(*resolve)(PyObject *owner));
 /* Adds the Sampler type. */
 int bagua_py_sampler_init(PyObject *module);
 /* Adds the Store type (store.c). */
