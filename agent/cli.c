@@ -658,5 +658,12 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
   cfg->omp_default = cfg->nproc > 1 && !bagua__param_is_set(BAGUA_P_OMP_NUM_THREADS);
   if (check_program(cfg->argv[0]) != 0) return 2;
   if (check_log_dir(cfg->log_dir) != 0 || load_secret(cfg) != 0) return 2;
+  const char *redirects = bagua__param_str(BAGUA_P_REDIRECTS);
+  char rerr[256];
+  if (redirects && redirects[0] &&
+      bagua__std_mask(redirects, 0, NULL, NULL, rerr, sizeof(rerr)) != BAGUA_OK) {
+    bagua__agent_say("BAGUA_REDIRECTS=%s", rerr);
+    return 2;
+  }
   return 0;
 }

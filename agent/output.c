@@ -82,8 +82,9 @@ static void emit(stream_t *s, const char *line, size_t n) {
   memcpy(out, s->prefix, s->prefix_len);
   memcpy(out + s->prefix_len, line, n);
   out[s->prefix_len + n] = '\n';
-  /* A closed console must not stop the workers: such a line is dropped. */
-  (void)write_all(s->dest, out, s->prefix_len + n + 1);
+  /* A closed console must not stop the workers: such a line is dropped. No console (-1): a
+   * redirected stream, its lines go to the log file only. */
+  if (s->dest >= 0) (void)write_all(s->dest, out, s->prefix_len + n + 1);
   if (s->log_fd >= 0) {
     int err = write_all(s->log_fd, out + s->prefix_len, n + 1);
     if (err) log_failed(s, err);

@@ -18,8 +18,9 @@ bagua_status_t bagua__outpump_start(bagua__outpump_t **out);
 /*
  * Adds a stream. Takes ownership of `fd` (the read end of a pipe) and `log_fd` (-1 for none);
  * both are closed when the stream reaches end-of-file. `dest` is STDOUT_FILENO or
- * STDERR_FILENO. `tag` names the worker the stream belongs to (its pid) for
- * bagua__outpump_retag. On failure both descriptors are closed.
+ * STDERR_FILENO, or -1 for a stream whose lines go to `log_fd` only (torchrun's --redirects). `tag`
+ * names the worker the stream belongs to (its pid) for bagua__outpump_retag. On failure both
+ * descriptors are closed.
  */
 bagua_status_t bagua__outpump_add(bagua__outpump_t *p, int fd, int dest, const char *prefix,
                                   int log_fd, int64_t tag);

@@ -27,6 +27,7 @@
 #include "common/params.h"
 #include "common/rdzv/rdzv.h"
 #include "common/sock.h"
+#include "common/validate.h"
 #include "marks.h"
 #include "progress.h"
 #include "common/time.h"
@@ -418,8 +419,17 @@ static bagua_status_t start_one(bagua__workers_t *ws, const bagua__agent_config_
   bagua__sock_set_nonblock(pout[0], 1);
   bagua__sock_set_nonblock(perr[0], 1);
   int log2 = log_fd >= 0 ? fcntl(log_fd, F_DUPFD_CLOEXEC, 0) : -1;
-  bagua__outpump_add(out, pout[0], STDOUT_FILENO, prefix, log_fd, pid);
-  bagua__outpump_add(out, perr[0], STDERR_FILENO, prefix, log2, pid);
+  /* torchrun's --redirects (BAGUA_REDIRECTS, checked at start): those streams reach the log
+   * file only; without a log file every line still reaches the console. */
+  int mask = 0;
+  const char *redirects = bagua__param_str(BAGUA_P_REDIRECTS);
+  char rerr[160];
+  if (redirects && redirects[0] &&
+      bagua__std_mask(redirects, lr, &mask, NULL, rerr, sizeof(rerr)) != BAGUA_OK)
+    mask = 0;
+  bagua__outpump_add(out, pout[0], (mask & 1) && log_fd >= 0 ? -1 : STDOUT_FILENO, prefix, log_fd,
+                     pid);
+  bagua__outpump_add(out, perr[0], (mask & 2) && log2 >= 0 ? -1 : STDERR_FILENO, prefix, log2, pid);
   vec_free(&env);
   return BAGUA_OK;
 fail:

@@ -324,3 +324,34 @@ bagua_status_t bagua__check_choice(const char *text, const char *choices, char *
                                    size_t errlen) {
   return bagua__choice_parse(text, choices, NULL, 0, err, errlen);
 }
+
+bagua_status_t bagua__std_mask(const char *text, int local_rank, int *mask, int *any, char *err,
+                               size_t errlen) {
+  int m = 0, a = 0;
+  const char *p = text;
+  if (p[0] >= '0' && p[0] <= '3' && !p[1]) {
+    m = a = p[0] - '0';
+  } else {
+    if (!*p) goto bad;
+    while (*p) {
+      if (*p < '0' || *p > '9') goto bad;
+      long r = 0;
+      while (*p >= '0' && *p <= '9' && r < 1000000) r = r * 10 + (*p++ - '0');
+      if (*p++ != ':' || *p < '0' || *p > '3') goto bad;
+      int v = *p++ - '0';
+      a |= v;
+      if (r == local_rank) m = v;
+      if (*p == ',' && p[1]) {
+        p++;
+      } else if (*p) {
+        goto bad;
+      }
+    }
+  }
+  if (mask) *mask = m;
+  if (any) *any = a != 0;
+  return BAGUA_OK;
+bad:
+  snprintf(err, errlen, "\"%.100s\"; accepted: %s", text, BAGUA_STD_ACCEPTED);
+  return BAGUA_ERR_INVALID_ARG;
+}

@@ -83,4 +83,15 @@ bagua_status_t bagua__check_choice(const char *text, const char *choices, char *
 /* Writes the words of "a|b|c" as "a, b or c" into out. */
 void bagua__list_choices(const char *choices, char *out, size_t len);
 
+/*
+ * torchrun's Std value (--redirects, --tee): "0" (none), "1" (stdout), "2" (stderr), "3"
+ * (both) for every local rank, or "LOCAL_RANK:0-3,..." per local rank (ranks not listed: 0).
+ * *mask (when not NULL) gets local rank `local_rank`'s bits (1 stdout, 2 stderr); *any gets
+ * whether some rank has a bit set. The message says what is accepted.
+ */
+#define BAGUA_STD_ACCEPTED \
+  "0 (none), 1 (stdout), 2 (stderr), 3 (both), or LOCAL_RANK:0-3,... per local rank"
+bagua_status_t bagua__std_mask(const char *text, int local_rank, int *mask, int *any, char *err,
+                               size_t errlen);
+
 #endif

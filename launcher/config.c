@@ -647,8 +647,8 @@ void bagua__launch_usage(FILE *out) {
           "(--nnode=1), --rdzv_id (--job-id), --standalone, --rdzv_backend (c10d and static\n"
           "across nodes: the node at the endpoint's or --master_addr's address hosts the job's\n"
           "etcd), --node_rank, --master_addr, --master_port, --rdzv_conf, --role, --run_path,\n"
-          "--tee, --redirects 0, --monitor_interval and --start_method (no effect)\n"
-          "(docs/launcher.md, \"Coming from torchrun\").\n"
+          "--tee, --redirects (with --log-dir), --monitor_interval and --start_method (no\n"
+          "effect) (docs/launcher.md, \"Coming from torchrun\").\n"
           "\n");
   const char *section = "";
   for (int s = 0; s < LS__COUNT; s++) {

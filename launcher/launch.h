@@ -160,6 +160,7 @@ typedef struct {
   int master_port;       /* --master-port; 0 when not given */
   int run_path;          /* --run-path: the program runs under the interpreter */
   int tee;               /* --tee other than 0: per-rank files as well as the console */
+  int redirects;         /* --redirects other than 0: some streams to the files only */
   bagua__launch_origin_t backend_origin;
 } bagua__launch_torchrun_t;
 

@@ -91,31 +91,6 @@ static int parse_number(const char *text, double *out) {
   return 0;
 }
 
-/* torchrun's Std value of --redirects and --tee: 0-3 for every rank, or RANK:0-3,... per local
- * rank. *nonzero: some rank is redirected. */
-static int parse_std(const char *text, int *nonzero) {
-  *nonzero = 0;
-  const char *p = text;
-  if (!*p) return -1;
-  if (p[0] >= '0' && p[0] <= '3' && !p[1]) {
-    *nonzero = p[0] != '0';
-    return 0;
-  }
-  while (*p) {
-    if (!isdigit((unsigned char)*p)) return -1;
-    while (isdigit((unsigned char)*p)) p++;
-    if (*p++ != ':' || *p < '0' || *p > '3') return -1;
-    *nonzero |= *p++ != '0';
-    if (*p == ',') {
-      p++;
-      if (!*p) return -1;
-    } else if (*p) {
-      return -1;
-    }
-  }
-  return 0;
-}
-
 /* Sets setting `s` of the layer from --rdzv-conf's `key`, as if its own flag gave `text`. */
 static int conf_set(bagua__launch_layer_t *l, bagua__launch_setting_t s, const char *key,
                     const char *given, const char *text, char *err, size_t errlen) {
@@ -304,26 +279,25 @@ int bagua__launch_torchrun_apply(int i, const char *spelled, const char *value,
     }
     case TR_REDIRECTS:
     case TR_TEE: {
-      int nonzero;
-      if (parse_std(value, &nonzero) != 0) {
-        snprintf(err, errlen,
-                 "bagua-launch: %s \"%s\": accepted: 0 (none), 1 (stdout), 2 (stderr), 3 (both), "
-                 "or LOCAL_RANK:0-3,... per rank",
-                 spelled, value);
+      int nonzero = 0;
+      if (bagua__std_mask(value, -1, NULL, &nonzero, what, sizeof(what)) != BAGUA_OK) {
+        snprintf(err, errlen, "bagua-launch: %s %s", spelled, what);
         return LAUNCH_EXIT_USAGE;
       }
       if (k_tr[i].kind == TR_TEE) {
         t->tee |= nonzero;
         return 0;
       }
-      if (nonzero) {
-        snprintf(err, errlen,
-                 "bagua-launch: %s %s: worker output always reaches the console, each line "
-                 "prefixed [node/rank]; accepted: %s 0, or --tee %s with --log-dir DIR for "
-                 "per-rank files as well",
-                 spelled, value, spelled, value);
-        return LAUNCH_EXIT_USAGE;
-      }
+      t->redirects = nonzero;
+      if (!nonzero) return 0;
+      /* The agents read BAGUA_REDIRECTS: those streams go to the per-rank files only. */
+      char spec[160];
+      snprintf(spec, sizeof(spec), "BAGUA_REDIRECTS=%s", value);
+      int rc = bagua__launch_add_export(l, spec, err, errlen);
+      if (rc != 0) return rc;
+      for (int k = 0; k < l->nenv; k++)
+        if (strcmp(l->env[k].name, "BAGUA_REDIRECTS") == 0)
+          bagua__launch_origin_set(&l->env[k].origin, LO_FLAG, "%s", spelled);
       return 0;
     }
     case TR_RUN_PATH:
@@ -394,6 +368,12 @@ int bagua__launch_torchrun_resolve(const bagua__launch_layer_t *cli, bagua__laun
              "bagua-launch: --node-rank %d is not a node of nnodes %s (%s); accepted: 0 to %lld "
              "(node ranks here follow the order in which nodes join)",
              t->node_rank, nn->s, nn->origin.text, (long long)nn->i2 - 1);
+    return LAUNCH_EXIT_USAGE;
+  }
+  if (t->redirects && !cfg->v[LS_LOG_DIR].s[0]) {
+    snprintf(err, errlen,
+             "bagua-launch: --redirects: the redirected streams go to the per-rank files of the "
+             "log directory; accepted: --log-dir DIR as well");
     return LAUNCH_EXIT_USAGE;
   }
   if (t->tee && !cfg->v[LS_LOG_DIR].s[0]) {

@@ -6,8 +6,10 @@
  *    (--rdzv-backend against the endpoint and --nnodes, --node-rank against --nnodes,
  *    --master-addr/--master-port as the static backend's endpoint, --tee against --log-dir,
  *    --run-path against -m);
- *  - checked as a documented no-op (--monitor-interval, --start-method, --redirects 0);
+ *  - checked as a documented no-op (--monitor-interval, --start-method);
  *  - or refused, with what to use instead, where it cannot mean anything here.
+ * --redirects becomes BAGUA_REDIRECTS for the agents (the streams it names reach the per-rank
+ * log files only), --role BAGUA_ROLE.
  * torchrun's other spellings of our own flags (--rdzv-id, --local-addr) are aliases in cli.c's
  * table of foreign spellings; --nproc-per-node's words (cpu, gpu, auto) are resolved here.
  */

@@ -176,6 +176,19 @@ static void test_agent_cli(void) {
                                    NULL}),
             0);
   ASSERT_EQ(cfg.elastic_mode, BAGUA__ELASTIC_IN_PROCESS);
+  /* torchrun's --redirects reaches the agent as BAGUA_REDIRECTS: checked at start, exit 2. */
+  setenv("BAGUA_REDIRECTS", "0:1,1:3", 1);
+  bagua__params_reload();
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1",
+                                   "--nproc-per-node", "1", "true", NULL}),
+            0);
+  setenv("BAGUA_REDIRECTS", "4", 1);
+  bagua__params_reload();
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "1",
+                                   "--nproc-per-node", "1", "true", NULL}),
+            2);
+  unsetenv("BAGUA_REDIRECTS");
+  bagua__params_reload();
   /* The registry's bounds, and the shared validators' refusals, exit 2. */
   int64_t lo = 0, hi = 0;
   bagua__param_bounds(BAGUA_P_LEASE_TTL_S, &lo, &hi);

@@ -13,6 +13,7 @@
  *    the launch that does not host starts first and waits for the etcd;
  *  - no_host: a launch whose endpoint no node hosts ends with exit 3 after its rendezvous
  *    timeout, naming the endpoint, and starts nothing;
+ *  - redirects: --redirects 0:3 keeps local rank 0's lines off the console, in its log file;
  *  - host_killed: three nodes; once the hosted etcd has three voting members, the launch that
  *    started it is SIGKILLed, and the two others form the next round and finish.
  *
@@ -240,6 +241,31 @@ static int mode_host_killed(void) {
   return 0;
 }
 
+/* torchrun's --redirects: local rank 0's streams reach its log file only, rank 1's the console
+ * as well (--redirects 0:3); the files hold every line. */
+static int mode_redirects(void) {
+  char logdir[256], cmd[512];
+  snprintf(logdir, sizeof(logdir), "%s/logs", g_dir);
+  node_t a;
+  start(&a, "a",
+        (char *[]){"--nproc_per_node=2", "--max_restarts=0", "-r", "0:3", "--log_dir", logdir,
+                   "--node-id", "rd", "--", "sh", "-c",
+                   "echo OUT-$LOCAL_RANK; echo ERR-$LOCAL_RANK >&2", NULL});
+  expect(lu_wait(a.pid, 40000) == 0, "exit 0", &a, NULL);
+  expect(count(a.out, "OUT-0") == 0 && count(a.out, "ERR-0") == 0,
+         "local rank 0's lines do not reach the console", &a, NULL);
+  expect(count(a.out, "OUT-1") == 1 && count(a.out, "ERR-1") == 1, "local rank 1's lines do", &a,
+         NULL);
+  snprintf(cmd, sizeof(cmd), "%s/rd.0.log", logdir);
+  expect(count(cmd, "OUT-0") == 1 && count(cmd, "ERR-0") == 1, "rank 0's file has both lines", &a,
+         NULL);
+  snprintf(cmd, sizeof(cmd), "%s/rd.1.log", logdir);
+  expect(count(cmd, "OUT-1") == 1 && count(cmd, "ERR-1") == 1, "rank 1's file has both lines", &a,
+         NULL);
+  assert_clean(&a, NULL);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   unsetenv("SLURM_JOB_ID");
   unsetenv("SLURM_JOB_NODELIST");
@@ -259,6 +285,8 @@ int main(int argc, char **argv) {
     rc = mode_no_host();
   else if (strcmp(argv[1], "host_killed") == 0)
     rc = mode_host_killed();
+  else if (strcmp(argv[1], "redirects") == 0)
+    rc = mode_redirects();
   else
     TEST_FAIL("unknown mode %s", argv[1]);
   lu_rmtree(g_dir);

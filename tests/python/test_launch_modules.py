@@ -138,7 +138,7 @@ def test_refused_option_exits_2_naming_it(tmp_path):
     assert "--autotune_level: 2 is not a level" in proc.stdout
     proc = job(tmp_path, "bagua.distributed.run", "--redirects", "3", "worker.py")
     assert proc.returncode == 2
-    assert "--redirects: worker output always reaches the console" in proc.stdout
+    assert "--redirects: the redirected streams go to the per-rank files" in proc.stdout
 
 
 def test_find_launcher():
@@ -317,6 +317,7 @@ def test_run_defaults():
     (["--max_restarts", "5"], ["--max-restarts", "5"]),
     (["--log_dir", "/tmp/l", "--tee", "3"], ["--log-dir", "/tmp/l"]),
     (["-t", "0:1", "--log-dir", "/tmp/l"], ["--log-dir", "/tmp/l"]),
+    (["-r", "0:1", "--log_dir", "/tmp/l"], ["--redirects", "0:1", "--log-dir", "/tmp/l"]),
     (["--autotune_level", "1"], ["--autotune"]),
     (["--enable_bagua_net"], ["--net-plugin", "bagua"]),
     (["--default_bucket_size", "8192"], ["-x", "BAGUA_BUCKET_SIZE=8192"]),

@@ -75,7 +75,7 @@ def parser():
                help="run the script under python (beats --no_python, as upstream)")
     add_option(p, "--log_dir", default=None, help="per-rank log files: bagua-launch --log-dir")
     add_option(p, "-r", "--redirects", default="0",
-               help="0 only: worker output always reaches the console")
+               help="0-3 or LOCAL_RANK:0-3,...: those streams reach only the --log_dir files")
     add_option(p, "-t", "--tee", default="0",
                help="console and files: needs --log_dir (every rank's output goes to both)")
     add_option(p, "--node_rank", type=int, default=0,
@@ -266,9 +266,11 @@ def build_argv(args, python=None, gpu_count=_gpu_count):
                           f"{args.nnodes or '1:1'}; accepted: 0 to {max_nodes - 1}")
     check_port("--master_port", args.master_port)
     if args.redirects != "0":
-        raise OptionError("--redirects", "worker output always reaches the console, each line "
-                          "prefixed [node/rank]; accepted: 0, or --tee with --log_dir for "
-                          "files as well")
+        # bagua-launch checks the value; the streams it names reach the per-rank files only.
+        if not args.log_dir:
+            raise OptionError("--redirects", "the redirected streams go to the per-rank files "
+                              "of --log_dir; accepted: --log_dir DIR as well")
+        out += ["--redirects", args.redirects]
     if args.tee != "0" and not args.log_dir:
         raise OptionError("--tee", "the files go to --log_dir; accepted: --log_dir DIR as well "
                           "(every rank's output then reaches the console and DIR)")
