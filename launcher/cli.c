@@ -90,20 +90,10 @@ static const struct {
 };
 #define NFOREIGN ((int)(sizeof(k_foreign) / sizeof(k_foreign[0])))
 
-/* Whether `flag` (normalised) is spelled out: one of ours, torchrun's or a foreign one. */
-static int known(const char *flag) {
-  for (int s = 0; s < LS__COUNT; s++)
-    if (strcmp(bagua__launch_desc((bagua__launch_setting_t)s)->flag, flag) == 0) return 1;
-  for (int i = 0; i < NOPTS; i++)
-    if (strcmp(k_opts[i].flag, flag) == 0) return 1;
-  for (int i = 0; i < NFOREIGN; i++)
-    if (strcmp(k_foreign[i].flag, flag) == 0) return 1;
-  return bagua__launch_torchrun_find(flag, NULL) >= 0;
-}
-
 /*
  * argparse's abbreviations, which torchrun accepts ("--nnode=1"): a long flag that is not one
- * of ours, torchrun's or a foreign spelling stands for the one flag it is the start of. Writes
+ * of ours, torchrun's or a foreign spelling, spelled out, stands for the one flag it is the
+ * start of. Writes
  * the flag into `flag` and returns 1; 0 when no flag starts so; -1 with the candidates in err
  * when several do.
  */
@@ -118,6 +108,8 @@ static int expand_prefix(char *flag, size_t flaglen, const char *arg, char *err,
   for (int i = 0; i < NFOREIGN; i++) cand[n++] = k_foreign[i].flag;
   for (int i = 0; bagua__launch_torchrun_flag(i) && n < (int)(sizeof(cand) / sizeof(cand[0])); i++)
     cand[n++] = bagua__launch_torchrun_flag(i);
+  for (int i = 0; i < n; i++)
+    if (strcmp(cand[i], flag) == 0) return 0; /* spelled out */
   const char *hit = NULL;
   char list[512] = "";
   int hits = 0;
@@ -165,8 +157,7 @@ int bagua__launch_parse_cli(int argc, char **argv, bagua__launch_layer_t *l, cha
     memcpy(typed, flag, flen + 1);
     for (char *p = flag + 2; *p; p++)
       if (*p == '_') *p = '-';
-    if (!known(flag) && expand_prefix(flag, sizeof(flag), typed, err, errlen) < 0)
-      return LAUNCH_EXIT_USAGE;
+    if (expand_prefix(flag, sizeof(flag), typed, err, errlen) < 0) return LAUNCH_EXIT_USAGE;
     const char *value = eq ? eq + 1 : NULL;
     const char *spelled = NULL, *tool = NULL; /* a foreign spelling read as one of ours */
     for (int k = 0; k < NFOREIGN; k++) {

@@ -16,12 +16,10 @@
  * comes at least 5 s after the second is promoted; a joining launcher does not wait for it:
  * its agent starts at once, with this node's member-to-be among its endpoints.
  */
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/etcd/etcd.h"
@@ -181,13 +179,7 @@ void bagua__launch_grower_stop(bagua__launch_grower_t *g) {
 static int my_address(const bagua__launch_config_t *cfg, uint32_t host_ip, uint32_t *out) {
   if (cfg->v[LS_NODE_ADDR].s[0])
     return bagua__resolve_ipv4(cfg->v[LS_NODE_ADDR].s, out) == BAGUA_OK ? 0 : -1;
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr.s_addr = host_ip};
-  int ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-  *out = ok ? bagua__sock_local_addr(fd) : 0;
-  close(fd);
-  return ok && *out ? 0 : -1;
+  return bagua__route_addr_ipv4(host_ip, 9, out) == BAGUA_OK ? 0 : -1;
 }
 
 /* Appends ",URL" to list when it is not in it yet. */

@@ -322,10 +322,15 @@ static int gpu_count(void) {
   }
   const char *visible = bagua_param_get("CUDA_VISIBLE_DEVICES");
   if (visible) {
-    /* CUDA shows the listed devices; an empty list hides them all. */
+    /* CUDA shows the listed devices up to the first that is not one ("-1" hides them all, as
+     * does an empty list). */
     int listed = 0;
-    for (const char *p = visible; *p; p++)
-      if (*p != ',' && (p == visible || p[-1] == ',')) listed++;
+    for (const char *p = visible; *p && *p != '-';) {
+      listed++;
+      const char *comma = strchr(p, ',');
+      if (!comma) break;
+      p = comma + 1;
+    }
     if (listed < n) n = listed;
   }
   return n;
