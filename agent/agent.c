@@ -138,6 +138,12 @@ static int next_timeout(bagua__agent_t *a) {
   int64_t ring = bagua__agent_ring_next_ms(a);
   if (a->wake_at) at = a->wake_at;
   if (ring && (!at || ring < at)) at = ring;
+  /* A campaign or a leader check waiting for this node's tier (register.c). A check whose
+   * time has passed waits for the next event: it failed, and retrying at once would spin. */
+  const bagua__agent_leader_check_t *lc = &a->leader_check;
+  if (lc->campaign_at && (!at || lc->campaign_at < at)) at = lc->campaign_at;
+  if (lc->due_rev != lc->leader_mod_rev && lc->due_ms > now && (!at || lc->due_ms < at))
+    at = lc->due_ms;
   if (a->is_leader != a->mirror_full) at = now;
   int timeout = IDLE_WAIT_MS;
   if (at) timeout = at <= now ? 0 : (at - now < IDLE_WAIT_MS ? (int)(at - now) : IDLE_WAIT_MS);

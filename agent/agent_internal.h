@@ -58,6 +58,11 @@ typedef struct {
   int64_t leader_mod_rev; /* the leader key's revision checked (0: none) */
   int present;            /* the named node is registered */
   int64_t lease;          /* on this lease */
+  /* The revision waiting for its check, and when the check is due (ring.h's tier wait). */
+  int64_t due_rev, due_ms;
+  /* Since when the leader key has been vacant (monotonic ms; 0: held), and when this node's
+   * campaign is due (0: none pending): ring.h's tier wait, so the first members campaign. */
+  int64_t vacant_since, campaign_at;
 } bagua__agent_leader_check_t;
 
 typedef struct bagua__agent_s {

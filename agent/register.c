@@ -340,6 +340,12 @@ int bagua__agent_check_clash(bagua__agent_t *a, const bagua__agent_snap_t *s) {
  * node's own lease. Anything else (a value someone wrote by hand, a key on no lease) names no
  * agent that will ever form a round, and left alone it would hold the key for ever.
  */
+/* This node's tier wait (ring.h) by its place in the current round; 0 with no place yet. */
+static int tier_wait_ms(const bagua__agent_snap_t *s) {
+  if (!s->has_place) return 0;
+  return bagua__ring_campaign_delay_ms(s->place.index, s->place.nmembers, BAGUA__CAMPAIGN_STEP_MS);
+}
+
 /*
  * The registration the leader key names: from the snapshot when it holds every node record
  * (the leader's), else read once per value of the key (a follower follows no other node's
@@ -354,6 +360,13 @@ static int leader_node(bagua__agent_t *a, const bagua__agent_snap_t *s, int64_t 
   }
   bagua__agent_leader_check_t *lc = &a->leader_check;
   if (lc->leader_mod_rev != s->leader_mod_rev) {
+    /* Not all followers at once after a leader change: each waits its tier (ring.h). */
+    int64_t now = bagua__now_ms();
+    if (lc->due_rev != s->leader_mod_rev) {
+      lc->due_rev = s->leader_mod_rev;
+      lc->due_ms = now + tier_wait_ms(s);
+    }
+    if (now < lc->due_ms) return -1;
     char key[BAGUA_RDZV_KEY_MAX];
     bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_NODE, 0, s->leader);
     bagua__etcd_kv_t kv;
@@ -407,7 +420,19 @@ void bagua__agent_check_leadership(bagua__agent_t *a, const bagua__agent_snap_t 
       bagua__agent_say("removed a corrupt leader key %s (%s); electing a leader again", key, why);
     vacant = 1;
   }
+  bagua__agent_leader_check_t *lc = &a->leader_check;
+  lc->campaign_at = 0;
+  if (!vacant) lc->vacant_since = 0;
   if (vacant && a->lease != 0 && bagua__agent_snap_node(s, a->cfg->node_id)) {
+    /* The first members of the round campaign at once, the others a tier later each, unless
+     * a leader came meanwhile (ring.h): one write per candidate, not per survivor. */
+    int64_t now = bagua__now_ms();
+    if (!lc->vacant_since) lc->vacant_since = now;
+    int64_t due = lc->vacant_since + tier_wait_ms(s);
+    if (now < due) {
+      lc->campaign_at = due;
+      return;
+    }
     char key[BAGUA_RDZV_KEY_MAX];
     bagua__agent_key(a, key, sizeof(key), BAGUA__RDZV_KEY_LEADER, 0, NULL);
     int created = 0;

@@ -33,4 +33,24 @@
  */
 int bagua__ring_revokes_first(int d, const int *dead);
 
+/* Members of a round that campaign at once when the leader key is vacant. */
+#define BAGUA__CAMPAIGN_FIRST 3
+/* The wait added by each further tier of campaigners. */
+#define BAGUA__CAMPAIGN_STEP_MS 100
+
+/*
+ * How long a node waits, from when it first sees the leader key vacant, before it campaigns;
+ * and, from when it first sees a new leader key, before it reads the named node's record to
+ * check the key (register.c). The round's order ranks the nodes: the first
+ * BAGUA__CAMPAIGN_FIRST members wait nothing, and the wait grows by `step_ms` each time the
+ * place doubles (members 3-8 one step, 9-20 two, ...: about log2(N / 3) steps for the last
+ * of N). So a leader's death costs a few campaigns instead of one write per survivor, and
+ * N record reads spread over those steps instead of all at once; and when the first
+ * candidates died with the leader, the next tier campaigns a step later.
+ * `index` is the node's place in a round of `nmembers` (-1: not a member, e.g. a joiner: the
+ * last tier). A job with no round yet has no order, and everyone campaigns at once: the caller
+ * passes nmembers 0, which makes the wait 0.
+ */
+int bagua__ring_campaign_delay_ms(int index, int nmembers, int step_ms);
+
 #endif

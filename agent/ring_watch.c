@@ -124,13 +124,15 @@ void bagua__agent_ring_deaths(bagua__agent_t *a, const bagua__agent_snap_t *s) {
       revoke(a, d[i].id, d[i].lease);
     } else if (g->npending < (int)(sizeof(g->pending) / sizeof(g->pending[0]))) {
       /* A nearer watcher lives and revokes it; this one does only if no round without the
-       * dead member comes within the settle window and a margin. */
+       * dead member comes within the longest settle window (it closes at most
+       * BAGUA__LEADER_SETTLE_CAP windows after the first change) and a margin for a leader
+       * election. A shorter wait revoked leases twice whenever deaths spread the window. */
       bagua__agent_revoke_t *p = &g->pending[g->npending++];
       snprintf(p->id, sizeof(p->id), "%s", d[i].id);
       p->lease = d[i].lease;
       p->rev = g->w[k].rev;
       p->round = g->round;
-      p->due_ms = now + a->cfg->settle_ms + 1500 + 500 * k;
+      p->due_ms = now + (int64_t)BAGUA__LEADER_SETTLE_CAP * a->cfg->settle_ms + 1500 + 500 * k;
       BAGUA_INFO(BAGUA_SUBSYS_AGENT,
                  "agent: node %s's liveness connection ended; its nearer watcher revokes its "
                  "lease (this node does in %lld ms unless a round without it comes first)",

@@ -8,6 +8,7 @@
 
 #include "index.h"
 #include "leader.h"
+#include "ring.h"
 #include "test.h"
 
 #define TTL_S 2
@@ -940,7 +941,38 @@ static void test_at_scale(void) {
   bagua__agent_snap_clear(&s);
 }
 
+/* Who campaigns when the leader key is vacant (ring.h): the round's first members at once, a
+ * step more each time the place doubles, non-members last, everyone at once with no round. */
+static void test_campaign_tiers(void) {
+  for (int i = 0; i < BAGUA__CAMPAIGN_FIRST; i++)
+    ASSERT_EQ(bagua__ring_campaign_delay_ms(i, 1024, 100), 0);
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(3, 1024, 100), 100);
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(8, 1024, 100), 100);
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(9, 1024, 100), 200);
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(20, 1024, 100), 200);
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(21, 1024, 100), 300);
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(1023, 1024, 100), 800);
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(-1, 1024, 100), 800);   /* not a member */
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(5000, 1024, 100), 800); /* out of range */
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(-1, 0, 100), 0);        /* no round: all at once */
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(1, 2, 100), 0);
+  ASSERT_EQ(bagua__ring_campaign_delay_ms(-1, 2, 100), 0); /* a joiner of a small job */
+  /* Tiers never shrink along the order, and each holds about twice the one before: at N
+   * members about log2(N / 3) steps, so the last waits under a second at 10,000. */
+  int prev = 0, count[16] = {0};
+  for (int i = 0; i < 10000; i++) {
+    int d = bagua__ring_campaign_delay_ms(i, 10000, 100);
+    ASSERT_GE(d, prev);
+    prev = d;
+    ASSERT_LT(d / 100, 16);
+    count[d / 100]++;
+  }
+  ASSERT_LE(prev, 1100);
+  for (int t = 1; t < 11; t++) ASSERT_EQ(count[t], BAGUA__CAMPAIGN_FIRST << t);
+}
+
 int main(void) {
+  test_campaign_tiers();
   test_index();
   test_at_scale();
   test_stall();
