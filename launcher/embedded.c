@@ -86,6 +86,16 @@ static int listening(uint32_t ip, uint16_t port) {
   return ok;
 }
 
+int bagua__launch_endpoint_listens(const char *endpoint) {
+  char host[256], what[256];
+  uint16_t port = 0;
+  uint32_t ip = 0;
+  if (bagua__endpoint_first(endpoint, host, sizeof(host), &port, what, sizeof(what)) != BAGUA_OK ||
+      bagua__resolve_ipv4(host, &ip) != BAGUA_OK)
+    return 1; /* the etcd client says what is wrong */
+  return listening(ip, port);
+}
+
 /* Waits until an etcd answers at the endpoint (the job's status key can be read). */
 static int join(const bagua__launch_config_t *cfg, int sigfd, char *err, size_t errlen) {
   const char *endpoint = cfg->v[LS_ENDPOINT].s;

@@ -33,6 +33,11 @@ int bagua__launch_embedded_open(const bagua__launch_config_t *cfg, int sigfd,
                                 bagua__launch_etcd_t *priv, int *hosting, int *lock_fd, char *err,
                                 size_t errlen);
 
+/* 0 when nothing accepts a TCP connection at the first HOST:PORT of `endpoint` (refused, or no
+ * answer within a short probe), 1 otherwise or when it does not resolve: a probe that costs no
+ * etcd request and logs nothing. */
+int bagua__launch_endpoint_listens(const char *endpoint);
+
 /* Releases the lock bagua__launch_embedded_open took (-1: nothing to do). */
 void bagua__launch_embedded_unlock(int lock_fd);
 

@@ -217,6 +217,9 @@ typedef struct {
   /* The endpoint is the job's etcd that one of its nodes hosts: torchrun's c10d or static
    * backend across nodes (embedded.h). */
   int rdzv_embedded;
+  /* A one-node job names an endpoint but no backend (torchrun's default, static, hosts its own
+   * store there): when no etcd answers at the endpoint, it runs on a private etcd (main.c). */
+  int rdzv_fallback_private;
   /* torchrun's agents are anonymous: a local agent without a node id gets HOST-PID rather than
    * the host name, so two launches on one machine are two nodes (--rdzv-backend, no hosts). */
   int anonymous_node;

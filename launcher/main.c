@@ -116,6 +116,40 @@ static int preflight(bagua__etcd_t *c, const bagua__launch_config_t *cfg, const 
   return 0;
 }
 
+/*
+ * A one-node job that names an endpoint and no backend (rdzv_fallback_private): when no etcd
+ * answers there, it needs none, and runs on a private etcd instead of failing. That is what
+ * torchrun's default static backend does with such a command (pytorch/examples' scripts give
+ * one node an endpoint), and a one-node job loses nothing by it; the line says how to insist
+ * on the etcd. Returns 0 (the endpoint cleared when falling back), -1 when out of memory.
+ */
+static int fallback_private(bagua__launch_config_t *cfg) {
+  bagua__launch_value_t *ep = &cfg->v[LS_ENDPOINT];
+  bagua__etcd_t *probe = NULL;
+  bagua__launch_status_t st;
+  bagua_status_t rc = BAGUA_ERR_CURL;
+  /* A refused connection needs no etcd request (nor the client's warning). */
+  int listens = bagua__launch_endpoint_listens(ep->s);
+  if (listens) {
+    rc = bagua__etcd_create(ep->s, (int)cfg->v[LS_ETCD_TIMEOUT_MS].i, &probe);
+    if (rc == BAGUA_OK) rc = bagua__launch_read_status(probe, cfg->v[LS_JOB_ID].s, &st);
+    bagua__etcd_destroy(probe);
+  }
+  if (rc == BAGUA_OK) return 0;
+  bagua__say(LAUNCH_TOOL,
+             "no etcd answers at %s (%s): a one-node job needs none, so it runs on a private "
+             "etcd, as torchrun's default static rendezvous would; to require that etcd: "
+             "--rdzv-backend etcd",
+             ep->s, listens ? bagua_err_name(rc) : "nothing listens there");
+  char *empty = strdup("");
+  if (!empty) return -1;
+  free(ep->s);
+  ep->s = empty;
+  bagua__launch_origin_set(&ep->origin, LO_DEFAULT,
+                           "a private etcd: no etcd answered at the one-node job's endpoint");
+  return 0;
+}
+
 /* The node id of a torchrun-style launch without one: this host's name (cut to what fits and
  * to the id alphabet) and bagua-launch's pid. */
 static int anonymous_node_id(bagua__launch_config_t *cfg) {
@@ -188,6 +222,11 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (cfg.anonymous_node && anonymous_node_id(&cfg) != 0) {
+    bagua__say(LAUNCH_TOOL, "out of memory");
+    rc = 1;
+    goto out;
+  }
+  if (cfg.rdzv_fallback_private && fallback_private(&cfg) != 0) {
     bagua__say(LAUNCH_TOOL, "out of memory");
     rc = 1;
     goto out;

@@ -393,10 +393,14 @@ int bagua__launch_torchrun_resolve(const bagua__launch_layer_t *cli, bagua__laun
              "accepted: one of them");
     return LAUNCH_EXIT_USAGE;
   }
-  /* torchrun's default backend is static, whose endpoint is --master-addr:--master-port. */
-  const char *backend = t->backend[0]                           ? t->backend
-                        : (t->master_addr[0] || t->master_port) ? "static"
-                                                                : "";
+  /* torchrun's default backend is static, whose endpoint is --master-addr:--master-port (or
+   * --rdzv-endpoint), and whose ranks --node-rank gives: any of those asks for it. */
+  const char *backend = t->backend[0]                                               ? t->backend
+                        : (t->master_addr[0] || t->master_port || t->node_rank_set) ? "static"
+                                                                                    : "";
+  if (!backend[0] && !cli->standalone && nn->i2 == 1 && !cfg->nhosts && ep->s[0] &&
+      ep->origin.kind == LO_FLAG)
+    cfg->rdzv_fallback_private = 1; /* an etcd user's endpoint, or torchrun's unused one */
   if (cli->standalone || !backend[0]) return 0;
   if (!cfg->nhosts && cfg->v[LS_NODE_ID].origin.kind == LO_DEFAULT) cfg->anonymous_node = 1;
   if (cfg->job_id_generated && (!is_static(backend) || nn->i2 > 1) && !cfg->nhosts) {
@@ -431,7 +435,8 @@ int bagua__launch_torchrun_resolve(const bagua__launch_layer_t *cli, bagua__laun
       snprintf(err, errlen, "bagua-launch: out of memory");
       return LAUNCH_EXIT_USAGE;
     }
-    bagua__launch_origin_set(&ep->origin, LO_FLAG, "--rdzv-backend %s, %s: a private etcd", backend,
+    bagua__launch_origin_set(&ep->origin, LO_FLAG, "--rdzv-backend %s%s, %s: a private etcd",
+                             backend, t->backend[0] ? "" : " (torchrun's default)",
                              nn->i2 == 1 ? "one node" : "every node started from here");
     return 0;
   }
@@ -461,9 +466,10 @@ int bagua__launch_torchrun_resolve(const bagua__launch_layer_t *cli, bagua__laun
   }
   free(ep->s);
   ep->s = copy;
-  bagua__launch_origin_set(&ep->origin, LO_FLAG,
-                           "--rdzv-backend %s: the job's etcd, hosted by the node at this address",
-                           backend);
+  bagua__launch_origin_set(
+      &ep->origin, LO_FLAG,
+      "--rdzv-backend %s%s: the job's etcd, hosted by the node at this address", backend,
+      t->backend[0] ? "" : " (torchrun's default)");
   cfg->rdzv_embedded = 1;
   return 0;
 }

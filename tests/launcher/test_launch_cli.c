@@ -281,8 +281,10 @@ static int unreachable(int silent) {
   snprintf(want, sizeof(want), "bagua-launch: cannot reach the rendezvous endpoint %s (", ep);
   long long t0 = lu_now_ms();
   char *out;
-  int rc = run((char *[]){"--rdzv-endpoint", ep, "--etcd-timeout-ms", "1000", "--agent",
-                          (char *)g_fake, "--", "/bin/true", NULL},
+  /* An etcd user's command: the backend is named, so no private etcd stands in (a one-node job
+   * without one falls back to a private etcd: test_launch_torchrun's endpoint_unanswered). */
+  int rc = run((char *[]){"--rdzv-endpoint", ep, "--rdzv-backend", "etcd", "--etcd-timeout-ms",
+                          "1000", "--agent", (char *)g_fake, "--", "/bin/true", NULL},
                NULL, 20000, &out);
   long long took = lu_now_ms() - t0;
   char *last = lu_last_line(out);

@@ -14,6 +14,8 @@
  *  - no_host: a launch whose endpoint no node hosts ends with exit 3 after its rendezvous
  *    timeout, naming the endpoint, and starts nothing;
  *  - redirects: --redirects 0:3 keeps local rank 0's lines off the console, in its log file;
+ *  - endpoint_unanswered: pytorch/examples' ddp/run_example.sh (one node, an endpoint, no
+ *    backend) with nothing at the endpoint runs on a private etcd; two nodes still exit 3;
  *  - host_killed: three nodes; once the hosted etcd has three voting members, the launch that
  *    started it is SIGKILLed, and the two others form the next round and finish.
  *
@@ -182,6 +184,39 @@ static int mode_no_host(void) {
   return 0;
 }
 
+/*
+ * pytorch/examples' ddp/run_example.sh: one node, an endpoint and no backend (torchrun's default,
+ * static, hosts its store there). Nothing answers at the endpoint: the one-node job runs on a
+ * private etcd and says so; the same command with two nodes still fails (an etcd user's
+ * multi-node job must not silently split into private ones).
+ */
+static int mode_endpoint_unanswered(void) {
+  char outf[256], prog[512], ep[64];
+  snprintf(outf, sizeof(outf), "%s/w.txt", g_dir);
+  snprintf(prog, sizeof(prog), "echo \"W $RANK/$WORLD_SIZE local $LOCAL_RANK\" >> %s", outf);
+  snprintf(ep, sizeof(ep), "--rdzv_endpoint=127.0.0.1:%d", free_port());
+  node_t a, b;
+  start(&a, "a", (char *[]){"--nnodes=1", "--nproc_per_node=2", ep, "--", "sh", "-c", prog, NULL});
+  int ra = lu_wait(a.pid, 60000);
+  expect(ra == 0, "the one-node launch exits 0", &a, NULL);
+  for (int r = 0; r < 2; r++) {
+    char want[64];
+    snprintf(want, sizeof(want), "W %d/2 local %d", r, r);
+    expect(count(outf, want) == 1, want, &a, NULL);
+  }
+  expect(count(a.out, "no etcd answers at 127.0.0.1:") == 1, "it says why a private etcd runs", &a,
+         NULL);
+  assert_clean(&a, NULL);
+  start(&b, "b", (char *[]){"--nnodes=2", "--nproc_per_node=2", ep, "--", "sh", "-c", prog, NULL});
+  int rb = lu_wait(b.pid, 60000);
+  expect(rb == 3, "the two-node launch exits 3", &b, NULL);
+  expect(count(b.out, "cannot reach the rendezvous endpoint") == 1, "it names the endpoint", &b,
+         NULL);
+  expect(count(outf, "W ") == 2, "no worker of the two-node launch ran", &b, NULL);
+  assert_clean(&b, NULL);
+  return 0;
+}
+
 /* Waits until `path` contains `needle`; 0 on timeout. */
 static int wait_text(const char *path, const char *needle, int timeout_ms) {
   long long end = lu_now_ms() + timeout_ms;
@@ -287,6 +322,8 @@ int main(int argc, char **argv) {
     rc = mode_host_killed();
   else if (strcmp(argv[1], "redirects") == 0)
     rc = mode_redirects();
+  else if (strcmp(argv[1], "endpoint_unanswered") == 0)
+    rc = mode_endpoint_unanswered();
   else
     TEST_FAIL("unknown mode %s", argv[1]);
   lu_rmtree(g_dir);
