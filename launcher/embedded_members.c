@@ -33,6 +33,11 @@
 #define MEMBERS_WANTED 3
 #define GROW_TICK_MS 200
 #define GROW_IDLE_MS 1000
+/* A learner its node has not started this long after it was added never will (that node's
+ * etcd failed to start, or the node died first): it is removed, and its slot freed, so that it
+ * does not hold the one learner place etcd allows for the rest of the job. A member starts
+ * within a second or two of its invitation (read every GROW_TICK_MS). */
+#define LEARNER_START_MS 10000
 
 static int etcd_key(char *buf, size_t len, const char *job, const char *what, const char *node) {
   int n = snprintf(buf, len, "/bagua-etcd/%s/%s%s%s", job, what, node ? "/" : "", node ? node : "");
@@ -46,11 +51,53 @@ struct bagua__launch_grower {
   char job[BAGUA_ID_MAX_LEN + 1];
   pthread_t thread;
   volatile int stop;
-  int next_slot; /* the name of the next member: member-2, member-3 */
-  char names[MEMBERS_WANTED + 1][32], peers[MEMBERS_WANTED + 1][128];
+  int next_slot; /* the name of the next member: member-2, member-3, ... */
+  /* The members this grower added: name, peer URL and the node that offered it. */
+  char names[MEMBERS_WANTED + 1][32], peers[MEMBERS_WANTED + 1][128],
+      nodes[MEMBERS_WANTED + 1][128];
   int nnamed;
   int full_said;
+  uint64_t learner_id; /* the learner last seen unstarted, and since when (monotonic ms) */
+  int64_t learner_since;
 };
+
+/* Removes learner `m` that its node never started (LEARNER_START_MS): the member, its
+ * invitation and the slot its node holds, so that a later node can offer one. */
+static void drop_learner(struct bagua__launch_grower *g, const bagua__etcd_member_t *m) {
+  if (bagua__etcd_member_remove(g->c, m->id) != BAGUA_OK) return;
+  int k = 0;
+  while (k < g->nnamed && strcmp(g->peers[k], m->peer) != 0) k++;
+  const char *node = k < g->nnamed ? g->nodes[k] : "";
+  bagua__say(LAUNCH_TOOL,
+             "the job's etcd member %s (node %s, %s) was not started within %d s: removed it; "
+             "the next node to offer a member takes its place",
+             k < g->nnamed ? g->names[k] : "?", node[0] ? node : "?", m->peer,
+             LEARNER_START_MS / 1000);
+  char key[320];
+  if (node[0] && etcd_key(key, sizeof(key), g->job, "invite", node) == 0)
+    bagua__etcd_delete(g->c, key, NULL);
+  for (int slot = 2; node[0] && slot <= MEMBERS_WANTED; slot++) {
+    char num[8];
+    snprintf(num, sizeof(num), "%d", slot);
+    bagua__etcd_kv_t kv = {0};
+    int found = 0;
+    /* Only if it still names that node: deleted if unchanged since this read. */
+    if (etcd_key(key, sizeof(key), g->job, "slot", num) == 0 &&
+        bagua__etcd_get(g->c, key, &kv, &found, NULL) == BAGUA_OK && found && kv.value &&
+        kv.value_len == strlen(node) && memcmp(kv.value, node, kv.value_len) == 0) {
+      int deleted = 0;
+      bagua__etcd_cad(g->c, key, kv.mod_revision, &deleted);
+    }
+    bagua__etcd_kv_clear(&kv);
+  }
+  if (k < g->nnamed) {
+    g->nnamed--;
+    memmove(g->names[k], g->names[g->nnamed], sizeof(g->names[0]));
+    memmove(g->peers[k], g->peers[g->nnamed], sizeof(g->peers[0]));
+    memmove(g->nodes[k], g->nodes[g->nnamed], sizeof(g->nodes[0]));
+  }
+  g->learner_id = 0;
+}
 
 /* The name this grower gave the member at `peer`, or the list's name. */
 static const char *name_of(const struct bagua__launch_grower *g, const bagua__etcd_member_t *m) {
@@ -84,7 +131,16 @@ static int grow_once(struct bagua__launch_grower *g) {
     for (int j = 0; j < n; j++) member |= strcmp(m[j].peer, peer) == 0;
     if (!member) cand = &kvs[i];
   }
-  if (learner >= 0) {
+  /* A learner with no name has not started: timed from when this grower first saw it so. */
+  if (learner >= 0 && m[learner].name[0]) g->learner_id = 0;
+  if (learner >= 0 && !m[learner].name[0] && g->learner_id != m[learner].id) {
+    g->learner_id = m[learner].id;
+    g->learner_since = bagua__now_ms();
+  }
+  if (learner >= 0 && g->learner_id == m[learner].id &&
+      bagua__now_ms() - g->learner_since >= LEARNER_START_MS) {
+    drop_learner(g, &m[learner]);
+  } else if (learner >= 0) {
     if (cand || n >= MEMBERS_WANTED) {
       int code = -1;
       if (bagua__etcd_member_promote(g->c, m[learner].id, &code) == BAGUA_OK)
@@ -101,6 +157,7 @@ static int grow_once(struct bagua__launch_grower *g) {
     if (bagua__etcd_member_add(g->c, peer, 1, &id, after, 8, &na) == BAGUA_OK) {
       snprintf(g->names[g->nnamed], sizeof(g->names[0]), "%s", name);
       snprintf(g->peers[g->nnamed], sizeof(g->peers[0]), "%s", peer);
+      snprintf(g->nodes[g->nnamed], sizeof(g->nodes[0]), "%s", node);
       g->nnamed++;
       g->next_slot++;
       char cluster[1024] = "", key[320], *p = cluster;

@@ -1,7 +1,7 @@
 /*
  * etcd's cluster membership (etcd.h, "Cluster membership"): list, add (as a learner or a
- * voter) and promote, through the JSON gateway's /v3/cluster/member/ calls. The gateway writes
- * the 64-bit member ids as decimal strings; they are sent back the same way, since a JSON
+ * voter), promote and remove, through the JSON gateway's /v3/cluster/member/ calls. The gateway
+ * writes the 64-bit member ids as decimal strings; they are sent back the same way, since a JSON
  * number would lose their low bits.
  */
 #include <inttypes.h>
@@ -105,6 +105,21 @@ bagua_status_t bagua__etcd_member_promote(bagua__etcd_t *c, uint64_t id, int *gr
   }
   bagua_status_t st = bagua__etcd_call(c, "/v3/cluster/member/promote", req, &reply,
                                        ETCD_CALL_QUIET_ETCD, grpc_code);
+  cJSON_Delete(req);
+  cJSON_Delete(reply);
+  return st;
+}
+
+bagua_status_t bagua__etcd_member_remove(bagua__etcd_t *c, uint64_t id) {
+  char text[24];
+  snprintf(text, sizeof(text), "%" PRIu64, id);
+  cJSON *req = cJSON_CreateObject(), *reply = NULL;
+  if (!req || !cJSON_AddStringToObject(req, "ID", text)) {
+    cJSON_Delete(req);
+    return BAGUA_ERR_NO_MEMORY;
+  }
+  bagua_status_t st =
+      bagua__etcd_call(c, "/v3/cluster/member/remove", req, &reply, ETCD_CALL_QUIET_ETCD, NULL);
   cJSON_Delete(req);
   cJSON_Delete(reply);
   return st;

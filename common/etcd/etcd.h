@@ -373,5 +373,8 @@ bagua_status_t bagua__etcd_member_add(bagua__etcd_t *c, const char *peer_url, in
 /* Promotes learner `id` to a voting member. etcd refuses a learner that has not caught up with
  * the leader (BAGUA_ERR_ETCD, its gRPC code in *grpc_code when not NULL): try again later. */
 bagua_status_t bagua__etcd_member_promote(bagua__etcd_t *c, uint64_t id, int *grpc_code);
+/* Removes member `id` from the cluster (etcd refuses to remove a voter that would cost the
+ * cluster its quorum: BAGUA_ERR_ETCD). */
+bagua_status_t bagua__etcd_member_remove(bagua__etcd_t *c, uint64_t id);
 
 #endif

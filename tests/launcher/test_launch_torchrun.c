@@ -14,6 +14,8 @@
  *  - no_host: a launch whose endpoint no node hosts ends with exit 3 after its rendezvous
  *    timeout, naming the endpoint, and starts nothing;
  *  - redirects: --redirects 0:3 keeps local rank 0's lines off the console, in its log file;
+ *  - learner_unstarted: a member added on a node that cannot start it is removed after its start
+ *    time, and the next node to join runs one in its place;
  *  - endpoint_unanswered: pytorch/examples' ddp/run_example.sh (one node, an endpoint, no
  *    backend) with nothing at the endpoint runs on a private etcd; two nodes still exit 3;
  *  - host_killed: three nodes; once the hosted etcd has three voting members, the launch that
@@ -276,6 +278,51 @@ static int mode_host_killed(void) {
   return 0;
 }
 
+/*
+ * A member that is added but never started (its node's etcd cannot start: --etcd-bin
+ * /bin/false) is removed by the host after its start time, its slot freed, and the next node
+ * that joins runs a member in its place; the job itself is untouched.
+ */
+static int mode_learner_unstarted(void) {
+  char outf[256], prog[1024], ep[64], go[256];
+  snprintf(outf, sizeof(outf), "%s/w.txt", g_dir);
+  snprintf(go, sizeof(go), "%s/go", g_dir);
+  snprintf(prog, sizeof(prog),
+           "while [ ! -e %s ]; do sleep 0.1; done; echo \"W $RANK/$WORLD_SIZE\" >> %s", go, outf);
+  snprintf(ep, sizeof(ep), "--rdzv_endpoint=127.0.0.2:%d", free_port());
+  node_t n[3];
+  const char *names[3] = {"h", "j1", "j2"},
+             *bins[3] = {ETCD_FIXTURE_BIN, "/bin/false", ETCD_FIXTURE_BIN};
+  for (int i = 0; i < 3; i++) {
+    char addr[16];
+    snprintf(addr, sizeof(addr), "127.0.0.%d", i + 2);
+    start(&n[i], names[i],
+          (char *[]){"--nnodes=2:3", "--nproc_per_node=1", "--rdzv_id=lu", "--rdzv_backend=c10d",
+                     ep, "--local_addr", addr, "--etcd-bin", (char *)bins[i], "--rdzv_conf",
+                     "last_call_timeout=0.5", "--", "sh", "-c", prog, NULL});
+    if (i == 0)
+      expect(wait_text(n[0].out, "hosting the job's etcd", 20000), "h hosts", &n[0], NULL);
+    if (i == 1) {
+      expect(wait_text(n[1].out, "did not start here", 20000), "j1's member cannot start", &n[0],
+             &n[1]);
+      expect(wait_text(n[0].out, "was not started within", 30000), "h removes j1's member", &n[0],
+             &n[1]);
+    }
+  }
+  expect(wait_text(n[2].out, "running the job's etcd member-3 here", 30000),
+         "j2 runs a member in its place", &n[0], &n[2]);
+  expect(wait_text(n[2].out, "of 3,", 30000), "a round of three nodes", &n[0], &n[2]);
+  FILE *f = fopen(go, "w");
+  if (f) fclose(f);
+  int r[3];
+  for (int i = 0; i < 3; i++) r[i] = lu_wait(n[i].pid, 60000);
+  expect(r[0] == 0 && r[1] == 0 && r[2] == 0, "every launch exits 0", &n[0], &n[1]);
+  expect(count(outf, "W ") == 3, "three workers ran", &n[0], &n[2]);
+  assert_clean(&n[0], &n[1]);
+  assert_clean(&n[2], NULL);
+  return 0;
+}
+
 /* torchrun's --redirects: local rank 0's streams reach its log file only, rank 1's the console
  * as well (--redirects 0:3); the files hold every line. */
 static int mode_redirects(void) {
@@ -322,6 +369,8 @@ int main(int argc, char **argv) {
     rc = mode_host_killed();
   else if (strcmp(argv[1], "redirects") == 0)
     rc = mode_redirects();
+  else if (strcmp(argv[1], "learner_unstarted") == 0)
+    rc = mode_learner_unstarted();
   else if (strcmp(argv[1], "endpoint_unanswered") == 0)
     rc = mode_endpoint_unanswered();
   else
