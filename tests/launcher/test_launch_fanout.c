@@ -381,7 +381,16 @@ static int mode_start_failure(void) {
                "the agent for host fan1 could not be started (exit code 255: ssh: Could not "
                "resolve hostname fan1: Name or service not known); stopping the job") == 1,
          "ssh's words are reported");
-  expect(count(log, "START ") == 2, "no host started after the failure");
+  /* fan0's stand-in may be stopped before its shell writes its line (a loaded machine): only
+   * the hosts after the failure must be missing. */
+  expect(count(log, "START fan1") == 1, "the failing host was started");
+  int later = 0;
+  for (int h = 2; h < 6; h++) {
+    char line[32];
+    snprintf(line, sizeof(line), "START fan%d", h);
+    later += count(log, line);
+  }
+  expect(later == 0 && count(log, "START ") <= 2, "no host started after the failure");
   assert_clean();
 
   /* An elastic job goes on without it, and the freed slot starts the next host. */
