@@ -12,6 +12,8 @@ run of a size goes through four phases:
   kill    5 % of the nodes (agent and worker) are SIGKILLed: the time until every survivor
           runs a worker in a round without them
   join    as many new agents start: the time until every member runs in a round with them
+  kill_leader  the leader alone is SIGKILLed: the time until every other node runs a worker
+          in the round the next leader forms
 
 The requests come from etcd's own /metrics (grpc_server_started_total by method: a watch
 or keep-alive stream counts once, as its HTTP request does), bytes from its gRPC byte
@@ -401,7 +403,14 @@ def run_bagua(args, rec, n, rep, tmp):
         if not change("kill", lambda: [job.kill(v) for v in victims], survivors):
             return out
         joiners = [f"n{n + i:05d}" for i in range(k)]
-        change("join", lambda: [job.start(n + i) for i in range(k)], survivors + joiners)
+        if not change("join", lambda: [job.start(n + i) for i in range(k)],
+                      survivors + joiners):
+            return out
+        # The leader alone: an election, then the new leader's first round.
+        leader = etcd.get(f"/bagua/{job.job}/leader")
+        rest = [x for x in survivors + joiners if x != leader]
+        if leader in job.procs:
+            change("kill_leader", lambda: job.kill(leader), rest)
     finally:
         job.stop()
         etcd.stop()
@@ -590,11 +599,13 @@ def main(argv):
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nrecord: {rec.dir}")
-    print(f"{'variant':>9} {'nodes':>6} {'form (s)':>22} {'kill 5% (s)':>22} {'join 5% (s)':>22}")
+    print(f"{'variant':>9} {'nodes':>6} {'form (s)':>22} {'kill 5% (s)':>22} {'join 5% (s)':>22} "
+          f"{'kill leader (s)':>22}")
     for (variant, n), runs in results.items():
         cells = [record.stat([r.get(p) if r.get(p) is not None else "fail" for r in runs])
-                 for p in ("form", "kill", "join")]
-        print(f"{variant:>9} {n:>6} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}")
+                 for p in ("form", "kill", "join", "kill_leader")]
+        print(f"{variant:>9} {n:>6} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22} "
+              f"{cells[3]:>22}")
     print(json.dumps({"record": rec.dir}))
     return status
 
