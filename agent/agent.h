@@ -68,6 +68,9 @@ typedef struct {
   bagua__elastic_mode_t elastic_mode; /* --elastic-mode */
   int metrics_port;                   /* --metrics-port: Prometheus endpoint (metrics.h); 0: off */
   const char *metrics_addr;           /* --metrics-addr: the address it binds (default 127.0.0.1) */
+  /* --node-rank (BAGUA_NODE_RANK): torchrun's --node_rank, the node's place among newcomers
+   * (leader.c); -1: none. */
+  int node_rank;
   /* --role (BAGUA_ROLE, default "default"): the workers' ROLE_NAME, torchrun's --role. */
   char role[BAGUA_AGENT_ID_MAX];
   /* 1: the workers get OMP_NUM_THREADS=1, as torchrun gives them: more than one worker runs

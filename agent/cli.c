@@ -119,6 +119,18 @@ static arg_desc_t k_args[] = {
      .help = "the job secret (64 hex digits) in a file only its owner can read (chmod 600); "
              "default: BAGUA_JOB_SECRET, else the job's in etcd, else a new random one"},
     {SHARED(ELASTIC_MODE), .kind = AK_CHOICE, .env = 1, .field = CFG(elastic_mode), .missing = ""},
+    /* torchrun's --node_rank: an order for the nodes of a first round, not a promise of a
+     * place (elastic jobs change places as nodes come and go). */
+    {.flag = "--node-rank",
+     .kind = AK_INT,
+     .param = BAGUA_P_NODE_RANK,
+     .env = 1,
+     .field = CFG(node_rank),
+     .missing = "",
+     .metavar = "R",
+     .help = "this node's place among the nodes that join a round together (torchrun's "
+             "--node_rank): they take ranks in node-rank order, others after them; default: "
+             "-1, join order"},
     /* torchrun's --role: one role per job here (the workers' ROLE_NAME). An id's alphabet, so
      * that the value printed in messages and passed to workers is one plain word. */
     {.flag = "--role",
@@ -652,6 +664,13 @@ int bagua__agent_parse_cli(int argc, char **argv, bagua__agent_config_t *cfg) {
     if (d->field == CFG(node_id) && d->kind == AK_ID) bagua__agent_set_name(cfg->node_id);
   }
   if (cfg->log_dir && !cfg->log_dir[0]) cfg->log_dir = NULL;
+  if (cfg->node_rank >= cfg->nnodes_max) {
+    bagua__agent_say(
+        "--node-rank %d is not a node of a job of at most %d nodes; accepted: -1 "
+        "(join order) or 0 to %d",
+        cfg->node_rank, cfg->nnodes_max, cfg->nnodes_max - 1);
+    return 2;
+  }
   /* torchrun's rule: several workers of one node each running as many OpenMP threads as the
    * node has cores would overload it, so unless the user chose a value (any value, even an
    * empty one: torchrun tests for presence too) each worker gets one thread. agent.c warns. */

@@ -9,7 +9,9 @@
  *    dead node's lease to expire), with restart_count + 1, until --max-restarts is used up
  *    and the job fails with the earliest failure as root cause.
  * Members are ordered previous members first (in their previous order) and then newcomers by
- * registration revision, so the survivors keep the lowest ranks and rank 0 is a survivor.
+ * node rank (torchrun's --node_rank, for those that have one) and registration revision, so the
+ * survivors keep the lowest ranks and rank 0 is a survivor, and a first round of nodes started
+ * with torchrun's static ranks takes them in that order.
  *
  * A member must act in every round that names it: its agent acknowledges the round (writes
  * progress/<node> naming it) on the first pass of its loop that sees it, and later reports the
@@ -200,6 +202,15 @@ static int in_round(const bagua__agent_index_t *x, const bagua__rdzv_round_t *r,
   return r && bagua__agent_index_member(x, id) >= 0;
 }
 
+/* Newcomers with a node rank first, by it, then those without; ties by registration. */
+static int newcomer_cmp(const void *pa, const void *pb) {
+  const bagua__rdzv_node_t *a = *(const bagua__rdzv_node_t *const *)pa;
+  const bagua__rdzv_node_t *b = *(const bagua__rdzv_node_t *const *)pb;
+  if (a->has_node_rank != b->has_node_rank) return a->has_node_rank ? -1 : 1;
+  if (a->has_node_rank && a->node_rank != b->node_rank) return a->node_rank < b->node_rank ? -1 : 1;
+  return a->create_rev < b->create_rev ? -1 : a->create_rev > b->create_rev;
+}
+
 /*
  * The membership the leader wants: the previous members still registered, then (when
  * `admit` is set) the other registered nodes, oldest first, up to MAX.
@@ -226,13 +237,21 @@ static int desired_members(const bagua__leader_params_t *p, const bagua__leader_
     }
   }
   if (admit) {
-    for (size_t i = 0; i < s->nnodes && out->n < p->nnodes_max; i++)
-      if (!in_round(x, prev, s->nodes[i].id) &&
-          !banned(st, s->nodes[i].id, s->nodes[i].create_rev) &&
-          world + s->nodes[i].nproc <= BAGUA_RDZV_WORLD_MAX) {
-        out->v[out->n++] = &s->nodes[i];
-        world += s->nodes[i].nproc;
+    /* Newcomers in node-rank order (torchrun's --node_rank), then the rest; registration
+     * order otherwise, which is the order of s->nodes. */
+    const bagua__rdzv_node_t **cand = calloc(s->nnodes ? s->nnodes : 1, sizeof(*cand));
+    if (!cand) return -1;
+    size_t nc = 0;
+    for (size_t i = 0; i < s->nnodes; i++)
+      if (!in_round(x, prev, s->nodes[i].id) && !banned(st, s->nodes[i].id, s->nodes[i].create_rev))
+        cand[nc++] = &s->nodes[i];
+    qsort(cand, nc, sizeof(*cand), newcomer_cmp);
+    for (size_t i = 0; i < nc && out->n < p->nnodes_max; i++)
+      if (world + cand[i]->nproc <= BAGUA_RDZV_WORLD_MAX) {
+        out->v[out->n++] = cand[i];
+        world += cand[i]->nproc;
       }
+    free(cand);
   }
   return 0;
 }

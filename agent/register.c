@@ -71,6 +71,8 @@ static char *node_record(const bagua__agent_t *a) {
   n.master_port = a->master_port;
   n.live_port = a->live ? bagua__liveness_port(a->live) : 0;
   n.join_ms = a->join_ms;
+  n.has_node_rank = a->cfg->node_rank >= 0;
+  n.node_rank = n.has_node_rank ? a->cfg->node_rank : 0;
   return bagua__rdzv_node_encode(&n);
 }
 

@@ -125,6 +125,11 @@ static int agent_argv(const bagua__launch_config_t *cfg, const char *agent_path,
     }
     if (value && value[0]) rc = push_kv(a, flag, value);
   }
+  /* torchrun's --node_rank, for the one agent of a launch without --hosts (torchrun.c). */
+  if (cfg->node_rank_set && !rc) {
+    snprintf(num, sizeof(num), "%d", cfg->node_rank);
+    rc = push_kv(a, "--node-rank", num);
+  }
   rc = rc || push(a, "--");
   for (int i = 0; i < cfg->program.n; i++) rc = rc || push(a, cfg->program.v[i]);
   return rc ? -1 : 0;

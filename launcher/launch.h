@@ -220,6 +220,8 @@ typedef struct {
   /* A one-node job names an endpoint but no backend (torchrun's default, static, hosts its own
    * store there): when no etcd answers at the endpoint, it runs on a private etcd (main.c). */
   int rdzv_fallback_private;
+  /* torchrun's --node_rank for the one local agent (its --node-rank), when node_rank_set. */
+  int node_rank_set, node_rank;
   /* torchrun's agents are anonymous: a local agent without a node id gets HOST-PID rather than
    * the host name, so two launches on one machine are two nodes (--rdzv-backend, no hosts). */
   int anonymous_node;

@@ -370,11 +370,20 @@ int bagua__launch_torchrun_resolve(const bagua__launch_layer_t *cli, bagua__laun
   bagua__launch_value_t *ep = &cfg->v[LS_ENDPOINT];
   if (t->node_rank_set && t->node_rank >= nn->i2) {
     snprintf(err, errlen,
-             "bagua-launch: --node-rank %d is not a node of nnodes %s (%s); accepted: 0 to %lld "
-             "(node ranks here follow the order in which nodes join)",
+             "bagua-launch: --node-rank %d is not a node of nnodes %s (%s); accepted: 0 to %lld",
              t->node_rank, nn->s, nn->origin.text, (long long)nn->i2 - 1);
     return LAUNCH_EXIT_USAGE;
   }
+  if (t->node_rank_set && cfg->nhosts) {
+    snprintf(err, errlen,
+             "bagua-launch: --node-rank %d names the place of one node, and --hosts starts %d; "
+             "accepted: --node-rank on a launch of one node (torchrun's static form, one "
+             "command per node), or --hosts without it (the hosts take ranks in their order)",
+             t->node_rank, cfg->nhosts);
+    return LAUNCH_EXIT_USAGE;
+  }
+  cfg->node_rank_set = t->node_rank_set;
+  cfg->node_rank = t->node_rank;
   if (t->redirects && !cfg->v[LS_LOG_DIR].s[0]) {
     snprintf(err, errlen,
              "bagua-launch: --redirects: the redirected streams go to the per-rank files of the "

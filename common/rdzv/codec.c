@@ -32,6 +32,7 @@ char *bagua__rdzv_node_encode(const bagua__rdzv_node_t *n) {
       cJSON_AddStringToObject(o, "tag", n->tag);
   /* Written only when there is one, so records stay what older agents wrote and read. */
   if (ok && n->live_port > 0) ok = cJSON_AddNumberToObject(o, "live_port", n->live_port) != NULL;
+  if (ok && n->has_node_rank) ok = cJSON_AddNumberToObject(o, "node_rank", n->node_rank) != NULL;
   return finish(o, ok);
 }
 
@@ -48,7 +49,9 @@ int bagua__rdzv_node_decode(const char *json, bagua__rdzv_node_t *n, char *why, 
            get_i64(o, "join_ms", 0, 0, I53, &n->join_ms, &w) ||
            get_int(o, "master_port", 1, 1, PORT_MAX, &n->master_port, &w) ||
            get_str(o, "tag", 0, 0, n->tag, sizeof(n->tag), &w) ||
-           get_int(o, "live_port", 0, 0, PORT_MAX, &n->live_port, &w);
+           get_int(o, "live_port", 0, 0, PORT_MAX, &n->live_port, &w) ||
+           get_int(o, "node_rank", 0, 0, BAGUA_RDZV_MEMBERS_MAX - 1, &n->node_rank, &w);
+  n->has_node_rank = rc == 0 && cJSON_GetObjectItemCaseSensitive(o, "node_rank") != NULL;
   cJSON_Delete(o);
   return rc ? -1 : 0;
 }

@@ -119,6 +119,9 @@ typedef struct {
    * lease then). */
   int live_port;
   int64_t join_ms;
+  /* torchrun's --node_rank, when the agent was given one (has_node_rank): the leader orders
+   * nodes that join a round together by it (agent/leader.c). */
+  int has_node_rank, node_rank;
   /* From etcd, not the JSON: registration order and the owning lease. */
   int64_t create_rev;
   int64_t lease;

@@ -176,6 +176,40 @@ static void test_initial(void) {
   bagua__agent_snap_clear(&s3);
 }
 
+/* torchrun's --node_rank: nodes that join together take their places by it, whatever their
+ * registration order; nodes without one come after them; survivors keep their places. */
+static void test_node_rank_order(void) {
+  bagua__agent_snap_t s;
+  memset(&s, 0, sizeof(s));
+  bagua__leader_state_t st = {.round_seen = -1};
+  add_node(&s, "late", 10, 1); /* registered first, without a node rank */
+  add_node(&s, "one", 20, 1);
+  add_node(&s, "zero", 30, 1);
+  for (size_t i = 0; i < s.nnodes; i++) {
+    s.nodes[i].has_node_rank = strcmp(s.nodes[i].id, "late") != 0;
+    s.nodes[i].node_rank = strcmp(s.nodes[i].id, "zero") == 0 ? 0 : 1;
+  }
+  bagua__lead_decision_t d = decide(&st, &s, 1000);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH); /* MAX (3) registered */
+  expect_members(&d.round, "zero,one,late");
+  ASSERT_STREQ(d.round.master_addr, "10.0.0.30"); /* rank 0 is node rank 0's */
+  bagua__rdzv_round_clear(&d.round);
+  /* "one" leaves and "zero2" (node rank 0 too) joins: survivors keep their order, the
+   * newcomer comes after them. */
+  set_round(&s, 1, "zero,one,late", 0);
+  drop_node(&s, "one");
+  add_node(&s, "zero2", 40, 1);
+  s.nodes[s.nnodes - 1].has_node_rank = 1;
+  s.nodes[s.nnodes - 1].node_rank = 0;
+  d = decide(&st, &s, 2000);
+  int64_t at = d.wake_at;
+  if (d.action == BAGUA__LEAD_NONE) d = decide(&st, &s, at);
+  ASSERT_EQ(d.action, BAGUA__LEAD_PUBLISH);
+  expect_members(&d.round, "zero,late,zero2");
+  bagua__rdzv_round_clear(&d.round);
+  bagua__agent_snap_clear(&s);
+}
+
 static void test_membership(void) {
   bagua__agent_snap_t s;
   memset(&s, 0, sizeof(s));
@@ -973,6 +1007,7 @@ static void test_campaign_tiers(void) {
 
 int main(void) {
   test_campaign_tiers();
+  test_node_rank_order();
   test_index();
   test_at_scale();
   test_stall();

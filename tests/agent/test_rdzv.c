@@ -378,6 +378,38 @@ static void test_node_live_port(void) {
       -1);
 }
 
+/* The node record's optional node rank (torchrun's --node_rank): written only when given
+ * (node rank 0 included), absent in older records, bounded when present. */
+static void test_node_rank_field(void) {
+  bagua__rdzv_node_t n, back;
+  memset(&n, 0, sizeof(n));
+  snprintf(n.host, sizeof(n.host), "h");
+  snprintf(n.addr, sizeof(n.addr), "10.0.0.2");
+  n.nproc = 1;
+  n.master_port = 29500;
+  char *js = bagua__rdzv_node_encode(&n);
+  ASSERT_TRUE(js != NULL && strstr(js, "node_rank") == NULL);
+  memset(&back, 0, sizeof(back));
+  ASSERT_EQ(bagua__rdzv_node_decode(js, &back, NULL, 0), 0);
+  ASSERT_EQ(back.has_node_rank, 0);
+  free(js);
+  n.has_node_rank = 1;
+  n.node_rank = 0;
+  js = bagua__rdzv_node_encode(&n);
+  ASSERT_TRUE(js != NULL && strstr(js, "\"node_rank\":0") != NULL);
+  ASSERT_EQ(bagua__rdzv_node_decode(js, &back, NULL, 0), 0);
+  ASSERT_EQ(back.has_node_rank, 1);
+  ASSERT_EQ(back.node_rank, 0);
+  free(js);
+  char why[160];
+  ASSERT_EQ(bagua__rdzv_node_decode("{\"host\":\"h\",\"addr\":\"a\",\"nproc\":1,"
+                                    "\"master_port\":5,\"node_rank\":-1}",
+                                    &back, why, sizeof(why)),
+            -1);
+  ASSERT_TRUE(strstr(why, "node_rank") != NULL);
+  ASSERT_EQ(back.has_node_rank, 0);
+}
+
 /* Foreign or corrupt values are refused, not half-read. */
 static void test_rejects(void) {
   bagua__rdzv_round_t r;
@@ -957,6 +989,7 @@ int main(void) {
   test_other_records();
   test_round_trip();
   test_node_live_port();
+  test_node_rank_field();
   test_rejects();
   test_snapshot();
   test_snapshot_order();

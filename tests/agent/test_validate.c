@@ -189,6 +189,18 @@ static void test_agent_cli(void) {
             2);
   unsetenv("BAGUA_REDIRECTS");
   bagua__params_reload();
+  /* torchrun's --node_rank: -1 (none) by default, a place below the job's MAX nodes, else 2. */
+  ASSERT_EQ(cfg.node_rank, -1);
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "2",
+                                   "--nproc-per-node", "1", "--node-rank", "1", "true", NULL}),
+            0);
+  ASSERT_EQ(cfg.node_rank, 1);
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "2",
+                                   "--nproc-per-node", "1", "--node-rank", "2", "true", NULL}),
+            2);
+  ASSERT_EQ(parse(&cfg, (char *[]){"--rdzv-endpoint", "h:1", "--job-id", "j1", "--nnodes", "2",
+                                   "--nproc-per-node", "1", "--node-rank", "-2", "true", NULL}),
+            2);
   /* The registry's bounds, and the shared validators' refusals, exit 2. */
   int64_t lo = 0, hi = 0;
   bagua__param_bounds(BAGUA_P_LEASE_TTL_S, &lo, &hi);

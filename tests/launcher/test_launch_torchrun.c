@@ -10,7 +10,8 @@
  *    launches; both exit 0, the four ranks see one world of 4 and torchrun's --role, and no
  *    process or etcd directory is left;
  *  - static_joiner_first: torchrun's static form (--node_rank, --master_addr, --master_port);
- *    the launch that does not host starts first and waits for the etcd;
+ *    the launch that does not host starts first and waits for the etcd; ranks follow
+ *    --node_rank;
  *  - no_host: a launch whose endpoint no node hosts ends with exit 3 after its rendezvous
  *    timeout, naming the endpoint, and starts nothing;
  *  - redirects: --redirects 0:3 keeps local rank 0's lines off the console, in its log file;
@@ -125,11 +126,21 @@ static int mode_c10d(void) {
 }
 
 static int mode_static_joiner_first(void) {
-  char outf[256], prog[512], port[16];
+  char outf[256], prog[1024], prog_b[1024], port[16], group_a[256], group_b[256];
   snprintf(outf, sizeof(outf), "%s/w.txt", g_dir);
-  snprintf(prog, sizeof(prog),
-           "echo \"W $RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE role $ROLE_NAME\" >> %s",
-           outf);
+  snprintf(group_a, sizeof(group_a), "%s/group.a", g_dir);
+  snprintf(group_b, sizeof(group_b), "%s/group.b", g_dir);
+  /* Each launch's workers also leave their GROUP_RANK in a file of that launch. */
+  snprintf(
+      prog, sizeof(prog),
+      "echo \"W $RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE role $ROLE_NAME\" >> %s; "
+      "echo \"G $GROUP_RANK R $RANK\" >> %s",
+      outf, group_a);
+  snprintf(
+      prog_b, sizeof(prog_b),
+      "echo \"W $RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE role $ROLE_NAME\" >> %s; "
+      "echo \"G $GROUP_RANK R $RANK\" >> %s",
+      outf, group_b);
   snprintf(port, sizeof(port), "%d", free_port());
   node_t a, b;
   /* Each node says its address (torchrun's --local_addr): only the node whose address the
@@ -137,7 +148,7 @@ static int mode_static_joiner_first(void) {
   start(&b, "b",
         (char *[]){"--nnodes", "2", "--nproc_per_node", "2", "--node_rank", "1", "--master_addr",
                    "127.0.0.2", "--master_port", port, "--local_addr", "127.0.0.3", "--", "sh",
-                   "-c", prog, NULL});
+                   "-c", prog_b, NULL});
   expect(lu_wait_file(b.out, 10000), "b started", &b, NULL);
   usleep(1500 * 1000);
   start(&a, "a",
@@ -149,6 +160,14 @@ static int mode_static_joiner_first(void) {
   expect_world(outf, "default", &a, &b);
   expect(count(b.out, "waiting for the job's etcd at 127.0.0.2:") == 1, "b waited for a", &a, &b);
   expect(count(a.out, "hosting the job's etcd at 127.0.0.2:") == 1, "a hosted it", &a, &b);
+  /* torchrun's static ranks: node rank 0 (a) holds ranks 0 and 1, however the two registered
+   * (b, started first, registers as soon as a's etcd answers). */
+  if (count(group_a, "G 0 R 0") != 1 || count(group_a, "G 0 R 1") != 1) lu_dump(group_a);
+  expect(count(group_a, "G 0 R 0") == 1 && count(group_a, "G 0 R 1") == 1,
+         "node rank 0's workers are group 0, ranks 0 and 1", &a, &b);
+  if (count(group_b, "G 1 R 2") != 1 || count(group_b, "G 1 R 3") != 1) lu_dump(group_b);
+  expect(count(group_b, "G 1 R 2") == 1 && count(group_b, "G 1 R 3") == 1,
+         "node rank 1's workers are group 1, ranks 2 and 3", &a, &b);
   assert_clean(&a, &b);
   return 0;
 }

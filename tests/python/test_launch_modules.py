@@ -201,7 +201,8 @@ def test_launch_defaults():
     (["--nnodes", "1"], ["--nnodes", "1"]),
     (["--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1", "--master_port", "1234",
       "--rdzv_endpoint", "etcd:2379"],
-     ["--nnodes", "2", "--rdzv-endpoint", "etcd:2379", "--job-id", "launch-10.0.0.1-1234"]),
+     ["--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "etcd:2379", "--node-rank",
+      "1", "--job-id", "launch-10.0.0.1-1234"]),
     (["--rdzv-endpoint", "etcd:2379"], ["--rdzv-endpoint", "etcd:2379"]),
     (["--logdir", "/tmp/logs"], ["--log-dir", "/tmp/logs"]),
     (["--autotune_level", "1"], ["--autotune"]),
@@ -273,7 +274,7 @@ def test_launch_multi_node_hosts_the_etcd():
     assert has(tl("--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1",
                   "--master_port", "1234"),
                ["--nnodes", "2", "--rdzv-backend", "static", "--master-addr", "10.0.0.1",
-                "--master-port", "1234", "--job-id", "launch-10.0.0.1-1234"])
+                "--master-port", "1234", "--node-rank", "1", "--job-id", "launch-10.0.0.1-1234"])
 
 
 # ---- translation: run ----
@@ -307,7 +308,8 @@ def test_run_defaults():
     (["--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "h:29400"],
      ["--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "--job-id", "none"]),
     (["--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1", "--master_port", "7"],
-     ["--rdzv-backend", "static", "--master-addr", "10.0.0.1", "--master-port", "7"]),
+     ["--rdzv-backend", "static", "--master-addr", "10.0.0.1", "--master-port", "7",
+      "--node-rank", "1"]),
     (["--rdzv_conf", "join_timeout=900,last_call_timeout=1.5"],
      ["--rdzv-timeout", "900", "--last-call-ms", "1500"]),
     (["--rdzv_conf", "timeout=30.5,read_timeout=2"],

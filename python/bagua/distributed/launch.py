@@ -104,11 +104,16 @@ def build_argv(args, python=None):
     if nnodes > 1:
         # Without an etcd of the user's, the node at --master_addr hosts the job's etcd on
         # --master_port (bagua-launch's static backend) and the others join it there.
-        where = (["--rdzv-endpoint", args.rdzv_endpoint] if args.rdzv_endpoint else
+        # An endpoint given here is an etcd of the user's (named so: with --node-rank and no
+        # backend, bagua-launch would take it for the static backend's store address).
+        where = (["--rdzv-backend", "etcd", "--rdzv-endpoint", args.rdzv_endpoint]
+                 if args.rdzv_endpoint else
                  ["--rdzv-backend", "static", "--master-addr", args.master_addr,
                   "--master-port", str(args.master_port)])
-        out += ["--nnodes", str(nnodes)] + where + [
-            "--job-id", job_id(args.master_addr, args.master_port)]
+        # Upstream's ranks: node_rank * nproc_per_node + local rank, so the nodes take their
+        # places by --node_rank.
+        out += ["--nnodes", str(nnodes)] + where + ["--node-rank", str(args.node_rank)]
+        out += ["--job-id", job_id(args.master_addr, args.master_port)]
     else:
         if args.nnodes is not None:
             out += ["--nnodes", "1"]

@@ -233,6 +233,9 @@ def rendezvous_flags(args, min_nodes, max_nodes):
             # the master's) hosts the job's etcd there, and the others join it.
             where = (["--rdzv-endpoint", args.rdzv_endpoint] if args.rdzv_endpoint else
                      ["--master-addr", args.master_addr, "--master-port", str(args.master_port)])
+            # The static backend's ranks: the nodes take their places by --node_rank.
+            if backend == "static":
+                where += ["--node-rank", str(args.node_rank)]
             return ["--rdzv-backend", backend] + where + ["--job-id", args.rdzv_id]
         # One node: a private etcd here does what the store on this node did.
         return [] if args.rdzv_id == "none" else ["--job-id", args.rdzv_id]
