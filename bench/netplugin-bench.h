@@ -2,9 +2,10 @@
  * netplugin-bench: drives an NCCL network plugin's function table the way NCCL's proxy thread
  * does, between two processes on this host (docs/net-plugin.md).
  *
- * netplugin-bench.c loads the plugin, hides the differences between plugin API versions and
- * sets up the pair of processes and their connections; netplugin-bench-run.c holds the modes
- * (correctness, throughput, peer failure, bad arguments).
+ * netplugin-bench.c loads the plugin and hides the differences between plugin API versions;
+ * netplugin-bench-run.c holds the modes (correctness, throughput, peer failure, bad
+ * arguments); netplugin-bench-main.c sets up the pair of processes and their connections and
+ * runs a mode.
  */
 #ifndef BAGUA_BENCH_NETPLUGIN_BENCH_H
 #define BAGUA_BENCH_NETPLUGIN_BENCH_H
@@ -50,6 +51,8 @@ typedef struct {
   const char *netns[2]; /* network namespace of rank 0 and rank 1; NULL: this one */
 } np_opts_t;
 
+/* Loads `path` and its ncclNetPlugin_v<version> table into a; 0, or -1 with a message. */
+int np_load(np_api_t *a, const char *path, int version);
 /* API wrappers (netplugin-bench.c): every size is size_t here and converted per version. */
 ncclResult_t np_init(np_api_t *a);
 ncclResult_t np_devices(np_api_t *a, int *n);
