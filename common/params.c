@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "bagua/params.h"
-#include "log.h"
 #include "validate.h"
 
 typedef enum { PARAM_INT, PARAM_STR } param_type_t;
@@ -250,24 +249,21 @@ int bagua__param_is_set(bagua__param_id_t id) {
   return g_val[id].set && !g_val[id].bad;
 }
 
-bagua_status_t bagua__params_check(void) {
+int bagua__params_first_bad(char *err, size_t errlen) {
   ensure_loaded();
   for (int i = 0; i < BAGUA_P__COUNT; i++) {
     if (!g_val[i].bad) continue;
-    char err[256];
     /* A value can be good and still unusable: no memory for its canonical spelling. */
-    if (validate(&g_desc[i], getenv(g_desc[i].env), NULL, err, sizeof(err)) == 0)
-      snprintf(err, sizeof(err), "%s: out of memory for its value", g_desc[i].env);
-    BAGUA_WARN("invalid environment setting: %s", err);
-    return BAGUA_ERR_INVALID_ARG;
+    if (validate(&g_desc[i], getenv(g_desc[i].env), NULL, err, errlen) == 0)
+      snprintf(err, errlen, "%s: out of memory for its value", g_desc[i].env);
+    return 1;
   }
-  return BAGUA_OK;
+  return 0;
 }
 
-void bagua__params_reload(void) {
+void bagua__params_load_again(void) {
   ensure_loaded();
   load();
-  bagua__log_reload();
 }
 
 bagua_status_t bagua_param_validate(const char *name, const char *value, char *err, size_t errlen) {

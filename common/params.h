@@ -62,9 +62,18 @@ bagua_status_t bagua__param_check_int(bagua__param_id_t id, const char *what, in
                                       char *err, size_t errlen);
 /* True when the environment set the parameter (as opposed to the built-in default). */
 int bagua__param_is_set(bagua__param_id_t id);
+/* 1 with the message of the first variable whose value is refused (its name, what it holds and
+ * what is accepted) in `err`, 0 when every set variable is good. */
+int bagua__params_first_bad(char *err, size_t errlen);
+/* Re-reads the environment into the registry alone; bagua__params_reload() also reloads what
+ * depends on it. Not thread-safe. */
+void bagua__params_load_again(void);
+
+/* params_check.c, above both the registry and the log (which reads its level here): */
 /* BAGUA_OK, or BAGUA_ERR_INVALID_ARG with a warning naming the first bad variable. */
 bagua_status_t bagua__params_check(void);
-/* Re-read the environment (tests and the launcher change it between uses). Not thread-safe. */
+/* Re-read the environment (tests and the launcher change it between uses), and the log's
+ * settings with it. Not thread-safe. */
 void bagua__params_reload(void);
 
 #endif
