@@ -97,4 +97,32 @@ static inline int test_run_scenario(int argc, char **argv, const test_scenario_t
     return test_run_scenario(argc, argv, list_, sizeof(list_) / sizeof(list_[0])); \
   } while (0)
 
+/*
+ * Case tables: a unit-test program lists its cases once, as TEST_CASE(name) entries of
+ * TEST_RUN_CASES (each a `static void test_<name>(void)`), and runs them all in order when no
+ * argument is given or the one argv[1] names. CMake's bagua_test_cases() (tests/CMakeLists.txt)
+ * reads the same entries from the source and registers one ctest per case, `<test>.<name>`, so
+ * a case can be selected and run alone and its name is written in one place.
+ */
+#define TEST_CASE(name) \
+  { #name, test_##name }
+
+static inline int test_run_cases(int argc, char **argv, const char *suite,
+                                 const test_scenario_t *list, size_t n) {
+  if (argc > 1) return test_run_scenario(argc, argv, list, n);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  for (size_t i = 0; i < n; i++) {
+    list[i].fn();
+    printf("PASS %s.%s\n", suite, list[i].name);
+  }
+  printf("PASS %s (%zu cases)\n", suite, n);
+  return 0;
+}
+
+#define TEST_RUN_CASES(argc, argv, suite, ...)                                         \
+  do {                                                                                 \
+    static const test_scenario_t list_[] = {__VA_ARGS__};                              \
+    return test_run_cases(argc, argv, suite, list_, sizeof(list_) / sizeof(list_[0])); \
+  } while (0)
+
 #endif

@@ -1005,27 +1005,12 @@ static void test_campaign_tiers(void) {
   for (int t = 1; t < 11; t++) ASSERT_EQ(count[t], BAGUA__CAMPAIGN_FIRST << t);
 }
 
-int main(void) {
-  test_campaign_tiers();
-  test_node_rank_order();
-  test_index();
-  test_at_scale();
-  test_stall();
-  test_settle_extends();
-  test_world_bound();
-  test_initial();
-  test_membership();
-  test_failures();
-  test_success();
-  test_kept_success();
-  test_forged_round();
-  test_ack_drop();
-  test_ack_what_counts();
-  test_ack_outage();
-  test_ack_across_rounds();
-  test_ack_failure_and_success();
-  test_ack_bound();
-  test_ack_parse();
-  printf("PASS leader\n");
-  return 0;
+int main(int argc, char **argv) {
+  TEST_RUN_CASES(argc, argv, "leader", TEST_CASE(campaign_tiers), TEST_CASE(node_rank_order),
+                 TEST_CASE(index), TEST_CASE(at_scale), TEST_CASE(stall), TEST_CASE(settle_extends),
+                 TEST_CASE(world_bound), TEST_CASE(initial), TEST_CASE(membership),
+                 TEST_CASE(failures), TEST_CASE(success), TEST_CASE(kept_success),
+                 TEST_CASE(forged_round), TEST_CASE(ack_drop), TEST_CASE(ack_what_counts),
+                 TEST_CASE(ack_outage), TEST_CASE(ack_across_rounds),
+                 TEST_CASE(ack_failure_and_success), TEST_CASE(ack_bound), TEST_CASE(ack_parse));
 }

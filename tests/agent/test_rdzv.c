@@ -977,25 +977,11 @@ static void test_failure_error(void) {
   ASSERT_TRUE(strstr(why, "\"error\"") != NULL);
 }
 
-int main(void) {
-  test_progress();
-  test_assign();
-  test_snapshot_assign_failure();
-  test_round_large();
-  test_keys();
-  test_node();
-  test_round();
-  test_reasons();
-  test_other_records();
-  test_round_trip();
-  test_node_live_port();
-  test_node_rank_field();
-  test_rejects();
-  test_snapshot();
-  test_snapshot_order();
-  test_clash();
-  test_error_file();
-  test_failure_error();
-  printf("PASS rdzv\n");
-  return 0;
+int main(int argc, char **argv) {
+  TEST_RUN_CASES(argc, argv, "rdzv", TEST_CASE(progress), TEST_CASE(assign),
+                 TEST_CASE(snapshot_assign_failure), TEST_CASE(round_large), TEST_CASE(keys),
+                 TEST_CASE(node), TEST_CASE(round), TEST_CASE(reasons), TEST_CASE(other_records),
+                 TEST_CASE(round_trip), TEST_CASE(node_live_port), TEST_CASE(node_rank_field),
+                 TEST_CASE(rejects), TEST_CASE(snapshot), TEST_CASE(snapshot_order),
+                 TEST_CASE(clash), TEST_CASE(error_file), TEST_CASE(failure_error));
 }
