@@ -308,15 +308,8 @@ static void test_env_stdin(void) {
   close(saved);
 }
 
-int main(void) {
-  test_ids();
-  test_nnodes();
-  test_endpoints();
-  test_int_and_choice();
-  test_shared_flags();
-  test_agent_cli();
-  test_agent_cli_refusals();
-  test_env_stdin();
-  printf("validate: ok\n");
-  return 0;
+int main(int argc, char **argv) {
+  TEST_RUN_CASES(argc, argv, "validate", TEST_CASE(ids), TEST_CASE(nnodes), TEST_CASE(endpoints),
+                 TEST_CASE(int_and_choice), TEST_CASE(shared_flags), TEST_CASE(agent_cli),
+                 TEST_CASE(agent_cli_refusals), TEST_CASE(env_stdin));
 }

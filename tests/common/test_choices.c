@@ -170,11 +170,7 @@ static void test_list(void) {
   set_env("BAGUA_AUTO_ALLOW", NULL);
 }
 
-int main(void) {
-  test_rule();
-  test_elastic_mode();
-  test_list();
-  test_every_reader_agrees();
-  printf("choices: ok\n");
-  return 0;
+int main(int argc, char **argv) {
+  TEST_RUN_CASES(argc, argv, "choices", TEST_CASE(rule), TEST_CASE(elastic_mode), TEST_CASE(list),
+                 TEST_CASE(every_reader_agrees));
 }
