@@ -5,10 +5,10 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
-#include <time.h>
 
 #include "agent.h"
 #include "common/output.h"
+#include "common/time.h"
 
 static char g_tool[BAGUA_AGENT_ID_MAX + 16] = "bagua-agent[?]";
 
@@ -24,10 +24,5 @@ void bagua__agent_say(const char *fmt, ...) {
 }
 
 void bagua__agent_format_time(int64_t wall_ms, char *out, size_t len) {
-  time_t t = (time_t)(wall_ms / 1000);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  char base[32];
-  strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(out, len, "%s.%03dZ", base, (int)(wall_ms % 1000));
+  bagua__format_wall_ms(wall_ms, out, len);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "bagua/error.h"
+#include "common/time.h"
 #include "params.h"
 
 int bagua__log_level = -1;
@@ -16,6 +17,7 @@ unsigned bagua__log_mask = BAGUA_SUBSYS_ALL;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *g_out;
 static char g_host[64];
+static int g_time;              /* BAGUA_LOG_TIME: lines start with the UTC time */
 static _Atomic int g_rank = -1; /* set by the training thread, read by every logger */
 static __thread char t_last_error[512];
 
@@ -69,6 +71,7 @@ static void init_locked(void) {
   if (strcasecmp(lvl, "INFO") == 0) level = BAGUA_LOG_INFO;
   if (strcasecmp(lvl, "TRACE") == 0) level = BAGUA_LOG_TRACE;
   bagua__log_mask = parse_mask(bagua__param_str(BAGUA_P_DEBUG_SUBSYS));
+  g_time = (int)bagua__param_int(BAGUA_P_LOG_TIME);
   if (gethostname(g_host, sizeof(g_host)) != 0) snprintf(g_host, sizeof(g_host), "unknown");
   g_host[sizeof(g_host) - 1] = '\0';
   if (g_out && g_out != stderr) fclose(g_out);
@@ -124,11 +127,18 @@ void bagua__log(int level, unsigned subsys, const char *file, int line, const ch
   /* The build maps the source root away (-fmacro-prefix-map), so `file` reads
    * comm/elastic/elastic.c; a path that still starts at / came from elsewhere: keep it. */
   const char *base = file;
+  char when[40] = "";
+  if (g_time) {
+    bagua__format_wall_ms(bagua__wall_ms(), when, sizeof(when) - 1);
+    strcat(when, " ");
+  }
   pthread_mutex_lock(&g_lock);
   if (level == BAGUA_LOG_WARN)
-    fprintf(g_out, "%s:%d%s WARN %s (%s:%d)\n", g_host, (int)getpid(), rank, msg, base, line);
+    fprintf(g_out, "%s%s:%d%s WARN %s (%s:%d)\n", when, g_host, (int)getpid(), rank, msg, base,
+            line);
   else
-    fprintf(g_out, "%s:%d%s %s %s\n", g_host, (int)getpid(), rank, subsys_name(level, subsys), msg);
+    fprintf(g_out, "%s%s:%d%s %s %s\n", when, g_host, (int)getpid(), rank,
+            subsys_name(level, subsys), msg);
   pthread_mutex_unlock(&g_lock);
 }
 

@@ -5,9 +5,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/params.h"
+#include "common/time.h"
+
 void bagua__vsay(const char *tool, const char *fmt, va_list ap) {
-  char line[2048];
-  int n = tool ? snprintf(line, sizeof(line), "%s: ", tool) : 0;
+  char line[2048], when[40] = "";
+  if (bagua__param_int(BAGUA_P_LOG_TIME)) {
+    bagua__format_wall_ms(bagua__wall_ms(), when, sizeof(when) - 1);
+    strcat(when, " ");
+  }
+  int n = tool ? snprintf(line, sizeof(line), "%s%s: ", when, tool)
+               : snprintf(line, sizeof(line), "%s", when);
   if (n < 0) n = 0;
   if ((size_t)n > sizeof(line) - 2) n = (int)sizeof(line) - 2;
   int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);

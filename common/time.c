@@ -4,6 +4,7 @@
 #include "common/time.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 int64_t bagua__now_ns(void) {
   struct timespec ts;
@@ -41,6 +42,15 @@ int64_t bagua__wall_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void bagua__format_wall_ms(int64_t wall_ms, char *out, size_t len) {
+  time_t t = (time_t)(wall_ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char base[32];
+  strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(out, len, "%s.%03dZ", base, (int)(wall_ms % 1000));
 }
 
 int bagua__cond_init(pthread_cond_t *cv) {

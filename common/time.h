@@ -35,6 +35,10 @@ int bagua__expired(int64_t deadline);
  * in etcd records; never for measuring an interval. */
 int64_t bagua__wall_ms(void);
 
+/* `wall_ms` as ISO 8601 UTC with milliseconds, "2026-12-04T05:13:19.123Z" (25 bytes with the
+ * NUL). */
+void bagua__format_wall_ms(int64_t wall_ms, char *out, size_t len);
+
 /* Initialises `cv` on the monotonic clock. Returns 0 or an errno value. */
 int bagua__cond_init(pthread_cond_t *cv);
 /* pthread_cond_timedwait() up to a monotonic `deadline` (BAGUA__NO_DEADLINE: untimed).
