@@ -50,8 +50,8 @@ enum {
                                           hierarchical, sync_interval_ms applies, not autotuned */
   BAGUA__ALGO_ALLREDUCE = 1u << 5,      /* its buckets go through allreduce, so the ring threshold
                                           moves them (autotuning tries it) */
-  BAGUA__ALGO_OWN_OPTIMIZER = 1u << 6, /* brings its optimizer (config.optimizer must be its name) */
-  BAGUA__ALGO_LOW_RANK = 1u << 7       /* compresses matrices to rank config.rank (powersgd) */
+  BAGUA__ALGO_OWN_OPTIMIZER = 1u << 6,  /* brings its optimizer (config.optimizer names it) */
+  BAGUA__ALGO_LOW_RANK = 1u << 7        /* compresses matrices to rank config.rank (powersgd) */
 };
 
 typedef struct {
@@ -61,7 +61,7 @@ typedef struct {
   /* BAGUA__ALGO_ERROR_FEEDBACK: error_feedback when neither the program nor the environment
    * sets it. */
   int default_error_feedback;
-  const char *optimizer;    /* BAGUA__ALGO_OWN_OPTIMIZER: the optimizer's name */
+  const char *optimizer; /* BAGUA__ALGO_OWN_OPTIMIZER: the optimizer's name */
   int hierarchical_default;
   /* caller, in bagua_ddp_ready() after the layout and before the thread starts. */
   bagua_status_t (*setup)(bagua_ddp_t *d);

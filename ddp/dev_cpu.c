@@ -177,8 +177,8 @@ static bagua_status_t lowrank_pqt(bagua_ddp_t *d, bagua__lane_t l, const float *
   return BAGUA_OK;
 }
 
-static bagua_status_t lowrank_orthonormalise(bagua_ddp_t *d, bagua__lane_t l, float *p,
-                                             size_t rows, size_t r, float eps) {
+static bagua_status_t lowrank_orthonormalise(bagua_ddp_t *d, bagua__lane_t l, float *p, size_t rows,
+                                             size_t r, float eps) {
   (void)d;
   (void)l;
   bagua__lowrank_orthonormalise(p, rows, r, eps);

@@ -461,8 +461,8 @@ static bagua_status_t lowrank_pqt(bagua_ddp_t *d, bagua__lane_t l, const float *
   return bagua__cuda_lowrank_pqt(p, qt, rows, cols, r, m, err, LANE(d, l));
 }
 
-static bagua_status_t lowrank_orthonormalise(bagua_ddp_t *d, bagua__lane_t l, float *p,
-                                             size_t rows, size_t r, float eps) {
+static bagua_status_t lowrank_orthonormalise(bagua_ddp_t *d, bagua__lane_t l, float *p, size_t rows,
+                                             size_t r, float eps) {
   return bagua__cuda_lowrank_orthonormalise(p, rows, r, eps, LANE(d, l));
 }
 

@@ -79,8 +79,8 @@ typedef struct bagua_ddp_s bagua_ddp_t;
 typedef struct {
   size_t struct_size; /* sizeof(bagua_ddp_config_t), for ABI growth */
   /* "gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam",
-   * "async" or "powersgd"; NULL: BAGUA_ALGORITHM, else "gradient_allreduce". bagua_ddp_algorithm() tells
-   * which one runs. "auto" (or BAGUA_ALGORITHM=auto): start with the safest algorithm of
+   * "async" or "powersgd"; NULL: BAGUA_ALGORITHM, else "gradient_allreduce". bagua_ddp_algorithm()
+   * tells which one runs. "auto" (or BAGUA_ALGORITHM=auto): start with the safest algorithm of
    * BAGUA_AUTO_ALLOW, measure the network and the first BAGUA_ADVISE_STEPS steps, then move
    * every rank at the end of one bagua_ddp_step() to the predicted fastest allowed one
    * (docs/advisor.md); the flat storage is then re-laid (bagua_ddp_layout_version()). */
@@ -159,12 +159,11 @@ typedef struct {
  * comm_interval, error_feedback and sync_interval_ms start "unset" (-1) so that the
  * environment can fill them; a program built against an older header, where they started at
  * 1, 0 and 500, passes those as set by the program and behaves exactly as before. */
-#define BAGUA_DDP_CONFIG_INIT                                                           \
-  {                                                                                     \
-    .struct_size = sizeof(bagua_ddp_config_t), .hierarchical = -1, .comm_interval = -1, \
-    .error_feedback = -1, .warmup_steps = -1, .sync_interval_ms = -1, .lr = -1.0,       \
-    .weight_decay = -1.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .cuda_device = -1, \
-    .rank = -1                                                                          \
+#define BAGUA_DDP_CONFIG_INIT                                                                      \
+  {                                                                                                \
+    .struct_size = sizeof(bagua_ddp_config_t), .hierarchical = -1, .comm_interval = -1,            \
+    .error_feedback = -1, .warmup_steps = -1, .sync_interval_ms = -1, .lr = -1.0,                  \
+    .weight_decay = -1.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .cuda_device = -1, .rank = -1 \
   }
 
 /* Fills *cfg with the defaults of BAGUA_DDP_CONFIG_INIT (for callers that cannot use the

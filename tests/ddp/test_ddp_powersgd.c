@@ -22,6 +22,7 @@
  *                columns stay finite; the products against plain loops
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -433,6 +434,19 @@ static int body_errors(bagua_comm_t *c, void *arg) {
   ASSERT_TRUE(strstr(bagua_last_error(), "powersgd") != NULL);
   ASSERT_OK(create_with(c, "powersgd", 1024));
   ASSERT_OK(create_with(c, "powersgd", -1));
+  {
+    /* A config from a header before `rank` (struct_size ends there) reads it as unset. */
+    bagua_ddp_config_t old = BAGUA_DDP_CONFIG_INIT;
+    old.algorithm = "powersgd";
+    old.struct_size = offsetof(bagua_ddp_config_t, rank);
+    old.rank = 0; /* beyond struct_size: never read */
+    bagua_ddp_t *d = NULL;
+    ASSERT_OK(bagua_ddp_create(c, &old, &d));
+    ASSERT_EQ(d->s.rank, 4);
+    bagua_ddp_destroy(d);
+    old.struct_size = offsetof(bagua_ddp_config_t, rank) - 1;
+    ASSERT_STATUS(bagua_ddp_create(c, &old, &d), BAGUA_ERR_INVALID_ARG);
+  }
   ASSERT_STREQ(bagua_ddp_algorithm_options("powersgd"),
                "hierarchical error_feedback warmup_steps rank");
 
