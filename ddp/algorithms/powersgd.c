@@ -132,7 +132,9 @@ static bagua_status_t setup(bagua_ddp_t *d) {
     if (k->p_count > p_max) p_max = k->p_count;
     if (k->u_count > u_max) u_max = k->u_count;
   }
-  if (!st->comm || st->nmats == 0) return BAGUA_OK; /* nothing of its own to keep here */
+  /* A node member (hierarchical), a single participant (which compresses nothing, see
+   * bucket_op) and a model without matrices keep nothing. */
+  if (!st->comm || st->n == 1 || st->nmats == 0) return BAGUA_OK;
   st->q = bagua__ddp_alloc_floats(d, q_total);
   st->p = bagua__ddp_alloc_floats(d, p_max);
   st->u = bagua__ddp_alloc_floats(d, u_max);
