@@ -19,7 +19,8 @@
   X(|, decentralized) \
   X(|, low_precision_decentralized) \
   X(|, qadam) \
-  X(|, async)
+  X(|, async) \
+  X(|, powersgd)
 /* clang-format on */
 
 /* "gradient_allreduce|bytegrad|...": the algorithms as registry words. */

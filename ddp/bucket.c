@@ -75,9 +75,10 @@ uint64_t bagua__ddp_layout_hash(const bagua_ddp_t *d) {
   h = mix(h, (uint64_t)d->s.comm_interval);
   h = mix(h, (uint64_t)d->s.error_feedback);
   h = mix(h, (uint64_t)d->s.warmup_steps);
+  h = mix(h, (uint64_t)d->s.rank);
   h = mix(h, (uint64_t)d->ntensors);
   h = mix(h, (uint64_t)d->nbuckets);
-  for (int i = 0; i < d->ntensors; i++) h = mix(h, d->tensors[i].count);
+  for (int i = 0; i < d->ntensors; i++) h = mix(mix(h, d->tensors[i].count), d->tensors[i].rows);
   for (int i = 0; i < d->nbuckets; i++) h = mix(h, d->buckets[i].count);
   h = mix(h, bagua__ddp_tune_fingerprint(d)); /* ranks that tune call more collectives */
   h = mix(h, (uint64_t)d->phase.numbered);    /* so do ranks that check their step numbers */

@@ -99,8 +99,9 @@ static bagua_status_t check_same_layout(bagua_ddp_t *d) {
   if (v[0] != h || -v[1] != h) {
     BAGUA_WARN(
         "bagua_ddp_ready: ranks registered different tensors or configurations; every "
-        "rank must register the same tensor sizes in the same order with the same "
-        "settings (and number its steps before ready, or not, like the others)");
+        "rank must register the same tensor sizes (and bagua_ddp_register_shape shapes) in "
+        "the same order with the same settings (and number its steps before ready, or not, "
+        "like the others)");
     return BAGUA_ERR_INVALID_USAGE;
   }
   return BAGUA_OK;

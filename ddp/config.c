@@ -7,6 +7,7 @@
  * field or variable is reported by name together with what it accepts, and nothing is created.
  */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 
@@ -196,13 +197,16 @@ static bagua_status_t check_optimizer(const bagua_ddp_config_t *c, bagua__ddp_se
 
 bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_settings_t *s) {
   memset(s, 0, sizeof(*s));
-  if (c->struct_size < sizeof(bagua_ddp_config_t)) {
+  /* `rank` came after the other fields: a config from a header without it is read as -1. */
+  const size_t before_rank = offsetof(bagua_ddp_config_t, rank);
+  if (c->struct_size < before_rank) {
     BAGUA_WARN(
         "bagua_ddp_create: config.struct_size = %zu is invalid; accepted: >= %zu "
         "(initialise the config with BAGUA_DDP_CONFIG_INIT)",
-        c->struct_size, sizeof(bagua_ddp_config_t));
+        c->struct_size, before_rank);
     return BAGUA_ERR_INVALID_ARG;
   }
+  int cfg_rank = c->struct_size >= before_rank + sizeof(c->rank) ? c->rank : -1;
   /* A BAGUA_* variable with a bad value refuses the context, as it refuses a communicator or
    * a launch: the warning names the variable, its value and what is accepted. */
   BAGUA_CHECK(bagua__params_check());
@@ -278,9 +282,11 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
 
   if (c->error_feedback < -1 || c->error_feedback > 1)
     return bad_num("error_feedback", c->error_feedback,
-                   "0 or 1, or -1 for BAGUA_ERROR_FEEDBACK (else 0)");
+                   "0 or 1, or -1 for BAGUA_ERROR_FEEDBACK (else 1 for powersgd, 0 for the "
+                   "others)");
   int ef = c->error_feedback;
-  if (ef < 0) ef = env_int(BAGUA_P_ERROR_FEEDBACK, ef_algo, 0, "error_feedback");
+  if (ef < 0)
+    ef = env_int(BAGUA_P_ERROR_FEEDBACK, ef_algo, a->default_error_feedback, "error_feedback");
   if (ef && !ef_algo)
     return bad_num("error_feedback", c->error_feedback,
                    only(why, sizeof(why), "0 or -1", "error feedback", BAGUA__ALGO_ERROR_FEEDBACK));
@@ -302,6 +308,25 @@ bagua_status_t bagua__ddp_settings(const bagua_ddp_config_t *c, bagua__ddp_setti
   s->sync_interval_ms = c->sync_interval_ms > 0 ? c->sync_interval_ms
                                                 : env_int(BAGUA_P_SYNC_INTERVAL_MS, background, 500,
                                                           "sync_interval_ms");
+
+  /* The bounds are the registry's, so the environment's value needs no second check. */
+  int low_rank = has(a, BAGUA__ALGO_LOW_RANK);
+  int64_t rank_lo, rank_hi;
+  bagua__param_bounds(BAGUA_P_POWERSGD_RANK, &rank_lo, &rank_hi);
+  if (cfg_rank != -1 && (cfg_rank < rank_lo || cfg_rank > rank_hi)) {
+    char acc[96];
+    snprintf(acc, sizeof(acc), "%lld .. %lld, or -1 for BAGUA_POWERSGD_RANK (else %lld)",
+             (long long)rank_lo, (long long)rank_hi,
+             (long long)bagua__param_int_default(BAGUA_P_POWERSGD_RANK));
+    return bad_num("rank", cfg_rank, acc);
+  }
+  if (cfg_rank != -1 && !low_rank)
+    return bad_num("rank", cfg_rank, only(why, sizeof(why), "-1", "rank", BAGUA__ALGO_LOW_RANK));
+  int rank = cfg_rank;
+  if (rank < 0)
+    rank = env_int(BAGUA_P_POWERSGD_RANK, low_rank,
+                   (int)bagua__param_int_default(BAGUA_P_POWERSGD_RANK), "rank");
+  s->rank = low_rank ? rank : 0;
 
   /* -1 (auto) is resolved by bagua_ddp_create(), which knows the node's ranks. */
   s->overlap = (int)bagua__param_int(BAGUA_P_OVERLAP);

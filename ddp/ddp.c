@@ -95,6 +95,35 @@ bagua_status_t bagua_ddp_register(bagua_ddp_t *d, const char *name, float *param
   return BAGUA_OK;
 }
 
+bagua_status_t bagua_ddp_register_shape(bagua_ddp_t *d, int index, size_t rows) {
+  if (!d) return BAGUA_ERR_INVALID_ARG;
+  if (d->is_ready) return usage("bagua_ddp_register_shape", "called after bagua_ddp_ready()");
+  if (index < 0 || index >= d->ntensors) {
+    if (d->ntensors == 0)
+      BAGUA_WARN(
+          "bagua_ddp_register_shape: index %d is invalid: no tensor is registered yet "
+          "(bagua_ddp_register comes first)",
+          index);
+    else
+      BAGUA_WARN(
+          "bagua_ddp_register_shape: index %d is invalid; accepted: 0 .. %d (the "
+          "tensors registered so far)",
+          index, d->ntensors - 1);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  bagua__ddp_tensor_t *t = &d->tensors[index];
+  if (rows == 0 || t->count % rows != 0) {
+    BAGUA_WARN(
+        "bagua_ddp_register_shape(\"%s\"): rows = %zu is invalid; accepted: a divisor "
+        ">= 1 of the tensor's %zu elements",
+        t->name, rows, t->count);
+    return BAGUA_ERR_INVALID_ARG;
+  }
+  /* One row is a vector: stored as 0 so that both spellings hash alike across ranks. */
+  t->rows = rows == 1 ? 0 : rows;
+  return BAGUA_OK;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* ready                                                                                      */
 /* ------------------------------------------------------------------------------------------ */

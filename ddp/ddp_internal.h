@@ -50,14 +50,18 @@ enum {
                                           hierarchical, sync_interval_ms applies, not autotuned */
   BAGUA__ALGO_ALLREDUCE = 1u << 5,      /* its buckets go through allreduce, so the ring threshold
                                           moves them (autotuning tries it) */
-  BAGUA__ALGO_OWN_OPTIMIZER = 1u << 6 /* brings its optimizer (config.optimizer must be its name) */
+  BAGUA__ALGO_OWN_OPTIMIZER = 1u << 6,  /* brings its optimizer (config.optimizer names it) */
+  BAGUA__ALGO_LOW_RANK = 1u << 7        /* compresses matrices to rank config.rank (powersgd) */
 };
 
 typedef struct {
   const char *name;
   unsigned caps;            /* BAGUA__ALGO_* */
   int default_warmup_steps; /* BAGUA__ALGO_WARMUP: steps when the program sets none */
-  const char *optimizer;    /* BAGUA__ALGO_OWN_OPTIMIZER: the optimizer's name */
+  /* BAGUA__ALGO_ERROR_FEEDBACK: error_feedback when neither the program nor the environment
+   * sets it. */
+  int default_error_feedback;
+  const char *optimizer; /* BAGUA__ALGO_OWN_OPTIMIZER: the optimizer's name */
   int hierarchical_default;
   /* caller, in bagua_ddp_ready() after the layout and before the thread starts. */
   bagua_status_t (*setup)(bagua_ddp_t *d);
@@ -97,6 +101,7 @@ typedef struct {
   int error_feedback;
   int warmup_steps;
   int sync_interval_ms;
+  int rank; /* BAGUA__ALGO_LOW_RANK: the approximation rank; 0 otherwise */
   int optimizer;
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
   int nesterov;
@@ -115,6 +120,7 @@ typedef struct {
   char *name;
   float *user_param, *user_grad;
   size_t count;
+  size_t rows;   /* matrix view of rows x count/rows (bagua_ddp_register_shape); 0: a vector */
   size_t offset; /* element offset in the flat buffers */
   int bucket;
   int ready; /* marked in the current step */
@@ -385,6 +391,11 @@ void bagua__ddp_qadam_frozen_step(float *p, const float *m, const float *v, size
 /* ---- algorithms/decentralized.c ---- */
 /* shift_one's peer of `rank` among n at exchange `step` (itself: no exchange this step). */
 int bagua__ddp_shift_one_peer(int rank, int n, int64_t step);
+
+/* ---- algorithms/powersgd.c ---- */
+/* The seed of tensor `tensor`'s initial Q (bagua__randn_f32, r x cols: Q transposed), the
+ * same on every rank; tests rebuild the initial Q from it. */
+uint64_t bagua__ddp_powersgd_seed(int tensor);
 
 /* ---- communication ops shared by the algorithms (ops.c); communication thread ---- */
 /* Averages buf over all ranks: flat allreduce, or node reduce + leaders + node broadcast. */

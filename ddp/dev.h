@@ -100,6 +100,17 @@ typedef struct {
   /* diff = x + s/3 - (5/3) w (low-precision decentralized). */
   bagua_status_t (*lpdec_diff)(bagua_ddp_t *d, bagua__lane_t l, float *diff, const float *x,
                                const float *s, const float *w, size_t n);
+  /* PowerSGD's low-rank products and Gram-Schmidt (bagua__lowrank_* in kernels/kernels.h):
+   * P = M Q, Qt = (M^T P)^T, M = P Q^T (err = M - P Q^T first when err is set) and the
+   * orthonormalisation of P's r columns. */
+  bagua_status_t (*lowrank_mq)(bagua_ddp_t *d, bagua__lane_t l, const float *m, size_t rows,
+                               size_t cols, const float *qt, size_t r, float *p);
+  bagua_status_t (*lowrank_mtp)(bagua_ddp_t *d, bagua__lane_t l, const float *m, size_t rows,
+                                size_t cols, const float *p, size_t r, float *qt);
+  bagua_status_t (*lowrank_pqt)(bagua_ddp_t *d, bagua__lane_t l, const float *p, const float *qt,
+                                size_t rows, size_t cols, size_t r, float *m, float *err);
+  bagua_status_t (*lowrank_orthonormalise)(bagua_ddp_t *d, bagua__lane_t l, float *p, size_t rows,
+                                           size_t r, float eps);
 
   /* ---- collectives on one of the context's communicators (d->comm, intra, inter,
    * async_comm), with bagua_allreduce() etc.'s arguments; buffers are device memory ---- */

@@ -153,6 +153,38 @@ static bagua_status_t lpdec_diff(bagua_ddp_t *d, bagua__lane_t l, float *diff, c
   return BAGUA_OK;
 }
 
+static bagua_status_t lowrank_mq(bagua_ddp_t *d, bagua__lane_t l, const float *m, size_t rows,
+                                 size_t cols, const float *qt, size_t r, float *p) {
+  (void)d;
+  (void)l;
+  bagua__lowrank_mq(m, rows, cols, qt, r, p);
+  return BAGUA_OK;
+}
+
+static bagua_status_t lowrank_mtp(bagua_ddp_t *d, bagua__lane_t l, const float *m, size_t rows,
+                                  size_t cols, const float *p, size_t r, float *qt) {
+  (void)d;
+  (void)l;
+  bagua__lowrank_mtp(m, rows, cols, p, r, qt);
+  return BAGUA_OK;
+}
+
+static bagua_status_t lowrank_pqt(bagua_ddp_t *d, bagua__lane_t l, const float *p, const float *qt,
+                                  size_t rows, size_t cols, size_t r, float *m, float *err) {
+  (void)d;
+  (void)l;
+  bagua__lowrank_pqt(p, qt, rows, cols, r, m, err);
+  return BAGUA_OK;
+}
+
+static bagua_status_t lowrank_orthonormalise(bagua_ddp_t *d, bagua__lane_t l, float *p, size_t rows,
+                                             size_t r, float eps) {
+  (void)d;
+  (void)l;
+  bagua__lowrank_orthonormalise(p, rows, r, eps);
+  return BAGUA_OK;
+}
+
 static bagua_status_t allreduce(bagua_ddp_t *d, bagua__lane_t l, bagua_comm_t *c, const void *s,
                                 void *r, size_t n, bagua_dtype_t dt, bagua_op_t op) {
   (void)d;
@@ -249,6 +281,10 @@ const bagua__ddp_dev_t bagua__ddp_dev_cpu = {
     .qadam_frozen = qadam_frozen,
     .qadam_momentum = qadam_momentum,
     .lpdec_diff = lpdec_diff,
+    .lowrank_mq = lowrank_mq,
+    .lowrank_mtp = lowrank_mtp,
+    .lowrank_pqt = lowrank_pqt,
+    .lowrank_orthonormalise = lowrank_orthonormalise,
     .allreduce = allreduce,
     .reduce = reduce,
     .broadcast = broadcast,

@@ -446,6 +446,26 @@ static bagua_status_t lpdec_diff(bagua_ddp_t *d, bagua__lane_t l, float *diff, c
   return bagua__cuda_lpdec_diff(diff, x, s, w, n, LANE(d, l));
 }
 
+static bagua_status_t lowrank_mq(bagua_ddp_t *d, bagua__lane_t l, const float *m, size_t rows,
+                                 size_t cols, const float *qt, size_t r, float *p) {
+  return bagua__cuda_lowrank_mq(m, rows, cols, qt, r, p, LANE(d, l));
+}
+
+static bagua_status_t lowrank_mtp(bagua_ddp_t *d, bagua__lane_t l, const float *m, size_t rows,
+                                  size_t cols, const float *p, size_t r, float *qt) {
+  return bagua__cuda_lowrank_mtp(m, rows, cols, p, r, qt, LANE(d, l));
+}
+
+static bagua_status_t lowrank_pqt(bagua_ddp_t *d, bagua__lane_t l, const float *p, const float *qt,
+                                  size_t rows, size_t cols, size_t r, float *m, float *err) {
+  return bagua__cuda_lowrank_pqt(p, qt, rows, cols, r, m, err, LANE(d, l));
+}
+
+static bagua_status_t lowrank_orthonormalise(bagua_ddp_t *d, bagua__lane_t l, float *p, size_t rows,
+                                             size_t r, float eps) {
+  return bagua__cuda_lowrank_orthonormalise(p, rows, r, eps, LANE(d, l));
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* collectives                                                                                */
 /* ------------------------------------------------------------------------------------------ */
@@ -566,6 +586,10 @@ static const bagua__ddp_dev_t dev_cuda = {
     .qadam_frozen = qadam_frozen,
     .qadam_momentum = qadam_momentum,
     .lpdec_diff = lpdec_diff,
+    .lowrank_mq = lowrank_mq,
+    .lowrank_mtp = lowrank_mtp,
+    .lowrank_pqt = lowrank_pqt,
+    .lowrank_orthonormalise = lowrank_orthonormalise,
     .allreduce = allreduce,
     .reduce = reduce,
     .broadcast = broadcast,

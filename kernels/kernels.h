@@ -170,4 +170,35 @@ void bagua__qadam_momentum(float *m, const float *g, const float *p, size_t n, f
                            float one_minus_beta1, float wd);
 void bagua__lpdec_diff(float *diff, const float *x, const float *s, const float *w, size_t n);
 
+/*
+ * PowerSGD's low-rank products (ddp/algorithms/powersgd.c) on f32 row-major matrices: M is
+ * rows x cols, P is rows x r and Qt is r x cols (Q transposed, so that every product below
+ * walks contiguous rows). Each has a CUDA twin in kernels/cuda/lowrank.cu that performs the
+ * same operations in the same order, so CPU and GPU ranks compute the same bits:
+ *   mq:   P[i][k] = sum_j M[i][j] Qt[k][j], summed in 8 lanes (lane j % 8, in order of j),
+ *         the lanes then added as ((0+1)+(2+3))+((4+5)+(6+7)): a fixed order that the
+ *         compiler can still vectorise;
+ *   mtp:  Qt[k][j] = sum_i P[i][k] M[i][j], in order of i (Q = M^T P);
+ *   pqt:  Mhat[i][j] = sum_k P[i][k] Qt[k][j], in order of k; with err, err = M - Mhat is
+ *         written first; then M = Mhat;
+ *   orthonormalise: modified Gram-Schmidt over P's r columns as torch's PowerSGD hook does
+ *         it: col_i /= (|col_i| + eps), then every later column loses its projection on
+ *         col_i. Norms and dot products are accumulated in double over
+ *         BAGUA__LOWRANK_LANES strided lanes combined by a halving tree (the CUDA block's
+ *         reduction). eps > 0 keeps a column of zero norm finite (it stays zero).
+ * The buffers must not overlap, except that pqt's M is read and written in place.
+ */
+#define BAGUA__LOWRANK_LANES 256
+void bagua__lowrank_mq(const float *m, size_t rows, size_t cols, const float *qt, size_t r,
+                       float *p);
+void bagua__lowrank_mtp(const float *m, size_t rows, size_t cols, const float *p, size_t r,
+                        float *qt);
+void bagua__lowrank_pqt(const float *p, const float *qt, size_t rows, size_t cols, size_t r,
+                        float *m, float *err);
+void bagua__lowrank_orthonormalise(float *p, size_t rows, size_t r, float eps);
+/* n approximately standard normal f32 values from `seed` (splitmix64; each value the sum of 12
+ * uniforms minus 6, so only exact IEEE additions and no libm call: the same bits on every
+ * host), for PowerSGD's initial Q, which must be identical on all ranks. */
+void bagua__randn_f32(uint64_t seed, float *out, size_t n);
+
 #endif

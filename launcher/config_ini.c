@@ -42,8 +42,8 @@ static const bagua__param_id_t k_algo_params[] = {
     BAGUA_P_ALGORITHM,           BAGUA_P_HIERARCHICAL,
     BAGUA_P_PEER_SELECTION_MODE, BAGUA_P_COMMUNICATION_INTERVAL,
     BAGUA_P_WARMUP_STEPS,        BAGUA_P_SYNC_INTERVAL_MS,
-    BAGUA_P_ERROR_FEEDBACK,      BAGUA_P_BUCKET_SIZE,
-    BAGUA_P_AUTO_ALLOW};
+    BAGUA_P_ERROR_FEEDBACK,      BAGUA_P_POWERSGD_RANK,
+    BAGUA_P_BUCKET_SIZE,         BAGUA_P_AUTO_ALLOW};
 #define NALGO_PARAMS (sizeof(k_algo_params) / sizeof(k_algo_params[0]))
 
 /* The [algorithm] key of k_algo_params[i]. */

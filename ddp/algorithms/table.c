@@ -30,6 +30,7 @@ static const struct {
     {0, BAGUA__ALGO_BACKGROUND, "hierarchical"}, {BAGUA__ALGO_PEER_CHOICE, 0, "peer_mode"},
     {BAGUA__ALGO_PEERS, 0, "comm_interval"},     {BAGUA__ALGO_ERROR_FEEDBACK, 0, "error_feedback"},
     {BAGUA__ALGO_WARMUP, 0, "warmup_steps"},     {BAGUA__ALGO_BACKGROUND, 0, "sync_interval_ms"},
+    {BAGUA__ALGO_LOW_RANK, 0, "rank"},
 };
 
 #define MAX_ALGORITHMS 32

@@ -85,10 +85,21 @@ bagua_status_t bagua__ddp_auto_pick(bagua__ddp_settings_t *s) {
   for (const char *p = list; *p;) {
     const char *comma = strchr(p, ',');
     size_t n = comma ? (size_t)(comma - p) : strlen(p);
+    int modelled = 0;
     for (int i = 0; i < BAGUA__ADV_COUNT; i++) {
       const char *name = bagua__adv_algo_name((bagua__adv_algo_t)i);
-      if (strlen(name) == n && strncasecmp(name, p, n) == 0) allow |= 1u << i;
+      if (strlen(name) == n && strncasecmp(name, p, n) == 0) {
+        allow |= 1u << i;
+        modelled = 1;
+      }
     }
+    /* An algorithm the advisor has no cost model for (powersgd) cannot be predicted, so it is
+     * never picked; say so rather than let the word vanish. */
+    if (!modelled && n)
+      BAGUA_WARN(
+          "algorithm auto: %.*s in BAGUA_AUTO_ALLOW is ignored: the advisor has no cost "
+          "model for it and never picks it (name it in BAGUA_ALGORITHM instead)",
+          (int)n, p);
     if (!comma) break;
     p = comma + 1;
   }

@@ -8,6 +8,8 @@ Run it under bagua-launch or torchrun (or alone, one rank):
     torchrun --nproc_per_node 2 examples/torch/train.py --ddp        # plain torch DDP (Gloo)
     torchrun --nproc_per_node 2 examples/torch/train.py --ddp --ddp-hook powersgd \
         --powersgd-rank 8                                        # DDP with torch's PowerSGD hook
+    bagua-launch --nproc-per-node 2 examples/torch/train.py --algorithm powersgd \
+        --powersgd-rank 8                                        # libbagua's PowerSGD
 
 It trains on the GPU of its local rank when torch sees one (``--device cuda``, the default
 then: ``torch.cuda.set_device(LOCAL_RANK)``, the model and batches on that device, libbagua's
@@ -33,7 +35,7 @@ import torch.nn.functional as F
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 ALGORITHMS = ["gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
-              "qadam", "async"]
+              "qadam", "async", "powersgd"]
 # torch DDP's own communication hooks (torch.distributed.algorithms.ddp_comm_hooks), the
 # compression a torch user has without Bagua: --ddp-hook NAME.
 DDP_HOOKS = ["fp16", "powersgd"]
@@ -164,11 +166,13 @@ def parse():
                          "(fp16_compress_hook) or powersgd (powerSGD_hook, with error "
                          "feedback and warm start, as torch's defaults)")
     ap.add_argument("--powersgd-rank", type=int, default=None, metavar="R",
-                    help="--ddp-hook powersgd: matrix_approximation_rank (default 1, torch's)")
+                    help="--ddp-hook powersgd: matrix_approximation_rank (default 1, torch's); "
+                         "--algorithm powersgd: its rank (default 4, libbagua's)")
     ap.add_argument("--powersgd-start", type=int, default=None, metavar="K",
                     help="--ddp-hook powersgd: start_powerSGD_iter: the first K steps "
                          f"allreduce uncompressed (default {POWERSGD_START}; torch requires 2 "
-                         "or more with error feedback or warm start)")
+                         "or more with error feedback or warm start); --algorithm powersgd: "
+                         "its warmup_steps (default 10)")
     ap.add_argument("--plain", action="store_true",
                     help="one process, no data parallelism: the plain torch loop (the baseline "
                          "of the front end's own per-step overhead, bench/torch_overhead.sh)")
@@ -217,11 +221,18 @@ def parse():
     if args.ddp_hook and not args.ddp:
         ap.error(f"--ddp-hook {args.ddp_hook} is a hook of torch DDP: it needs --ddp (a "
                  "with_bagua run communicates through its --algorithm, not through DDP)")
-    if args.ddp_hook != "powersgd":
+    if args.algorithm == "powersgd" and not args.ddp:
+        # libbagua's PowerSGD (with_bagua): the flags set its rank and warm-up.
+        if args.powersgd_rank is not None and not 1 <= args.powersgd_rank <= 1024:
+            ap.error(f"--powersgd-rank {args.powersgd_rank}: accepted 1 .. 1024")
+        if args.powersgd_start is not None and args.powersgd_start < 0:
+            ap.error(f"--powersgd-start {args.powersgd_start}: accepted 0 or more")
+    elif args.ddp_hook != "powersgd":
         for flag, value in (("--powersgd-rank", args.powersgd_rank),
                             ("--powersgd-start", args.powersgd_start)):
             if value is not None:
-                ap.error(f"{flag} is a setting of --ddp-hook powersgd, not of "
+                ap.error(f"{flag} is a setting of --ddp-hook powersgd or --algorithm powersgd, "
+                         "not of "
                          f"{'--ddp-hook ' + args.ddp_hook if args.ddp_hook else 'this run'}")
     else:
         if args.powersgd_rank is None:
@@ -275,7 +286,7 @@ def main_elastic(args):
     model = make_model(args).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr or 0.05, momentum=0.9)
     algorithm = (algorithms.from_env() if args.algorithm_from_env
-                 else algorithms.from_name(args.algorithm))
+                 else algorithms.from_name(args.algorithm, **bagua_options(args)))
     model = model.with_bagua([optimizer], algorithm)
     state = elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, step=0,
                                samples_seen=0, seen=torch.zeros(n, dtype=torch.int16))
@@ -351,6 +362,15 @@ def sync(device):
     """Waits for the device's queued work, so that a host clock read times the GPU too."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def bagua_options(args):
+    """Constructor arguments of --algorithm's class that flags set (--algorithm powersgd's
+    --powersgd-rank and --powersgd-start)."""
+    if args.algorithm != "powersgd":
+        return {}
+    options = {"rank": args.powersgd_rank, "warmup_steps": args.powersgd_start}
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def register_ddp_hook(model, args):
@@ -433,7 +453,7 @@ def main():
             algorithm = algorithms.AsyncModelAverageAlgorithm(
                 sync_interval_ms=args.sync_interval_ms or 50)
         else:
-            algorithm = algorithms.from_name(args.algorithm)
+            algorithm = algorithms.from_name(args.algorithm, **bagua_options(args))
         model = model.with_bagua([optimizer], algorithm,
                                  do_flatten=not args.no_flatten)
     step, t0, samples = 0, time.monotonic(), 0

@@ -1,7 +1,8 @@
 /*
  * Bagua-C data-parallel training layer: register a model's tensors, fuse them into buckets,
  * overlap communication with the backward pass on a communication thread, and run one of
- * Bagua's six algorithms chosen by name (docs/algorithms.md gives each one's maths).
+ * Bagua's six algorithms or PowerSGD, chosen by name (docs/algorithms.md gives each one's
+ * maths).
  *
  * A training loop looks like this:
  *
@@ -77,9 +78,9 @@ typedef struct bagua_ddp_s bagua_ddp_t;
  */
 typedef struct {
   size_t struct_size; /* sizeof(bagua_ddp_config_t), for ABI growth */
-  /* "gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam"
-   * or "async"; NULL: BAGUA_ALGORITHM, else "gradient_allreduce". bagua_ddp_algorithm() tells
-   * which one runs. "auto" (or BAGUA_ALGORITHM=auto): start with the safest algorithm of
+  /* "gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam",
+   * "async" or "powersgd"; NULL: BAGUA_ALGORITHM, else "gradient_allreduce". bagua_ddp_algorithm()
+   * tells which one runs. "auto" (or BAGUA_ALGORITHM=auto): start with the safest algorithm of
    * BAGUA_AUTO_ALLOW, measure the network and the first BAGUA_ADVISE_STEPS steps, then move
    * every rank at the end of one bagua_ddp_step() to the predicted fastest allowed one
    * (docs/advisor.md); the flat storage is then re-laid (bagua_ddp_layout_version()). */
@@ -88,7 +89,7 @@ typedef struct {
    * registration order and a bucket closes once it holds at least this many bytes. */
   int64_t bucket_bytes;
   /* -1: BAGUA_HIERARCHICAL, else the algorithm's default as in Bagua (0 for
-   * gradient_allreduce and async, 1 for the others); 1: reduce within each node, run the
+   * gradient_allreduce, async and powersgd, 1 for the others); 1: reduce within each node, run the
    * algorithm among node leaders, broadcast within each node; 0: run it among all ranks. */
   int hierarchical;
   /* decentralized: "all", "shift_one" (one peer per step, any number of ranks) or "ring"
@@ -98,12 +99,14 @@ typedef struct {
   /* decentralized and low_precision_decentralized: communicate every this many steps (>= 1);
    * -1: BAGUA_COMMUNICATION_INTERVAL, else 1. */
   int comm_interval;
-  /* bytegrad and qadam: 1 carries each quantization's error into the next step, 0 does not;
-   * -1: BAGUA_ERROR_FEEDBACK, else 0. */
+  /* bytegrad, qadam and powersgd: 1 carries each compression's error into the next step, 0
+   * does not; -1: BAGUA_ERROR_FEEDBACK, else 1 for powersgd (as torch's PowerSGD hook) and 0
+   * for the others. */
   int error_feedback;
   /* qadam: steps of plain allreduce + Adam before compressed momentum; async: steps of
-   * gradient allreduce before background averaging starts. -1: BAGUA_WARMUP_STEPS, else 100
-   * for qadam and 0 for async. */
+   * gradient allreduce before background averaging starts; powersgd: steps of full-precision
+   * gradient allreduce before compression (torch's start_powerSGD_iter). -1:
+   * BAGUA_WARMUP_STEPS, else 100 for qadam, 0 for async and 10 for powersgd. */
   int warmup_steps;
   /* async: milliseconds between averaging rounds of the background thread (1 .. 3600000);
    * -1: BAGUA_SYNC_INTERVAL_MS, else 500. */
@@ -145,6 +148,10 @@ typedef struct {
    * valid until bagua_ddp_destroy().
    */
   void *cuda_stream;
+  /* powersgd: the rank r of each gradient matrix's approximation P Q^T (1 .. 1024; a matrix
+   * of fewer rows or columns uses that many); -1: BAGUA_POWERSGD_RANK, else 4. A config
+   * whose struct_size ends before this field (an older header) reads it as -1. */
+  int rank;
 } bagua_ddp_config_t;
 
 /* The defaults, field by field; a field not named here starts at 0 or NULL. C++ callers (no
@@ -152,11 +159,11 @@ typedef struct {
  * comm_interval, error_feedback and sync_interval_ms start "unset" (-1) so that the
  * environment can fill them; a program built against an older header, where they started at
  * 1, 0 and 500, passes those as set by the program and behaves exactly as before. */
-#define BAGUA_DDP_CONFIG_INIT                                                           \
-  {                                                                                     \
-    .struct_size = sizeof(bagua_ddp_config_t), .hierarchical = -1, .comm_interval = -1, \
-    .error_feedback = -1, .warmup_steps = -1, .sync_interval_ms = -1, .lr = -1.0,       \
-    .weight_decay = -1.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .cuda_device = -1  \
+#define BAGUA_DDP_CONFIG_INIT                                                                      \
+  {                                                                                                \
+    .struct_size = sizeof(bagua_ddp_config_t), .hierarchical = -1, .comm_interval = -1,            \
+    .error_feedback = -1, .warmup_steps = -1, .sync_interval_ms = -1, .lr = -1.0,                  \
+    .weight_decay = -1.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .cuda_device = -1, .rank = -1 \
   }
 
 /* Fills *cfg with the defaults of BAGUA_DDP_CONFIG_INIT (for callers that cannot use the
@@ -204,6 +211,20 @@ BAGUA_EXTERN bagua_status_t bagua_ddp_create(bagua_comm_t *comm, const bagua_ddp
  */
 BAGUA_EXTERN bagua_status_t bagua_ddp_register(bagua_ddp_t *ddp, const char *name, float *param,
                                                float *grad, size_t count);
+
+/*
+ * Declares the matrix shape of registered tensor `index` (0 .. tensors registered - 1):
+ * `rows` rows of count / rows elements each, in the row-major order of `param` (a
+ * PyTorch parameter of shape [rows, ...] is flattened this way). Algorithms that compress
+ * matrices (powersgd) use it; the others ignore it, and a tensor without a shape counts as a
+ * vector, which powersgd averages uncompressed. Every rank must declare the same shapes
+ * (bagua_ddp_ready() checks them with the tensors). May be called again for the same tensor
+ * (the last call wins); rows = 1 makes it a vector again. Only before bagua_ddp_ready()
+ * (BAGUA_ERR_INVALID_USAGE after it); a bad index, rows = 0 or rows that do not divide the
+ * tensor's count return BAGUA_ERR_INVALID_ARG with a warning (bagua_last_error()) and change
+ * nothing. Nothing is allocated or kept beyond the number.
+ */
+BAGUA_EXTERN bagua_status_t bagua_ddp_register_shape(bagua_ddp_t *ddp, int index, size_t rows);
 
 /*
  * Freezes the registration: lays the tensors out in buckets (each padded so that it divides

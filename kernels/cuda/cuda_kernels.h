@@ -113,6 +113,17 @@ bagua_status_t bagua__cuda_qadam_frozen(float *p, const float *m, const float *v
                                         double lr, double beta1, double beta2, double eps,
                                         int64_t step, int64_t v_step, cudaStream_t stream);
 
+/* PowerSGD's low-rank products and Gram-Schmidt (lowrank.cu), bagua__lowrank_* of
+ * kernels/kernels.h with their order of operations. */
+bagua_status_t bagua__cuda_lowrank_mq(const float *m, size_t rows, size_t cols, const float *qt,
+                                      size_t r, float *p, cudaStream_t stream);
+bagua_status_t bagua__cuda_lowrank_mtp(const float *m, size_t rows, size_t cols, const float *p,
+                                       size_t r, float *qt, cudaStream_t stream);
+bagua_status_t bagua__cuda_lowrank_pqt(const float *p, const float *qt, size_t rows, size_t cols,
+                                       size_t r, float *m, float *err, cudaStream_t stream);
+bagua_status_t bagua__cuda_lowrank_orthonormalise(float *p, size_t rows, size_t r, float eps,
+                                                  cudaStream_t stream);
+
 /*
  * Number of CUDA devices this process can use; 0 (with *why set to the CUDA error text, which
  * stays valid for the process) when there is no device or no usable driver. `why` may be NULL.

@@ -80,17 +80,18 @@ static PyObject *ddp_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
                         "device",
                         "cuda_device",
                         "cuda_stream",
+                        "rank",
                         NULL};
   bagua_ddp_config_t cfg = BAGUA_DDP_CONFIG_INIT;
   PyObject *comm_obj;
   long long bucket = 0;
   unsigned long long stream = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kw, "O|zizii$iiLzdddpddddziK", kws, &comm_obj, &cfg.algorithm, &cfg.hierarchical,
+          args, kw, "O|zizii$iiLzdddpddddziKi", kws, &comm_obj, &cfg.algorithm, &cfg.hierarchical,
           &cfg.peer_mode, &cfg.comm_interval, &cfg.error_feedback, &cfg.warmup_steps,
           &cfg.sync_interval_ms, &bucket, &cfg.optimizer, &cfg.lr, &cfg.momentum, &cfg.dampening,
           &cfg.nesterov, &cfg.weight_decay, &cfg.beta1, &cfg.beta2, &cfg.eps, &cfg.device,
-          &cfg.cuda_device, &stream))
+          &cfg.cuda_device, &stream, &cfg.rank))
     return NULL;
   cfg.bucket_bytes = bucket;
   /* torch's stream handle (torch.cuda.current_stream().cuda_stream) as an integer. */
@@ -142,6 +143,20 @@ static PyObject *ddp_register(ddp_obj_t *self, PyObject *args) {
   }
   bagua_status_t st = bagua_ddp_register(ddp, name, p, g, (size_t)count);
   if (st != BAGUA_OK) return bagua_py_raise(st, "register");
+  Py_RETURN_NONE;
+}
+
+static PyObject *ddp_register_shape(ddp_obj_t *self, PyObject *args) {
+  GET(self);
+  int i;
+  Py_ssize_t rows;
+  if (!PyArg_ParseTuple(args, "in", &i, &rows)) return NULL;
+  if (rows <= 0) {
+    PyErr_Format(PyExc_ValueError, "register_shape: rows = %zd; accepted: >= 1", rows);
+    return NULL;
+  }
+  bagua_status_t st = bagua_ddp_register_shape(ddp, i, (size_t)rows);
+  if (st != BAGUA_OK) return bagua_py_raise(st, "register_shape");
   Py_RETURN_NONE;
 }
 
@@ -282,6 +297,7 @@ static PyObject *ddp_stats(ddp_obj_t *self, PyObject *unused) {
   { #name, (PyCFunction)ddp_##name, flags, doc }
 static PyMethodDef ddp_methods[] = {
     M(register, METH_VARARGS, "register(name, param_addr, grad_addr_or_None, count)"),
+    M(register_shape, METH_VARARGS, "register_shape(index, rows): the tensor's matrix rows"),
     M(ready, METH_NOARGS, "ready(): lays out buckets, syncs rank 0's weights (collective)"),
     M(release_params, METH_NOARGS,
       "release_params(): the weights live only in the flat storage from now on"),

@@ -8,9 +8,9 @@
  * model of six tensors of awkward sizes, spread over four buckets, for ten steps in cuda mode:
  * device arrays registered, some tensors in copy mode (a registered device gradient array) and
  * some zero-copy (gradients written into bagua_ddp_grad()), gradients copied on a non-default
- * compute stream that bagua_ddp_grad_ready() is called right after, in backward order. Then the
- * identical schedule runs in cpu mode over the same CPU communicator, and the final weights
- * must agree:
+ * compute stream that bagua_ddp_grad_ready() is called right after, in backward order (powersgd
+ * with two of them given matrix shapes). Then the identical schedule runs in cpu mode over the
+ * same CPU communicator, and the final weights must agree:
  *   - one rank: bit for bit (the CUDA kernels are bit-exact with the CPU ones and every
  *     algorithm issues the same operations in both modes), except async, which is timing-bound;
  *   - two ranks: within 1e-5 relative for the full-precision algorithms (NCCL may round its
@@ -53,6 +53,8 @@ typedef struct {
   int legacy_stream;   /* cuda_stream = NULL: the legacy default stream */
   int skip_last_ready; /* the last tensor is left for bagua_ddp_step() to mark */
   int any_device;      /* cuda_device = -1 (on one rank only, where it means device 0) */
+  int rank;            /* powersgd: config.rank (0: the default) */
+  int shapes;          /* tensors 0 and 2 registered as matrices (280 x 250, 40 x 25) */
 } case_t;
 
 /* Fields left out are 0: flat (not hierarchical), copy mode, the caller's own stream. */
@@ -129,6 +131,18 @@ static const case_t k_cases[] = {
      .warmup_steps = 3,
      .hierarchical = -1,
      .error_feedback = 1},
+    /* Two ranks compress both matrices at rank 2 (one rank has nothing to compress): the
+     * kernels repeat the CPU's order of operations, so only NCCL's rounding of the sums of P
+     * and Q separates the modes. Written without a GPU to run it on. */
+    {.name = "powersgd flat, rank 2, warm-up 2, error feedback, mixed",
+     .algorithm = "powersgd",
+     .optimizer = "sgd",
+     .lr = 0.01,
+     .warmup_steps = 2,
+     .error_feedback = 1,
+     .rank = 2,
+     .shapes = 1,
+     .zero_copy = 0x2a},
     {.name = "async, warm-up 3",
      .algorithm = "async",
      .optimizer = "sgd",
@@ -309,6 +323,7 @@ static uint64_t run(bagua_comm_t *c, ctx_t *x, const case_t *k, int cuda, float 
   cfg.momentum = k->momentum;
   if (k->beta1 > 0) cfg.beta1 = k->beta1;
   if (is_async(k)) cfg.sync_interval_ms = 2;
+  if (k->rank) cfg.rank = k->rank;
   cudaStream_t s = k->legacy_stream ? NULL : x->stream;
   if (cuda) {
     cfg.device = "cuda";
@@ -347,6 +362,10 @@ static uint64_t run(bagua_comm_t *c, ctx_t *x, const case_t *k, int cuda, float 
     char name[16];
     snprintf(name, sizeof(name), "t%d", i);
     DDP_OK(x, k, bagua_ddp_register(ddp, name, param[i], grad[i], k_sizes[i]));
+  }
+  if (k->shapes) {
+    DDP_OK(x, k, bagua_ddp_register_shape(ddp, 0, 280));
+    DDP_OK(x, k, bagua_ddp_register_shape(ddp, 2, 40));
   }
   DDP_OK(x, k, bagua_ddp_ready(ddp));
 
@@ -450,7 +469,7 @@ static double quantized_tol(const case_t *k, int size) {
 
 static int centralized(const case_t *k) {
   return !strcmp(k->algorithm, "gradient_allreduce") || !strcmp(k->algorithm, "bytegrad") ||
-         !strcmp(k->algorithm, "qadam");
+         !strcmp(k->algorithm, "qadam") || !strcmp(k->algorithm, "powersgd");
 }
 
 /* Fails unless every rank of c holds weights with the same CRC. */

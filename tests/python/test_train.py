@@ -15,8 +15,9 @@ from conftest import HERE, run_workers
 
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch", "train.py")
 ALGORITHMS = ["gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized",
-              "qadam", "async"]
-CENTRALIZED = {"gradient_allreduce", "bytegrad", "qadam", "async"}  # async: after its abort
+              "qadam", "async", "powersgd"]
+# async: after its abort
+CENTRALIZED = {"gradient_allreduce", "bytegrad", "qadam", "async", "powersgd"}
 FINAL = re.compile(r"final rank=(\d+) step=(\d+) params_crc=([0-9a-f]+) test_acc=([0-9.]+)")
 
 

@@ -183,8 +183,12 @@ class _BaguaDDP:
             # Every rank numbers its steps from the same counter (ready() then gives every rank
             # rank 0's), so a rank one iteration off is caught at its next step.
             self.ddp.set_step(self.train_steps)
-        for name, p in self.params:
+        for i, (name, p) in enumerate(self.params):
             self.ddp.register(name, p.data_ptr(), None, p.numel())
+            if p.dim() >= 2:
+                # The matrix view torch's PowerSGD hook takes (shape[0] rows); algorithms that
+                # compress no matrices ignore it.
+                self.ddp.register_shape(i, p.shape[0])
         self.ddp.ready()  # every rank now holds rank 0's weights in its parameters
         self.ddp.release_params()
         self.flat_p = _views(self.ddp, self.ddp.param_buffer, self.params, self.device)

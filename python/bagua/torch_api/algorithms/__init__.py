@@ -1,4 +1,5 @@
-"""Bagua's six algorithms for ``model.with_bagua()``, with upstream's class names.
+"""Bagua's six algorithms for ``model.with_bagua()``, with upstream's class names, and
+PowerSGD (torch's low-rank gradient compression).
 
 :func:`from_env` builds the algorithm a launcher chose: bagua-launch exports its INI file's
 ``[algorithm]`` section as ``BAGUA_ALGORITHM`` and the ``BAGUA_*`` option variables
@@ -11,28 +12,30 @@ import inspect
 from bagua import _C
 
 from bagua.torch_api.algorithms import (
-    async_model_average, base, bytegrad, decentralized, gradient_allreduce, q_adam)
+    async_model_average, base, bytegrad, decentralized, gradient_allreduce, powersgd, q_adam)
 from bagua.torch_api.algorithms.async_model_average import AsyncModelAverageAlgorithm
 from bagua.torch_api.algorithms.base import Algorithm
 from bagua.torch_api.algorithms.bytegrad import ByteGradAlgorithm
 from bagua.torch_api.algorithms.decentralized import (
     DecentralizedAlgorithm, LowPrecisionDecentralizedAlgorithm)
 from bagua.torch_api.algorithms.gradient_allreduce import GradientAllReduceAlgorithm
+from bagua.torch_api.algorithms.powersgd import PowerSGDAlgorithm
 from bagua.torch_api.algorithms.q_adam import QAdamAlgorithm, QAdamOptimizer
 from bagua.torch_api.algorithms import _env
 
 __all__ = [
-    "async_model_average", "base", "bytegrad", "decentralized", "gradient_allreduce", "q_adam",
-    "Algorithm", "AsyncModelAverageAlgorithm", "ByteGradAlgorithm", "DecentralizedAlgorithm",
-    "LowPrecisionDecentralizedAlgorithm", "GradientAllReduceAlgorithm", "QAdamAlgorithm",
-    "QAdamOptimizer", "from_name", "from_env", "name_from_env", "env_of",
+    "async_model_average", "base", "bytegrad", "decentralized", "gradient_allreduce", "powersgd",
+    "q_adam", "Algorithm", "AsyncModelAverageAlgorithm", "ByteGradAlgorithm",
+    "DecentralizedAlgorithm", "LowPrecisionDecentralizedAlgorithm", "GradientAllReduceAlgorithm",
+    "PowerSGDAlgorithm", "QAdamAlgorithm", "QAdamOptimizer", "from_name", "from_env",
+    "name_from_env", "env_of",
 ]
 
 _BY_NAME = {
     "gradient_allreduce": GradientAllReduceAlgorithm, "bytegrad": ByteGradAlgorithm,
     "decentralized": DecentralizedAlgorithm,
     "low_precision_decentralized": LowPrecisionDecentralizedAlgorithm,
-    "async": AsyncModelAverageAlgorithm,
+    "async": AsyncModelAverageAlgorithm, "powersgd": PowerSGDAlgorithm,
 }
 
 
@@ -74,7 +77,8 @@ def from_env(optimizer=None, defaults=None, **options):
     ``BAGUA_HIERARCHICAL``, ``BAGUA_PEER_SELECTION_MODE`` (decentralized),
     ``BAGUA_COMMUNICATION_INTERVAL`` (decentralized, low_precision_decentralized),
     ``BAGUA_WARMUP_STEPS`` (async; for qadam it sets the optimizer's ``warmup_steps``),
-    ``BAGUA_SYNC_INTERVAL_MS`` (async), ``BAGUA_ERROR_FEEDBACK`` (bytegrad) -- then
+    ``BAGUA_SYNC_INTERVAL_MS`` (async), ``BAGUA_ERROR_FEEDBACK`` (bytegrad, powersgd),
+    ``BAGUA_WARMUP_STEPS`` and ``BAGUA_POWERSGD_RANK`` (powersgd) -- then
     ``defaults`` (the program's own defaults), then upstream's defaults. Variables and
     ``defaults`` of options the algorithm does not have are ignored, as libbagua does.
     ``BAGUA_BUCKET_SIZE`` and qadam's ``BAGUA_ERROR_FEEDBACK`` are read by libbagua itself.
@@ -117,8 +121,8 @@ def env_of(name, **options):
         name: one of libbagua's algorithm names.
         **options: constructor arguments that have a variable (``communication_interval``,
             ``peer_selection_mode``, ``hierarchical``, ``warmup_steps``, ``sync_interval_ms``,
-            ``error_feedback``, as the algorithm takes them); values as the variable spells
-            them, or a bool for a flag.
+            ``error_feedback``, ``rank``, as the algorithm takes them); values as the variable
+            spells them, or a bool for a flag.
 
     Returns:
         A dict of variable names to strings, ``BAGUA_ALGORITHM`` first.

@@ -21,6 +21,7 @@ _FIELDS = {
     "warmup_steps": ("warmup_steps", "BAGUA_WARMUP_STEPS", "warmup"),
     "sync_interval_ms": ("sync_interval_ms", "BAGUA_SYNC_INTERVAL_MS", "int"),
     "error_feedback": ("error_feedback", "BAGUA_ERROR_FEEDBACK", "bool"),
+    "rank": ("rank", "BAGUA_POWERSGD_RANK", "int"),
 }
 
 
