@@ -432,8 +432,19 @@ def main():
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     if args.ddp:
+        ddp_options = {}
+        if args.ddp_hook == "powersgd" and device.type == "cpu":
+            # torch's powerSGD_hook issues its P and Q allreduces from future callbacks on
+            # Gloo's worker threads and waits inside them: with two buckets or more the ranks
+            # issue them in different orders (Gloo aborts on mismatched sizes) or every worker
+            # thread waits (a hang). One bucket, the first included, keeps one chain in flight.
+            dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
+            ddp_options["bucket_cap_mb"] = 1 << 20
+            print("ddp: --ddp-hook powersgd on Gloo runs with one bucket (torch's hook "
+                  "deadlocks or aborts with more)", flush=True)
         model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+            **ddp_options)
         hook_state = register_ddp_hook(model, args)
     elif use_bagua:
         from bagua.torch_api import algorithms

@@ -83,3 +83,22 @@ def test_width_sets_the_wide_model_and_nothing_else():
                           (["--model", "wide", "--width", "0"], "--width 0: accepted 1 to 65536")):
         r = train(*args)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
+
+
+def test_ddp_powersgd_hook_trains_the_wide_model():
+    """--ddp --ddp-hook powersgd on the 1.86 M-parameter MLP, whose gradients fill more than
+    one of DDP's buckets: torch 1.13's powerSGD_hook on Gloo then aborts or hangs, so train.py
+    runs it with one bucket. Both ranks finish every compressed step with the same parameters."""
+    r = run_workers(EXAMPLE, 2, args=["--ddp", "--ddp-hook", "powersgd", "--powersgd-rank", "4",
+                                      "--model", "wide", "--width", "1024", "--batch-size", "8",
+                                      "--epochs", "1", "--max-steps", "16",
+                                      "--test-limit", "200"],
+                    timeout=240).check()
+    f = finals(r)
+    assert sorted(f) == [0, 1] and all(steps == 16 for steps, _, _ in f.values()), r.outputs
+    assert len({crc for _, crc, _ in f.values()}) == 1, f"parameters differ: {f}"
+    assert "runs with one bucket" in r.outputs[0], r.outputs[0]
+    # start 10: the hook compressed the last 6 of the 16 steps.
+    hook = re.search(r"powerSGD_hook \(rank 4, start 10\): 16 steps, (\d+) elements "
+                     r"compressed to (\d+)", r.outputs[0])
+    assert hook and int(hook.group(2)) < int(hook.group(1)), r.outputs[0]
