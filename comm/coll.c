@@ -3,8 +3,8 @@
  * check_args() before any transport runs (the argument contract of include/bagua/comm.h),
  * then a collective agrees on its signature with the other ranks (comm/sig.c; on shared memory
  * inside its first round), whether or not its own check passed, and is dispatched to the
- * transport's implementation (or the generic one). Failures poison the communicator; invalid
- * arguments and a signature mismatch do not.
+ * transport's implementation. Failures poison the communicator; invalid arguments and a
+ * signature mismatch do not.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -261,7 +261,7 @@ static bagua_status_t finish(bagua_comm_t *c, bagua_status_t st) {
   return st == BAGUA_OK ? st : bagua__comm_poison(c, st);
 }
 
-#define OPS(c, name) ((c)->ops->name ? (c)->ops->name : bagua__generic_ops.name)
+#define OPS(c, name) ((c)->ops->name ? (c)->ops->name : bagua__tcp_ops.name)
 
 static bagua_status_t dispatch(bagua_comm_t *c, const call_t *a) {
   const void *s = a->s;
@@ -332,7 +332,7 @@ static bagua_status_t collective(bagua_comm_t *c, const call_t *a) {
    * allreduce then costs log2 n rounds, not twice that. Every rank decides alike: the choice
    * reads only c and the call, which the agreement itself then checks. */
   int ride = !on_shm && !c->sig_by_parent && mine == BAGUA_OK && a->kind == BAGUA_COLL_ALLREDUCE &&
-             a->count > 0 && c->ops == &bagua__generic_ops && bagua__sig_can_ride(c, bytes);
+             a->count > 0 && c->ops == &bagua__tcp_ops && bagua__sig_can_ride(c, bytes);
   bagua__sig_ride_t rd = {a->s, a->r, a->count, a->dt, (bagua_op_t)a->op};
   if (!on_shm && !c->sig_by_parent) st = bagua__sig_agree(c, &sig, ride ? &rd : NULL);
   /* A refused call moves no data here; on shared memory bagua__shm_sig_done then runs the

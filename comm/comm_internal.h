@@ -136,7 +136,7 @@ void bagua__links_shutdown(bagua_comm_t *c);
 void bagua__links_stop(bagua_comm_t *c);
 /* Peers whose streams are open (for tests and diagnostics). */
 int bagua__links_count(const bagua_comm_t *c);
-/* The ranks recursive-doubling allreduce (comm/coll_generic.c) exchanges with, in out[] (at
+/* The ranks recursive-doubling allreduce (comm/tcp/coll.c) exchanges with, in out[] (at
  * most 2 + log2(n) of them). Returns how many. */
 int bagua__rd_partners(int n, int r, int *out);
 
@@ -173,8 +173,8 @@ bagua_status_t bagua__ring_reduce_scatter(bagua_comm_t *c, const void *sbuf, voi
                                           size_t count, bagua_dtype_t dt, bagua_op_t op);
 bagua_status_t bagua__ring_allgather(bagua_comm_t *c, void *buf, size_t count, size_t es);
 
-/* Generic collectives over bagua__exchange (comm/coll_generic.c). */
-extern const bagua__coll_ops_t bagua__generic_ops;
+/* TCP collectives over bagua__exchange (comm/tcp/coll.c). */
+extern const bagua__coll_ops_t bagua__tcp_ops;
 /* Shared-memory collectives (comm/shm/shm.c). */
 extern const bagua__coll_ops_t bagua__shm_ops;
 bagua_status_t bagua__shm_setup(bagua_comm_t *c);
@@ -326,7 +326,7 @@ bagua_status_t bagua__sig_agree(bagua_comm_t *c, const bagua__coll_sig_t *sig,
 void bagua__shm_expect(bagua__shm_t *s, const bagua__coll_sig_t *sig);
 bagua_status_t bagua__shm_sig_done(bagua__shm_t *s, bagua_status_t st);
 
-/* Generic algorithm entry points, also used by transports for cases they do not special-case. */
-bagua_status_t bagua__generic_barrier(bagua_comm_t *c);
+/* TCP algorithm entry points, also used by transports for cases they do not special-case. */
+bagua_status_t bagua__tcp_barrier(bagua_comm_t *c);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * Hierarchical collectives for communicators that span several nodes with several ranks on
  * some of them: shared memory within each node, TCP among one leader per node. Collectives
- * without a hierarchical version use the generic algorithms over the TCP streams of the
- * whole communicator (opened on first use).
+ * without a hierarchical version use the TCP algorithms (comm/tcp/coll.c) over the TCP streams of
+ * the whole communicator (opened on first use).
  */
 #include <string.h>
 

@@ -603,7 +603,7 @@ bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
     }
   }
   /* Creation must be complete before the others open it; the barrier also shares failure. */
-  bagua_status_t bst = bagua__generic_barrier(c);
+  bagua_status_t bst = bagua__tcp_barrier(c);
   if (st == BAGUA_OK) st = bst;
   if (st != BAGUA_OK) goto fail;
   if (c->rank != 0) {
@@ -634,7 +634,7 @@ bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
   }
   /* After this barrier everyone has mapped the arena, so its name can go: nothing leaks in
    * /dev/shm even if every rank is killed later. */
-  bst = bagua__generic_barrier(c);
+  bst = bagua__tcp_barrier(c);
   if (st == BAGUA_OK) st = bst;
   if (c->rank == 0) shm_unlink(name);
   if (st != BAGUA_OK) goto fail;

@@ -1,6 +1,7 @@
 /*
- * Collectives built on the point-to-point exchange engine. They serve the tcp transport and
- * any collective a transport does not special-case.
+ * The tcp transport's collectives (bagua__tcp_ops), built on the point-to-point exchange
+ * engine. The hierarchical transport also runs them for the collectives it does not
+ * special-case.
  *
  * Large messages use bandwidth-optimal rings (reduce-scatter then allgather, each rank moving
  * 2(n-1)/n of the data); small ones use latency-optimal recursive doubling and binomial
@@ -10,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "../comm_internal.h"
 #include "common/check.h"
 #include "kernels/kernels.h"
 
@@ -380,7 +381,7 @@ static bagua_status_t g_scatter(bagua_comm_t *c, const void *s, void *r, size_t 
 }
 
 /* Dissemination barrier: ceil(log2 n) rounds of empty messages. */
-bagua_status_t bagua__generic_barrier(bagua_comm_t *c) {
+bagua_status_t bagua__tcp_barrier(bagua_comm_t *c) {
   int n = c->size;
   for (int k = 1; k < n; k <<= 1)
     BAGUA_CHECK(sendrecv_bytes(c, NULL, 0, bagua__mod(c->rank + k, n), NULL, 0,
@@ -388,7 +389,7 @@ bagua_status_t bagua__generic_barrier(bagua_comm_t *c) {
   return BAGUA_OK;
 }
 
-const bagua__coll_ops_t bagua__generic_ops = {
+const bagua__coll_ops_t bagua__tcp_ops = {
     "tcp",       g_allreduce, g_reduce_scatter, g_allgather, g_alltoall,
-    g_broadcast, g_reduce,    g_gather,         g_scatter,   bagua__generic_barrier,
+    g_broadcast, g_reduce,    g_gather,         g_scatter,   bagua__tcp_barrier,
 };
