@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "comm_internal.h"
+#include "tcp/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/time.h"

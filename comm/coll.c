@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "comm_internal.h"
+#include "shm/shm.h"
+#include "tcp/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "kernels/kernels.h"

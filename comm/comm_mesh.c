@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "comm_internal.h"
+#include "shm/shm.h"
+#include "tcp/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"

@@ -3,6 +3,7 @@
  * the streams a message is spread over, the ring's pipeline segment and the ring threshold.
  */
 #include "comm_internal.h"
+#include "tcp/tcp.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "tune.h"

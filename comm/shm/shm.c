@@ -28,7 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../comm_internal.h"
+#include "../tcp/tcp.h"
+#include "shm.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"

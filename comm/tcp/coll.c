@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../comm_internal.h"
+#include "tcp.h"
 #include "common/check.h"
 #include "kernels/kernels.h"
 
