@@ -263,8 +263,6 @@ static bagua_status_t finish(bagua_comm_t *c, bagua_status_t st) {
   return st == BAGUA_OK ? st : bagua__comm_poison(c, st);
 }
 
-#define OPS(c, name) ((c)->ops->name ? (c)->ops->name : bagua__tcp_ops.name)
-
 static bagua_status_t dispatch(bagua_comm_t *c, const call_t *a) {
   const void *s = a->s;
   void *r = a->r;
@@ -273,23 +271,23 @@ static bagua_status_t dispatch(bagua_comm_t *c, const call_t *a) {
   bagua_op_t op = (bagua_op_t)a->op;
   switch (a->kind) {
     case BAGUA_COLL_ALLREDUCE:
-      return OPS(c, allreduce)(c, s, r, n, dt, op);
+      return c->ops->allreduce(c, s, r, n, dt, op);
     case BAGUA_COLL_REDUCE_SCATTER:
-      return OPS(c, reduce_scatter)(c, s, r, n, dt, op);
+      return c->ops->reduce_scatter(c, s, r, n, dt, op);
     case BAGUA_COLL_ALLGATHER:
-      return OPS(c, allgather)(c, s, r, n, dt);
+      return c->ops->allgather(c, s, r, n, dt);
     case BAGUA_COLL_ALLTOALL:
-      return OPS(c, alltoall)(c, s, r, n, dt);
+      return c->ops->alltoall(c, s, r, n, dt);
     case BAGUA_COLL_BROADCAST:
-      return OPS(c, broadcast)(c, c->rank == a->root ? s : r, r, n, dt, a->root);
+      return c->ops->broadcast(c, c->rank == a->root ? s : r, r, n, dt, a->root);
     case BAGUA_COLL_REDUCE:
-      return OPS(c, reduce)(c, s, r, n, dt, op, a->root);
+      return c->ops->reduce(c, s, r, n, dt, op, a->root);
     case BAGUA_COLL_GATHER:
-      return OPS(c, gather)(c, s, r, n, dt, a->root);
+      return c->ops->gather(c, s, r, n, dt, a->root);
     case BAGUA_COLL_SCATTER:
-      return OPS(c, scatter)(c, s, r, n, dt, a->root);
+      return c->ops->scatter(c, s, r, n, dt, a->root);
     case BAGUA_COLL_BARRIER:
-      return OPS(c, barrier)(c);
+      return c->ops->barrier(c);
     default:
       return BAGUA_ERR_INTERNAL;
   }

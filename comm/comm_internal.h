@@ -31,8 +31,9 @@ typedef struct {
 typedef struct bagua__links bagua__links_t;
 
 /*
- * A transport implements the collectives it can do better than the generic algorithms over
- * point-to-point exchange; a NULL entry falls back to the generic algorithm.
+ * The collectives of one transport. Every entry is set: a transport without its own version of
+ * a collective names the one it runs instead (the hierarchical transport names the TCP
+ * algorithms, comm/tcp/tcp.h), so comm/coll.c calls the entry as it is.
  */
 typedef struct {
   const char *name;

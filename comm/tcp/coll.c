@@ -123,8 +123,8 @@ out:
   return st;
 }
 
-static bagua_status_t g_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                  bagua_dtype_t dt, bagua_op_t op) {
+bagua_status_t bagua__tcp_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                    bagua_dtype_t dt, bagua_op_t op) {
   size_t es = bagua_dtype_size(dt), bytes = count * es;
   if (c->size == 1 || bytes < c->ring_min_bytes || count < (size_t)c->size) {
     if (s != r) memcpy(r, s, bytes);
@@ -140,8 +140,8 @@ static bagua_status_t g_allreduce(bagua_comm_t *c, const void *s, void *r, size_
   return ring_allgather(c, r, count, es);
 }
 
-static bagua_status_t g_reduce_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                       bagua_dtype_t dt, bagua_op_t op) {
+bagua_status_t bagua__tcp_reduce_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                         bagua_dtype_t dt, bagua_op_t op) {
   size_t es = bagua_dtype_size(dt), block = count * es;
   if (c->size == 1) {
     if (s != r) memmove(r, s, block);
@@ -159,16 +159,16 @@ static bagua_status_t g_reduce_scatter(bagua_comm_t *c, const void *s, void *r, 
   return BAGUA_OK;
 }
 
-static bagua_status_t g_allgather(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                  bagua_dtype_t dt) {
+bagua_status_t bagua__tcp_allgather(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                    bagua_dtype_t dt) {
   size_t es = bagua_dtype_size(dt), block = count * es;
   char *mine = (char *)r + (size_t)c->rank * block;
   if (s != mine) memmove(mine, s, block);
   return ring_allgather(c, r, count * (size_t)c->size, es);
 }
 
-static bagua_status_t g_alltoall(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                 bagua_dtype_t dt) {
+bagua_status_t bagua__tcp_alltoall(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                   bagua_dtype_t dt) {
   int n = c->size;
   size_t block = count * bagua_dtype_size(dt);
   bagua_status_t st = BAGUA_OK;
@@ -255,8 +255,8 @@ static bagua_status_t chain_bcast(bagua_comm_t *c, char *buf, size_t count, size
   return BAGUA_OK;
 }
 
-static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                  bagua_dtype_t dt, int root) {
+bagua_status_t bagua__tcp_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                    bagua_dtype_t dt, int root) {
   size_t es = bagua_dtype_size(dt), bytes = count * es;
   int n = c->size;
   if (c->rank == root && s != r) memcpy(r, s, bytes);
@@ -286,8 +286,8 @@ static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_
   return ring_allgather(c, r, count, es);
 }
 
-static bagua_status_t g_reduce(bagua_comm_t *c, const void *s, void *r, size_t count,
-                               bagua_dtype_t dt, bagua_op_t op, int root) {
+bagua_status_t bagua__tcp_reduce(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                 bagua_dtype_t dt, bagua_op_t op, int root) {
   size_t es = bagua_dtype_size(dt), bytes = count * es;
   int n = c->size, vr = bagua__mod(c->rank - root, n);
   bagua_status_t st = BAGUA_OK;
@@ -342,8 +342,8 @@ out:
   return st;
 }
 
-static bagua_status_t g_gather(bagua_comm_t *c, const void *s, void *r, size_t count,
-                               bagua_dtype_t dt, int root) {
+bagua_status_t bagua__tcp_gather(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                 bagua_dtype_t dt, int root) {
   size_t block = count * bagua_dtype_size(dt);
   int n = c->size;
   if (c->rank != root) {
@@ -361,8 +361,8 @@ static bagua_status_t g_gather(bagua_comm_t *c, const void *s, void *r, size_t c
   return st;
 }
 
-static bagua_status_t g_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                bagua_dtype_t dt, int root) {
+bagua_status_t bagua__tcp_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                  bagua_dtype_t dt, int root) {
   size_t block = count * bagua_dtype_size(dt);
   int n = c->size;
   if (c->rank != root) {
@@ -390,6 +390,14 @@ bagua_status_t bagua__tcp_barrier(bagua_comm_t *c) {
 }
 
 const bagua__coll_ops_t bagua__tcp_ops = {
-    "tcp",       g_allreduce, g_reduce_scatter, g_allgather, g_alltoall,
-    g_broadcast, g_reduce,    g_gather,         g_scatter,   bagua__tcp_barrier,
+    .name = "tcp",
+    .allreduce = bagua__tcp_allreduce,
+    .reduce_scatter = bagua__tcp_reduce_scatter,
+    .allgather = bagua__tcp_allgather,
+    .alltoall = bagua__tcp_alltoall,
+    .broadcast = bagua__tcp_broadcast,
+    .reduce = bagua__tcp_reduce,
+    .gather = bagua__tcp_gather,
+    .scatter = bagua__tcp_scatter,
+    .barrier = bagua__tcp_barrier,
 };

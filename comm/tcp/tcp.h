@@ -88,8 +88,26 @@ bagua_status_t bagua__ring_reduce_scatter(bagua_comm_t *c, const void *sbuf, voi
                                           size_t count, bagua_dtype_t dt, bagua_op_t op);
 bagua_status_t bagua__ring_allgather(bagua_comm_t *c, void *buf, size_t count, size_t es);
 
-/* TCP collectives over bagua__exchange (comm/tcp/coll.c). */
+/* TCP collectives over bagua__exchange (comm/tcp/coll.c): the entries of bagua__tcp_ops, also
+ * named by the hierarchical transport's table for the collectives it has no version of. They
+ * run over the TCP streams of the whole communicator they are given. */
 extern const bagua__coll_ops_t bagua__tcp_ops;
+bagua_status_t bagua__tcp_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                    bagua_dtype_t dt, bagua_op_t op);
+bagua_status_t bagua__tcp_reduce_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                         bagua_dtype_t dt, bagua_op_t op);
+bagua_status_t bagua__tcp_allgather(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                    bagua_dtype_t dt);
+bagua_status_t bagua__tcp_alltoall(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                   bagua_dtype_t dt);
+bagua_status_t bagua__tcp_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                    bagua_dtype_t dt, int root);
+bagua_status_t bagua__tcp_reduce(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                 bagua_dtype_t dt, bagua_op_t op, int root);
+bagua_status_t bagua__tcp_gather(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                 bagua_dtype_t dt, int root);
+bagua_status_t bagua__tcp_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                  bagua_dtype_t dt, int root);
 /* Dissemination barrier: ceil(log2 n) rounds of empty messages. The tcp transport's; the
  * shared-memory set-up also uses it, before its arena exists. */
 bagua_status_t bagua__tcp_barrier(bagua_comm_t *c);
