@@ -1,6 +1,5 @@
 /*
- * The shared-memory transport for ranks on one node, one room of comm/ (comm/shm/shm.c). Not
- * installed.
+ * The shared-memory transport for ranks on one node (comm/shm/shm.c). Not installed.
  *
  * Each rank owns two staging slots in one POSIX shared-memory arena; a collective is a series
  * of rounds in which every rank publishes its slot, waits for the ranks it needs and marks the

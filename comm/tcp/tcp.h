@@ -1,8 +1,8 @@
 /*
- * The TCP transport, one room of comm/: the links of a communicator, its TCP streams to its
- * peers opened when first needed (links.c); the point-to-point exchange engine over them
- * (exchange.c); the pipelined ring for large allreduce, reduce-scatter and allgather (ring.c);
- * and the tcp transport's collectives with their choice of algorithm (coll.c, bagua__tcp_ops).
+ * The TCP transport: the links of a communicator, its TCP streams to its peers opened when
+ * first needed (links.c); the point-to-point exchange engine over them (exchange.c); the
+ * pipelined ring for large allreduce, reduce-scatter and allgather (ring.c); and the tcp
+ * transport's collectives with their choice of algorithm (coll.c, bagua__tcp_ops).
  * Not installed.
  *
  * Threading: accepting never waits for the caller: a thread per communicator serves the
