@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "communicator.h"
 #include "tcp/tcp.h"
 #include "common/check.h"
 #include "common/log.h"

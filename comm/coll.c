@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "communicator.h"
 #include "shm/shm.h"
 #include "tcp/tcp.h"
 #include "common/check.h"

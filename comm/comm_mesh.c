@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm_internal.h"
+#include "communicator.h"
 #include "shm/shm.h"
 #include "tcp/tcp.h"
 #include "common/check.h"

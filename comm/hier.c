@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "comm_internal.h"
+#include "communicator.h"
 #include "tcp/tcp.h"
 #include "common/check.h"
 #include "kernels/kernels.h"

@@ -2,7 +2,7 @@
  * Settings of a running communicator that autotuning changes between collectives (tune.h):
  * the streams a message is spread over, the ring's pipeline segment and the ring threshold.
  */
-#include "comm_internal.h"
+#include "communicator.h"
 #include "tcp/tcp.h"
 #include "common/log.h"
 #include "common/params.h"

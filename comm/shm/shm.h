@@ -20,7 +20,7 @@
 #ifndef BAGUA_COMM_SHM_H
 #define BAGUA_COMM_SHM_H
 
-#include "../comm_internal.h"
+#include "../communicator.h"
 
 /* Shared-memory collectives (comm/shm/shm.c). */
 extern const bagua__coll_ops_t bagua__shm_ops;

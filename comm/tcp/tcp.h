@@ -17,7 +17,7 @@
  * engines' buffers kept between calls (c->scratch, c->partials).
  *
  * Failure: the exchange engine and the rings do not poison on error; callers do
- * (bagua__comm_poison, comm_internal.h). A receiver that expects a different length or
+ * (bagua__comm_poison, communicator.h). A receiver that expects a different length or
  * sequence number reports a protocol error instead of corrupting data; a wait for a peer ends at
  * the communicator's timeout or when its abort flag is set.
  */
@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../comm_internal.h"
+#include "../communicator.h"
 
 /* ---- links: the TCP streams to the peers, opened on first use (comm/tcp/links.c) ---- */
 

@@ -4,8 +4,8 @@
  * failure, and the small helpers all transports share. Each transport declares the rest in its
  * own header (comm/tcp/tcp.h, comm/shm/shm.h). Not installed.
  */
-#ifndef BAGUA_COMM_INTERNAL_H
-#define BAGUA_COMM_INTERNAL_H
+#ifndef BAGUA_COMM_COMMUNICATOR_H
+#define BAGUA_COMM_COMMUNICATOR_H
 
 #include <stdatomic.h>
 #include <stdint.h>
