@@ -33,7 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "communicator.h"
+#include "tcp/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -284,9 +285,9 @@ bagua_status_t bagua__comm_calibrate(bagua_comm_t *c) {
   if (!c || bagua__param_is_set(BAGUA_P_NET_RING_MIN_BYTES) ||
       !bagua__param_int(BAGUA_P_NET_CALIBRATE))
     return BAGUA_OK;
-  if (c->ops == &bagua__generic_ops)
+  if (c->ops == &bagua__tcp_ops)
     return c->size >= 3 ? calibrate_tcp(c, c->streams_chosen) : BAGUA_OK;
-  /* A hierarchical communicator runs the generic collectives among its node leaders, one per
+  /* A hierarchical communicator runs the TCP collectives among its node leaders, one per
    * node (c->inter, NULL on the other ranks): they calibrate, and each node's other ranks
    * take their leader's value, so that every rank reports the same threshold (the advisor and
    * autotuning read it). */

@@ -3,14 +3,16 @@
  * check_args() before any transport runs (the argument contract of include/bagua/comm.h),
  * then a collective agrees on its signature with the other ranks (comm/sig.c; on shared memory
  * inside its first round), whether or not its own check passed, and is dispatched to the
- * transport's implementation (or the generic one). Failures poison the communicator; invalid
- * arguments and a signature mismatch do not.
+ * transport's implementation. Failures poison the communicator; invalid arguments and a
+ * signature mismatch do not.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "communicator.h"
+#include "shm/shm.h"
+#include "tcp/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "kernels/kernels.h"
@@ -261,8 +263,6 @@ static bagua_status_t finish(bagua_comm_t *c, bagua_status_t st) {
   return st == BAGUA_OK ? st : bagua__comm_poison(c, st);
 }
 
-#define OPS(c, name) ((c)->ops->name ? (c)->ops->name : bagua__generic_ops.name)
-
 static bagua_status_t dispatch(bagua_comm_t *c, const call_t *a) {
   const void *s = a->s;
   void *r = a->r;
@@ -271,23 +271,23 @@ static bagua_status_t dispatch(bagua_comm_t *c, const call_t *a) {
   bagua_op_t op = (bagua_op_t)a->op;
   switch (a->kind) {
     case BAGUA_COLL_ALLREDUCE:
-      return OPS(c, allreduce)(c, s, r, n, dt, op);
+      return c->ops->allreduce(c, s, r, n, dt, op);
     case BAGUA_COLL_REDUCE_SCATTER:
-      return OPS(c, reduce_scatter)(c, s, r, n, dt, op);
+      return c->ops->reduce_scatter(c, s, r, n, dt, op);
     case BAGUA_COLL_ALLGATHER:
-      return OPS(c, allgather)(c, s, r, n, dt);
+      return c->ops->allgather(c, s, r, n, dt);
     case BAGUA_COLL_ALLTOALL:
-      return OPS(c, alltoall)(c, s, r, n, dt);
+      return c->ops->alltoall(c, s, r, n, dt);
     case BAGUA_COLL_BROADCAST:
-      return OPS(c, broadcast)(c, c->rank == a->root ? s : r, r, n, dt, a->root);
+      return c->ops->broadcast(c, c->rank == a->root ? s : r, r, n, dt, a->root);
     case BAGUA_COLL_REDUCE:
-      return OPS(c, reduce)(c, s, r, n, dt, op, a->root);
+      return c->ops->reduce(c, s, r, n, dt, op, a->root);
     case BAGUA_COLL_GATHER:
-      return OPS(c, gather)(c, s, r, n, dt, a->root);
+      return c->ops->gather(c, s, r, n, dt, a->root);
     case BAGUA_COLL_SCATTER:
-      return OPS(c, scatter)(c, s, r, n, dt, a->root);
+      return c->ops->scatter(c, s, r, n, dt, a->root);
     case BAGUA_COLL_BARRIER:
-      return OPS(c, barrier)(c);
+      return c->ops->barrier(c);
     default:
       return BAGUA_ERR_INTERNAL;
   }
@@ -332,7 +332,7 @@ static bagua_status_t collective(bagua_comm_t *c, const call_t *a) {
    * allreduce then costs log2 n rounds, not twice that. Every rank decides alike: the choice
    * reads only c and the call, which the agreement itself then checks. */
   int ride = !on_shm && !c->sig_by_parent && mine == BAGUA_OK && a->kind == BAGUA_COLL_ALLREDUCE &&
-             a->count > 0 && c->ops == &bagua__generic_ops && bagua__sig_can_ride(c, bytes);
+             a->count > 0 && c->ops == &bagua__tcp_ops && bagua__sig_can_ride(c, bytes);
   bagua__sig_ride_t rd = {a->s, a->r, a->count, a->dt, (bagua_op_t)a->op};
   if (!on_shm && !c->sig_by_parent) st = bagua__sig_agree(c, &sig, ride ? &rd : NULL);
   /* A refused call moves no data here; on shared memory bagua__shm_sig_done then runs the

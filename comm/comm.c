@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
-#include "comm_internal.h"
+#include "communicator.h"
+#include "shm/shm.h"
+#include "tcp/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "bootstrap.h"
-#include "comm_internal.h"
+#include "communicator.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"

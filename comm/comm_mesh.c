@@ -10,7 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm_internal.h"
+#include "communicator.h"
+#include "shm/shm.h"
+#include "tcp/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"
@@ -193,17 +195,17 @@ bagua_status_t bagua__comm_connect(bagua_comm_t *c, int lfd) {
                      done);
   }
   if (c->size == 1) {
-    c->ops = &bagua__generic_ops;
+    c->ops = &bagua__tcp_ops;
     c->transport_name = "self";
   } else if (shm_only) {
     c->ops = &bagua__shm_ops;
     c->transport_name = "shm";
     BAGUA_CHECK_GOTO(bagua__shm_setup(c), st, done);
   } else if (c->requested_transport == BAGUA_TRANSPORT_TCP || c->node_count == c->size) {
-    c->ops = &bagua__generic_ops;
+    c->ops = &bagua__tcp_ops;
     c->transport_name = "tcp";
   } else {
-    c->ops = &bagua__generic_ops; /* used while the sub-communicators are built */
+    c->ops = &bagua__tcp_ops; /* used while the sub-communicators are built */
     c->transport_name = "tcp";
     BAGUA_CHECK_GOTO(bagua__hier_setup(c), st, done);
     c->ops = &bagua__hier_ops;

@@ -1,12 +1,13 @@
 /*
  * Hierarchical collectives for communicators that span several nodes with several ranks on
  * some of them: shared memory within each node, TCP among one leader per node. Collectives
- * without a hierarchical version use the generic algorithms over the TCP streams of the
- * whole communicator (opened on first use).
+ * without a hierarchical version use the TCP algorithms (comm/tcp/coll.c) over the TCP streams
+ * of the whole communicator (opened on first use): its ops table names them.
  */
 #include <string.h>
 
-#include "comm_internal.h"
+#include "communicator.h"
+#include "tcp/tcp.h"
 #include "common/check.h"
 #include "kernels/kernels.h"
 
@@ -48,6 +49,17 @@ static bagua_status_t h_barrier(bagua_comm_t *c) {
   return bagua_barrier(c->intra);
 }
 
+/* The collectives without a hierarchical version run the TCP algorithms on c itself, over the
+ * streams to every rank of the communicator. */
 const bagua__coll_ops_t bagua__hier_ops = {
-    "hier(shm+tcp)", h_allreduce, NULL, NULL, NULL, h_broadcast, NULL, NULL, NULL, h_barrier,
+    .name = "hier(shm+tcp)",
+    .allreduce = h_allreduce,
+    .reduce_scatter = bagua__tcp_reduce_scatter,
+    .allgather = bagua__tcp_allgather,
+    .alltoall = bagua__tcp_alltoall,
+    .broadcast = h_broadcast,
+    .reduce = bagua__tcp_reduce,
+    .gather = bagua__tcp_gather,
+    .scatter = bagua__tcp_scatter,
+    .barrier = h_barrier,
 };

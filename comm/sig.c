@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "communicator.h"
+#include "tcp/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "kernels/kernels.h"

@@ -2,7 +2,8 @@
  * Settings of a running communicator that autotuning changes between collectives (tune.h):
  * the streams a message is spread over, the ring's pipeline segment and the ring threshold.
  */
-#include "comm_internal.h"
+#include "communicator.h"
+#include "tcp/tcp.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "tune.h"
@@ -43,16 +44,16 @@ bagua_status_t bagua__comm_set_streams(bagua_comm_t *c, int n) {
   return BAGUA_OK;
 }
 
-int bagua__comm_uses_generic(const bagua_comm_t *c) {
+int bagua__comm_uses_tcp(const bagua_comm_t *c) {
   if (!c) return 0;
-  /* The generic collectives serve TCP (coll_generic.c); a hierarchical transport runs them
-   * among the node leaders. Shared memory never does. */
-  if (c->ops == &bagua__generic_ops && c->size > 1) return 1;
-  return bagua__comm_uses_generic(c->inter);
+  /* The TCP collectives (comm/tcp/coll.c) serve TCP; a hierarchical transport runs them among
+   * the node leaders. Shared memory never does. */
+  if (c->ops == &bagua__tcp_ops && c->size > 1) return 1;
+  return bagua__comm_uses_tcp(c->inter);
 }
 
 int bagua__comm_uses_ring(const bagua_comm_t *c) {
-  return bagua__param_int(BAGUA_P_NET_RING_PIPELINE) && bagua__comm_uses_generic(c);
+  return bagua__param_int(BAGUA_P_NET_RING_PIPELINE) && bagua__comm_uses_tcp(c);
 }
 
 /* Whether `bytes` is within the bounds of parameter `id`; warns naming `what` and the variable

@@ -35,9 +35,9 @@ size_t bagua__comm_segment(const bagua_comm_t *c);
  * bounds of BAGUA_NET_SEGMENT_BYTES. */
 bagua_status_t bagua__comm_set_segment(bagua_comm_t *c, size_t bytes);
 
-/* Whether the generic collectives (TCP) serve this communicator or the leaders' communicator of
+/* Whether the TCP collectives serve this communicator or the leaders' communicator of
  * its hierarchical transport: only then does the ring threshold matter. */
-int bagua__comm_uses_generic(const bagua_comm_t *c);
+int bagua__comm_uses_tcp(const bagua_comm_t *c);
 size_t bagua__comm_ring_min(const bagua_comm_t *c);
 /* Allreduce of at least `bytes` runs the ring, smaller ones recursive doubling (every rank must
  * choose alike). Accepted: the bounds of BAGUA_NET_RING_MIN_BYTES. */

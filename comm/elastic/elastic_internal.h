@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../comm_internal.h"
+#include "../communicator.h"
 #include "bagua/elastic.h"
 #include "common/etcd/etcd.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/comm_internal.h"
+#include "comm/communicator.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/time.h"

@@ -28,7 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../comm_internal.h"
+#include "../tcp/tcp.h"
+#include "shm.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/params.h"
@@ -603,7 +604,7 @@ bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
     }
   }
   /* Creation must be complete before the others open it; the barrier also shares failure. */
-  bagua_status_t bst = bagua__generic_barrier(c);
+  bagua_status_t bst = bagua__tcp_barrier(c);
   if (st == BAGUA_OK) st = bst;
   if (st != BAGUA_OK) goto fail;
   if (c->rank != 0) {
@@ -634,7 +635,7 @@ bagua_status_t bagua__shm_setup(bagua_comm_t *c) {
   }
   /* After this barrier everyone has mapped the arena, so its name can go: nothing leaks in
    * /dev/shm even if every rank is killed later. */
-  bst = bagua__generic_barrier(c);
+  bst = bagua__tcp_barrier(c);
   if (st == BAGUA_OK) st = bst;
   if (c->rank == 0) shm_unlink(name);
   if (st != BAGUA_OK) goto fail;

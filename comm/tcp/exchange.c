@@ -17,7 +17,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "../comm_internal.h"
+#include "tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/sock.h"

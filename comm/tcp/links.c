@@ -24,7 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../comm_internal.h"
+#include "tcp.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/sock.h"

@@ -2,13 +2,13 @@
  * The advisor's prediction model; advisor_model.h states the formulas and the overlap
  * assumption, docs/advisor.md explains them. Every algorithm is costed from the traffic its
  * file in ddp/algorithms/ really sends, per bucket or per model, with the collective shapes
- * of comm/coll_generic.c.
+ * of comm/tcp/coll.c.
  */
 #include "advisor_model.h"
 
 #include <math.h>
 
-/* Messages below the ring threshold take the latency-optimal allreduce (comm/coll_generic.c);
+/* Messages below the ring threshold take the latency-optimal allreduce (comm/tcp/coll.c);
  * this is BAGUA_NET_RING_MIN_BYTES's default. */
 #define DEFAULT_RING_MIN 65536.0
 

@@ -6,7 +6,7 @@
  *
  * Cost of one collective on p participants (latency `lat` per message round, `bw` bytes per
  * second through each participant's link as that collective achieves it, measured for the
- * ring allreduce, the alltoall and the sendrecv ring; the shapes of comm/coll_generic.c):
+ * ring allreduce, the alltoall and the sendrecv ring; the shapes of comm/tcp/coll.c):
  *   allreduce of s bytes   s < T: ceil(log2 p) (lat + s/bw)        (recursive doubling; T: the
  *                                                                   ring threshold)
  *                          else 2(p-1) lat + 2(p-1)/p s/bw          (ring)

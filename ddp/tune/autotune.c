@@ -179,7 +179,7 @@ static uint64_t partition_sig(const bagua_ddp_t *d, int64_t bucket_bytes) {
 }
 
 /* Whether allreduce would take the ring for a bucket of `bytes` under threshold `ring_min`
- * (coll_generic.c's rule, without its element-count condition, which a threshold cannot
+ * (comm/tcp/coll.c's rule, without its element-count condition, which a threshold cannot
  * change). */
 static int rings(int64_t bytes, int64_t ring_min) {
   return bytes >= ring_min;
@@ -409,7 +409,7 @@ static bagua_status_t start(bagua_ddp_t *d) {
                                                              : "one stream opened per peer";
   if (!why[DIM_SEGMENT] && !bagua__comm_uses_ring(d->comm) && !bagua__comm_uses_ring(d->inter))
     why[DIM_SEGMENT] = "no TCP ring runs (shared memory, or BAGUA_NET_RING_PIPELINE=0)";
-  if (!why[DIM_RING] && !bagua__comm_uses_generic(d->comm) && !bagua__comm_uses_generic(d->inter))
+  if (!why[DIM_RING] && !bagua__comm_uses_tcp(d->comm) && !bagua__comm_uses_tcp(d->inter))
     why[DIM_RING] = "no TCP collectives run (shared memory)";
   else if (!why[DIM_RING] && !(d->s.algo->caps & BAGUA__ALGO_ALLREDUCE))
     why[DIM_RING] = "this algorithm's buckets do not go through allreduce";

@@ -28,7 +28,7 @@
 #include "bagua/comm.h"
 #include "bagua/elastic.h"
 #include "bagua/port.h"
-#include "comm/comm_internal.h"
+#include "comm/communicator.h"
 #include "common/params.h"
 
 static int g_trap = -1;       /* listening socket that no refused configuration may reach */

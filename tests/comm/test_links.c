@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../test.h"
-#include "comm/comm_internal.h"
+#include "comm/tcp/tcp.h"
 #include "mp.h"
 
 /* The most links creation may open: distances 1, 2, 4, ... either way, the recursive-doubling

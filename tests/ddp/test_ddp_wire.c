@@ -25,7 +25,7 @@
 
 #include "../comm/mp.h"
 #include "../test.h"
-#include "comm/comm_internal.h"
+#include "comm/tcp/tcp.h"
 #include "problem.h"
 
 #define NT 4

@@ -1,6 +1,7 @@
 /*
- * Collectives built on the point-to-point exchange engine. They serve the tcp transport and
- * any collective a transport does not special-case.
+ * The tcp transport's collectives (bagua__tcp_ops), built on the point-to-point exchange
+ * engine. The hierarchical transport also runs them for the collectives it does not
+ * special-case.
  *
  * Large messages use bandwidth-optimal rings (reduce-scatter then allgather, each rank moving
  * 2(n-1)/n of the data); small ones use latency-optimal recursive doubling and binomial
@@ -10,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "tcp.h"
 #include "common/check.h"
 #include "kernels/kernels.h"
 
@@ -122,8 +123,8 @@ out:
   return st;
 }
 
-static bagua_status_t g_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                  bagua_dtype_t dt, bagua_op_t op) {
+bagua_status_t bagua__tcp_allreduce(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                    bagua_dtype_t dt, bagua_op_t op) {
   size_t es = bagua_dtype_size(dt), bytes = count * es;
   if (c->size == 1 || bytes < c->ring_min_bytes || count < (size_t)c->size) {
     if (s != r) memcpy(r, s, bytes);
@@ -139,8 +140,8 @@ static bagua_status_t g_allreduce(bagua_comm_t *c, const void *s, void *r, size_
   return ring_allgather(c, r, count, es);
 }
 
-static bagua_status_t g_reduce_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                       bagua_dtype_t dt, bagua_op_t op) {
+bagua_status_t bagua__tcp_reduce_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                         bagua_dtype_t dt, bagua_op_t op) {
   size_t es = bagua_dtype_size(dt), block = count * es;
   if (c->size == 1) {
     if (s != r) memmove(r, s, block);
@@ -158,16 +159,16 @@ static bagua_status_t g_reduce_scatter(bagua_comm_t *c, const void *s, void *r, 
   return BAGUA_OK;
 }
 
-static bagua_status_t g_allgather(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                  bagua_dtype_t dt) {
+bagua_status_t bagua__tcp_allgather(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                    bagua_dtype_t dt) {
   size_t es = bagua_dtype_size(dt), block = count * es;
   char *mine = (char *)r + (size_t)c->rank * block;
   if (s != mine) memmove(mine, s, block);
   return ring_allgather(c, r, count * (size_t)c->size, es);
 }
 
-static bagua_status_t g_alltoall(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                 bagua_dtype_t dt) {
+bagua_status_t bagua__tcp_alltoall(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                   bagua_dtype_t dt) {
   int n = c->size;
   size_t block = count * bagua_dtype_size(dt);
   bagua_status_t st = BAGUA_OK;
@@ -254,8 +255,8 @@ static bagua_status_t chain_bcast(bagua_comm_t *c, char *buf, size_t count, size
   return BAGUA_OK;
 }
 
-static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                  bagua_dtype_t dt, int root) {
+bagua_status_t bagua__tcp_broadcast(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                    bagua_dtype_t dt, int root) {
   size_t es = bagua_dtype_size(dt), bytes = count * es;
   int n = c->size;
   if (c->rank == root && s != r) memcpy(r, s, bytes);
@@ -285,8 +286,8 @@ static bagua_status_t g_broadcast(bagua_comm_t *c, const void *s, void *r, size_
   return ring_allgather(c, r, count, es);
 }
 
-static bagua_status_t g_reduce(bagua_comm_t *c, const void *s, void *r, size_t count,
-                               bagua_dtype_t dt, bagua_op_t op, int root) {
+bagua_status_t bagua__tcp_reduce(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                 bagua_dtype_t dt, bagua_op_t op, int root) {
   size_t es = bagua_dtype_size(dt), bytes = count * es;
   int n = c->size, vr = bagua__mod(c->rank - root, n);
   bagua_status_t st = BAGUA_OK;
@@ -341,8 +342,8 @@ out:
   return st;
 }
 
-static bagua_status_t g_gather(bagua_comm_t *c, const void *s, void *r, size_t count,
-                               bagua_dtype_t dt, int root) {
+bagua_status_t bagua__tcp_gather(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                 bagua_dtype_t dt, int root) {
   size_t block = count * bagua_dtype_size(dt);
   int n = c->size;
   if (c->rank != root) {
@@ -360,8 +361,8 @@ static bagua_status_t g_gather(bagua_comm_t *c, const void *s, void *r, size_t c
   return st;
 }
 
-static bagua_status_t g_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
-                                bagua_dtype_t dt, int root) {
+bagua_status_t bagua__tcp_scatter(bagua_comm_t *c, const void *s, void *r, size_t count,
+                                  bagua_dtype_t dt, int root) {
   size_t block = count * bagua_dtype_size(dt);
   int n = c->size;
   if (c->rank != root) {
@@ -380,7 +381,7 @@ static bagua_status_t g_scatter(bagua_comm_t *c, const void *s, void *r, size_t 
 }
 
 /* Dissemination barrier: ceil(log2 n) rounds of empty messages. */
-bagua_status_t bagua__generic_barrier(bagua_comm_t *c) {
+bagua_status_t bagua__tcp_barrier(bagua_comm_t *c) {
   int n = c->size;
   for (int k = 1; k < n; k <<= 1)
     BAGUA_CHECK(sendrecv_bytes(c, NULL, 0, bagua__mod(c->rank + k, n), NULL, 0,
@@ -388,7 +389,15 @@ bagua_status_t bagua__generic_barrier(bagua_comm_t *c) {
   return BAGUA_OK;
 }
 
-const bagua__coll_ops_t bagua__generic_ops = {
-    "tcp",       g_allreduce, g_reduce_scatter, g_allgather, g_alltoall,
-    g_broadcast, g_reduce,    g_gather,         g_scatter,   bagua__generic_barrier,
+const bagua__coll_ops_t bagua__tcp_ops = {
+    .name = "tcp",
+    .allreduce = bagua__tcp_allreduce,
+    .reduce_scatter = bagua__tcp_reduce_scatter,
+    .allgather = bagua__tcp_allgather,
+    .alltoall = bagua__tcp_alltoall,
+    .broadcast = bagua__tcp_broadcast,
+    .reduce = bagua__tcp_reduce,
+    .gather = bagua__tcp_gather,
+    .scatter = bagua__tcp_scatter,
+    .barrier = bagua__tcp_barrier,
 };

@@ -1,8 +1,11 @@
 /*
- * Internal definition of the communicator shared by comm/ files. Not installed.
+ * Internal definition of the communicator shared by comm/ files: the communicator itself, the
+ * table of collectives a transport implements, the poison contract every transport follows on
+ * failure, and the small helpers all transports share. Each transport declares the rest in its
+ * own header (comm/tcp/tcp.h, comm/shm/shm.h). Not installed.
  */
-#ifndef BAGUA_COMM_INTERNAL_H
-#define BAGUA_COMM_INTERNAL_H
+#ifndef BAGUA_COMM_COMMUNICATOR_H
+#define BAGUA_COMM_COMMUNICATOR_H
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -28,8 +31,9 @@ typedef struct {
 typedef struct bagua__links bagua__links_t;
 
 /*
- * A transport implements the collectives it can do better than the generic algorithms over
- * point-to-point exchange; a NULL entry falls back to the generic algorithm.
+ * The collectives of one transport. Every entry is set: a transport without its own version of
+ * a collective names the one it runs instead (the hierarchical transport names the TCP
+ * algorithms, comm/tcp/tcp.h), so comm/coll.c calls the entry as it is.
  */
 typedef struct {
   const char *name;
@@ -114,72 +118,6 @@ static inline void bagua__block(size_t count, int n, int i, size_t es, size_t *o
  * promptly instead of waiting for its own timeout. Returns `st` for convenience. */
 bagua_status_t bagua__comm_poison(bagua_comm_t *c, bagua_status_t st);
 
-/* ---- links: the TCP streams to the peers, opened on first use (comm/tcp/links.c) ---- */
-
-/* The name of the acceptor thread (at most 15 characters). */
-#define BAGUA_ACCEPTOR_THREAD_NAME "bagua-accept"
-/* Starts the thread that accepts the streams higher ranks open to this one, on `lfd` (owned
- * from now on, also on failure). */
-bagua_status_t bagua__links_start(bagua_comm_t *c, int lfd);
-/* Makes sure the streams to every rank in want[0..n-1] (this rank and repeats allowed) are
- * open: connects those to lower ranks, waits for higher ones to connect, before `deadline_ms`
- * (BAGUA_ERR_TIMEOUT naming a rank that never came), or until the abort flag is set. O(1) when
- * they are open already. */
-bagua_status_t bagua__links_ensure(bagua_comm_t *c, const int *want, int n, int64_t deadline_ms);
-/* bagua__links_ensure from a collective: the communicator's timeout bounds the wait, as any
- * other wait of a collective for a peer. */
-bagua_status_t bagua__links_use(bagua_comm_t *c, const int *want, int n);
-/* Shuts every stream down (a poison: peers notice at once) and stops installing new ones; any
- * thread. */
-void bagua__links_shutdown(bagua_comm_t *c);
-/* Stops the acceptor and closes the listener (before the streams are closed). */
-void bagua__links_stop(bagua_comm_t *c);
-/* Peers whose streams are open (for tests and diagnostics). */
-int bagua__links_count(const bagua_comm_t *c);
-/* The ranks recursive-doubling allreduce (comm/coll_generic.c) exchanges with, in out[] (at
- * most 2 + log2(n) of them). Returns how many. */
-int bagua__rd_partners(int n, int r, int *out);
-
-/* ---- point-to-point exchange engine over the TCP streams (comm/tcp/exchange.c) ---- */
-typedef struct {
-  int peer;
-  const void *buf;
-  size_t bytes;
-} bagua__send_t;
-
-typedef struct {
-  int peer;
-  void *buf;         /* destination */
-  size_t bytes;      /* expected bytes; a different size from the peer is a protocol error */
-  const void *local; /* reduce mode: buf = local (op) incoming; NULL means plain copy */
-  bagua_dtype_t dt;
-  bagua_op_t op;
-} bagua__recv_t;
-
-/* Progresses all sends and receives concurrently until all complete. At most one send and one
- * receive per peer. Does not poison on error; callers do. */
-bagua_status_t bagua__exchange(bagua_comm_t *c, const bagua__send_t *sends, int nsends,
-                               const bagua__recv_t *recvs, int nrecvs);
-
-/* Pipelined rings (comm/tcp/ring.c): usable when both ring neighbours have the same number of
- * streams. The allreduce leaves rank r's result in all of rbuf; the reduce-scatter reduces
- * `count` elements per rank (rbuf: this rank's block, may be sbuf's block r; AVG divided) and
- * keeps three blocks of partial sums in the communicator (c->partials) between calls; the allgather
- * expects chunk r of `count` elements (split as in the ring) already in place. */
-int bagua__ring_usable(const bagua_comm_t *c);
-bagua_status_t bagua__ring_allreduce(bagua_comm_t *c, const void *sbuf, void *rbuf, size_t count,
-                                     bagua_dtype_t dt, bagua_op_t op);
-bagua_status_t bagua__ring_reduce_scatter(bagua_comm_t *c, const void *sbuf, void *rbuf,
-                                          size_t count, bagua_dtype_t dt, bagua_op_t op);
-bagua_status_t bagua__ring_allgather(bagua_comm_t *c, void *buf, size_t count, size_t es);
-
-/* Generic collectives over bagua__exchange (comm/coll_generic.c). */
-extern const bagua__coll_ops_t bagua__generic_ops;
-/* Shared-memory collectives (comm/shm/shm.c). */
-extern const bagua__coll_ops_t bagua__shm_ops;
-bagua_status_t bagua__shm_setup(bagua_comm_t *c);
-void bagua__shm_abort(bagua__shm_t *s);
-void bagua__shm_destroy(bagua__shm_t *s);
 /* Hierarchical composition of shm within nodes and tcp across them (comm/hier.c). */
 extern const bagua__coll_ops_t bagua__hier_ops;
 /* Sets a new TCP (or hierarchical) communicator's allreduce ring threshold from what its
@@ -319,14 +257,5 @@ int bagua__sig_can_ride(const bagua_comm_t *c, size_t bytes);
  * bagua__sig_can_ride), the allreduce is done too, valid where the agreement returns OK. */
 bagua_status_t bagua__sig_agree(bagua_comm_t *c, const bagua__coll_sig_t *sig,
                                 const bagua__sig_ride_t *ride);
-/* Shared memory: `sig` (which must outlive the call) is published with the next round this
- * rank starts and compared after that round's arrival. bagua__shm_sig_done() ends the call:
- * given the transport's status, it runs a round of its own for a call that moved no data and
- * so started none, forgets `sig`, and returns the call's status. */
-void bagua__shm_expect(bagua__shm_t *s, const bagua__coll_sig_t *sig);
-bagua_status_t bagua__shm_sig_done(bagua__shm_t *s, bagua_status_t st);
-
-/* Generic algorithm entry points, also used by transports for cases they do not special-case. */
-bagua_status_t bagua__generic_barrier(bagua_comm_t *c);
 
 #endif
